@@ -1,0 +1,100 @@
+//! The command line, defined once: clap derives parsing and help from it.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "osprobe",
+    version,
+    about = "A performance laboratory for Linux: measures this machine's OS primitives and stores every result",
+    after_help = "Start with `osprobe run`: about a minute, a table of results, everything stored.\n\
+                  Results: --db PATH, else $OSPROBE_DB, else $XDG_DATA_HOME/osprobe/results.db, else ~/.local/share/osprobe/results.db."
+)]
+pub struct Cli {
+    /// Results database (default: $OSPROBE_DB, $XDG_DATA_HOME/osprobe/results.db or ~/.local/share/osprobe/results.db)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// No progress bars or status lines on stderr
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Characterize this machine: run the experiments of a profile, print a table, store the run
+    Run(RunArgs),
+    /// List the experiments, their parameters and what they need
+    List(ListArgs),
+    /// Run one experiment, optionally at chosen parameters
+    Bench(BenchArgs),
+    /// List stored runs
+    History(JsonArg),
+    /// Show a stored run (an id, a unique prefix of one, or `latest`)
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// smoke: seconds, checks structure; quick: about a minute; full: thorough, up to ten minutes
+    #[arg(long, default_value = "quick", value_parser = ["smoke", "quick", "full"])]
+    pub profile: String,
+    /// Print the run as JSON (schema/osprobe.schema.json) instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Do not store the run
+    #[arg(long)]
+    pub no_store: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Only experiments matching these patterns, comma-separated (e.g. `cpu.*,proc.fork`)
+    #[arg(long, value_delimiter = ',', value_name = "PATTERN")]
+    pub only: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Experiment id, as `osprobe list` shows it (e.g. cpu.syscall)
+    pub id: String,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Set a parameter for every point, e.g. --param args=3 (see `osprobe list` for what each accepts)
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+    pub params: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Run id, a unique prefix of one, or `latest`
+    pub run: String,
+    /// Print the run as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_param(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("expected NAME=VALUE (e.g. args=3), got '{raw}'")),
+    }
+}

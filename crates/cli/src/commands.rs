@@ -1,0 +1,218 @@
+//! One function per verb: wiring between the registry, the runner, the
+//! store and the renderers. No measuring and no formatting happen here.
+
+use crate::args::{BenchArgs, Cli, Command, ProfileArgs, RunArgs};
+use crate::progress::Bar;
+use anyhow::{Context as _, Result};
+use osprobe_core::runner::{self, Plan};
+use osprobe_core::{Clock, Context, Experiment, Profile, Registry, Run, SCHEMA_VERSION};
+use osprobe_store::{Access, Store};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A mistake in what the user asked for: exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Every experiment this build has.
+pub fn registry() -> Registry {
+    let mut registry = Registry::new();
+    osprobe_machine::register(&mut registry);
+    registry
+}
+
+pub fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let db = cli.db.clone();
+    match cli.command {
+        Command::Run(args) => run(args, db, cli.quiet),
+        Command::Bench(args) => bench(args, db, cli.quiet),
+        Command::List(args) => list(args.json),
+        Command::History(args) => history(db, args.json),
+        Command::Show(args) => show(db, &args.run, args.json),
+    }
+}
+
+fn db_path(db: Option<PathBuf>) -> Result<PathBuf> {
+    match db {
+        Some(p) => Ok(p),
+        None => Ok(osprobe_store::default_path()?),
+    }
+}
+
+fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
+    let registry = registry();
+    let selected = registry
+        .select(&args.only)
+        .map_err(|e| UsageError(format!("--only: {e}")))?;
+    measure(&registry, selected, &args.profile, &[], db, quiet)
+}
+
+fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
+    let registry = registry();
+    let exp = registry.get(&args.id).ok_or_else(|| {
+        UsageError(format!(
+            "unknown experiment '{}'; known: {}",
+            args.id,
+            registry.ids().join(", ")
+        ))
+    })?;
+    measure(&registry, vec![exp], &args.profile, &args.params, db, quiet)
+}
+
+/// Plan, open the store, measure, store, print: shared by `run` and `bench`.
+fn measure(
+    _registry: &Registry,
+    selected: Vec<&dyn Experiment>,
+    opts: &ProfileArgs,
+    overrides: &[(String, String)],
+    db: Option<PathBuf>,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let profile = Profile::parse(&opts.profile).ok_or_else(|| {
+        UsageError(format!(
+            "unknown profile '{}': expected smoke, quick or full",
+            opts.profile
+        ))
+    })?;
+    let plan =
+        Plan::new(selected, profile, overrides).map_err(|e| UsageError(format!("--param: {e}")))?;
+    // Open the store before measuring: a bad --db fails in a millisecond,
+    // not after a minute of work.
+    let mut store = if opts.no_store {
+        None
+    } else {
+        Some(Store::open(&db_path(db)?, Access::Write)?)
+    };
+
+    osprobe_core::interrupt::install();
+    let started = osprobe_core::now_rfc3339();
+    let clock = Clock::calibrated(osprobe_core::calibration_plan(profile));
+    let environment = osprobe_core::environment::capture(clock.info().clone());
+    if !opts.json {
+        print!("{}", osprobe_report::environment_block(&environment));
+        println!();
+    }
+    let ctx = Context::new(profile, clock);
+    let outcome = {
+        let mut bar = Bar::new(plan.points(), quiet);
+        runner::execute(&plan, &ctx, &mut bar)
+    };
+    let Ok(outcome) = outcome else {
+        eprintln!("osprobe: interrupted; nothing was stored");
+        return Ok(ExitCode::from(130));
+    };
+
+    let id = osprobe_core::id::new_run_id();
+    let mut measurements = outcome.measurements;
+    for m in &mut measurements {
+        m.run = id.clone();
+    }
+    let run = Run {
+        schema: SCHEMA_VERSION,
+        id,
+        started,
+        ended: osprobe_core::now_rfc3339(),
+        osprobe_version: env!("CARGO_PKG_VERSION").to_string(),
+        profile,
+        command: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        environment,
+        measurements,
+        skipped: outcome.skipped,
+    };
+    if let Some(store) = &mut store {
+        store.save_run(&run).context("storing the run")?;
+    }
+
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&run)?);
+    } else {
+        print!("{}", osprobe_report::measurements_table(&run.measurements));
+        print!("{}", osprobe_report::skipped_block(&run.skipped));
+        if let Some(store) = &store {
+            println!(
+                "\nstored as run {} in {} (osprobe show {})",
+                run.id,
+                store.path().display(),
+                run.id
+            );
+        }
+    }
+    for f in &outcome.failures {
+        eprintln!("osprobe: {} {} failed: {}", f.experiment, f.params, f.error);
+    }
+    Ok(if outcome.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn list(json: bool) -> Result<ExitCode> {
+    let registry = registry();
+    if json {
+        let items: Vec<serde_json::Value> = registry
+            .all()
+            .map(|e| {
+                serde_json::json!({
+                    "id": e.id(),
+                    "description": e.description(),
+                    "params": e.params().iter().map(|p| serde_json::json!({
+                        "name": p.name, "accepted": p.accepted(), "help": p.help,
+                    })).collect::<Vec<_>>(),
+                    "available": e.requirements().unmet().is_none(),
+                    "unavailable_because": e.requirements().unmet(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&items)?);
+    } else {
+        print!("{}", osprobe_report::list_table(&registry));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn history(db: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+    let store = Store::open(&db_path(db)?, Access::Read)?;
+    let runs = store.list_runs()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&runs)?);
+    } else if runs.is_empty() {
+        println!("no runs stored in {} yet", store.path().display());
+    } else {
+        print!("{}", osprobe_report::history_table(&runs));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(db: Option<PathBuf>, id: &str, json: bool) -> Result<ExitCode> {
+    let store = Store::open(&db_path(db)?, Access::Read)?;
+    let run = store.load_run(id).map_err(|e| match e {
+        osprobe_store::StoreError::UnknownRun { .. }
+        | osprobe_store::StoreError::AmbiguousRun { .. } => {
+            anyhow::Error::new(UsageError(e.to_string()))
+        }
+        other => other.into(),
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&run)?);
+    } else {
+        println!(
+            "run {} ({} profile, {} .. {}, osprobe {})",
+            run.id, run.profile, run.started, run.ended, run.osprobe_version
+        );
+        println!("command: osprobe {}\n", run.command);
+        print!("{}", osprobe_report::environment_block(&run.environment));
+        println!();
+        print!("{}", osprobe_report::measurements_table(&run.measurements));
+        print!("{}", osprobe_report::skipped_block(&run.skipped));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,24 @@
+//! osprobe: parse the command line, dispatch, map errors to exit codes.
+//! Exit codes: 0 success, 1 failure, 2 usage error, 130 interrupted.
+
+mod args;
+mod commands;
+mod progress;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    match commands::dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("osprobe: {err:#}");
+            if err.is::<commands::UsageError>() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

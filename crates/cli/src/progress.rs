@@ -1,0 +1,41 @@
+//! A progress bar on stderr while experiments run, when stderr is a
+//! terminal and --quiet is not given.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use osprobe_core::runner::Observer;
+use osprobe_core::Params;
+use std::io::IsTerminal;
+
+pub struct Bar(ProgressBar);
+
+impl Bar {
+    pub fn new(points: usize, quiet: bool) -> Bar {
+        let bar = ProgressBar::new(points as u64);
+        if quiet || !std::io::stderr().is_terminal() {
+            bar.set_draw_target(ProgressDrawTarget::hidden());
+        }
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Bar(bar)
+    }
+}
+
+impl Observer for Bar {
+    fn point_started(&mut self, experiment: &str, params: &Params) {
+        self.0.set_message(format!("{experiment} {params}"));
+        self.0.tick();
+    }
+    fn point_finished(&mut self) {
+        self.0.inc(1);
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}

@@ -1,0 +1,417 @@
+//! The `Experiment` trait, its parameters and requirements, and the registry
+//! the binary selects from.
+
+use crate::clock::Clock;
+use crate::harness::Harness;
+use crate::model::{Measurement, ParamValue, Params, Profile};
+use std::fmt;
+
+/// An experiment: one id (`cpu.syscall`), a grid of parameter points per
+/// profile, and a `run` that measures one point.
+pub trait Experiment: Send + Sync {
+    /// Dotted id used on the command line, in JSON and in the store.
+    fn id(&self) -> &'static str;
+    /// One line for `osprobe list`.
+    fn description(&self) -> &'static str;
+    /// What the machine must offer; unmet requirements skip the experiment.
+    fn requirements(&self) -> Requirements {
+        Requirements::default()
+    }
+    /// The parameters a user may set with `--param`, with what is accepted.
+    fn params(&self) -> &'static [ParamSpec] {
+        &[]
+    }
+    /// The points measured by a profile. Must not be empty.
+    fn grid(&self, profile: Profile) -> Vec<Params>;
+    /// Measure one point of the grid.
+    fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError>;
+}
+
+/// Why an experiment could not produce a measurement.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// The user pressed Ctrl-C; the run must be abandoned.
+    #[error("interrupted")]
+    Interrupted,
+    /// The machine cannot run this point (architecture, missing binary, ...):
+    /// skipped with the reason, not a failure.
+    #[error("unsupported here: {0}")]
+    Unsupported(String),
+    /// Something went wrong while measuring.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl ExperimentError {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        ExperimentError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The last OS error, with what was being done.
+    pub fn last_os(context: impl Into<String>) -> Self {
+        ExperimentError::io(context, std::io::Error::last_os_error())
+    }
+}
+
+/// What an experiment needs from the machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requirements {
+    pub root: bool,
+    pub network_namespaces: bool,
+    pub peer_host: bool,
+    /// An external program that must be on PATH.
+    pub tool: Option<&'static str>,
+    /// Only on this architecture (`std::env::consts::ARCH`).
+    pub arch: Option<&'static str>,
+}
+
+impl Requirements {
+    /// The first requirement this machine does not meet, in words.
+    pub fn unmet(&self) -> Option<String> {
+        if let Some(arch) = self.arch {
+            if std::env::consts::ARCH != arch {
+                return Some(format!("needs {arch}, this is {}", std::env::consts::ARCH));
+            }
+        }
+        // SAFETY: geteuid has no preconditions.
+        if (self.root || self.network_namespaces) && unsafe { libc::geteuid() } != 0 {
+            return Some("needs root".into());
+        }
+        if let Some(tool) = self.tool {
+            if crate::find_program(tool).is_none() {
+                return Some(format!("needs `{tool}` on PATH"));
+            }
+        }
+        None
+    }
+}
+
+/// A parameter a user may set with `--param name=value`.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamSpec {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: ParamKind,
+}
+
+/// What values a parameter accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum ParamKind {
+    /// An integer in `min..=max`.
+    Int { min: i64, max: i64 },
+    /// One of these words.
+    Choice(&'static [&'static str]),
+}
+
+impl ParamSpec {
+    /// Parse a value given on the command line, or say what is accepted.
+    pub fn parse(&self, raw: &str) -> Result<ParamValue, String> {
+        match self.kind {
+            ParamKind::Int { min, max } => match raw.trim().replace('_', "").parse::<i64>() {
+                Ok(v) if (min..=max).contains(&v) => Ok(ParamValue::Int(v)),
+                _ => Err(format!(
+                    "invalid value '{raw}' for parameter '{}': expected an integer from {min} to {max}",
+                    self.name
+                )),
+            },
+            ParamKind::Choice(words) => {
+                if words.contains(&raw) {
+                    Ok(ParamValue::Text(raw.to_string()))
+                } else {
+                    Err(format!(
+                        "invalid value '{raw}' for parameter '{}': expected one of {}",
+                        self.name,
+                        words.join(", ")
+                    ))
+                }
+            }
+        }
+    }
+
+    /// `0..7` or `a|b|c`, for help texts.
+    pub fn accepted(&self) -> String {
+        match self.kind {
+            ParamKind::Int { min, max } => format!("{min}..{max}"),
+            ParamKind::Choice(words) => words.join("|"),
+        }
+    }
+}
+
+/// The grid of `exp` for `profile`, with `overrides` (`name`, `value`) from
+/// `--param` applied to every point; points made identical are merged.
+pub fn grid_with_overrides(
+    exp: &dyn Experiment,
+    profile: Profile,
+    overrides: &[(String, String)],
+) -> Result<Vec<Params>, String> {
+    let mut parsed = Vec::with_capacity(overrides.len());
+    for (name, raw) in overrides {
+        let spec = exp
+            .params()
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| {
+                let known: Vec<String> = exp
+                    .params()
+                    .iter()
+                    .map(|s| format!("{}={}", s.name, s.accepted()))
+                    .collect();
+                if known.is_empty() {
+                    format!("{} takes no parameters (got '{name}')", exp.id())
+                } else {
+                    format!(
+                        "unknown parameter '{name}' for {}: accepted {}",
+                        exp.id(),
+                        known.join(", ")
+                    )
+                }
+            })?;
+        parsed.push((spec.name.to_string(), spec.parse(raw)?));
+    }
+    let mut points: Vec<Params> = Vec::new();
+    for mut point in exp.grid(profile) {
+        for (name, value) in &parsed {
+            point.0.insert(name.clone(), value.clone());
+        }
+        if !points.contains(&point) {
+            points.push(point);
+        }
+    }
+    Ok(points)
+}
+
+/// What an experiment gets to measure with: the profile, the calibrated
+/// clock and the sampling harness.
+pub struct Context {
+    pub profile: Profile,
+    pub clock: Clock,
+    /// Median cost of one start/stop pair of `clock`, in ticks.
+    pub timer_overhead_ticks: f64,
+}
+
+impl Context {
+    pub fn new(profile: Profile, clock: Clock) -> Context {
+        let timer_overhead_ticks = clock.overhead_ticks();
+        Context {
+            profile,
+            clock,
+            timer_overhead_ticks,
+        }
+    }
+
+    /// A harness with this profile's budget.
+    pub fn harness(&self) -> Harness<'_> {
+        Harness::new(self)
+    }
+
+    /// Stop measuring if the user asked to.
+    pub fn check_interrupt(&self) -> Result<(), ExperimentError> {
+        if crate::interrupt::requested() {
+            Err(ExperimentError::Interrupted)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Every experiment the binary knows, in registration order.
+#[derive(Default)]
+pub struct Registry {
+    experiments: Vec<Box<dyn Experiment>>,
+}
+
+/// A selection pattern that matched nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPattern {
+    pub pattern: String,
+    pub known: Vec<&'static str>,
+}
+
+impl fmt::Display for UnknownPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no experiment matches '{}'; known: {} (patterns may use *, e.g. cpu.*)",
+            self.pattern,
+            self.known.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownPattern {}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    pub fn register(&mut self, exp: Box<dyn Experiment>) {
+        assert!(
+            self.get(exp.id()).is_none(),
+            "experiment {} registered twice",
+            exp.id()
+        );
+        self.experiments.push(exp);
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &dyn Experiment> {
+        self.experiments.iter().map(|e| e.as_ref())
+    }
+
+    pub fn get(&self, id: &str) -> Option<&dyn Experiment> {
+        self.all().find(|e| e.id() == id)
+    }
+
+    pub fn ids(&self) -> Vec<&'static str> {
+        self.all().map(|e| e.id()).collect()
+    }
+
+    /// The experiments matching any of `patterns` (`cpu.*`, `proc.fork`), in
+    /// registration order. Every pattern must match something.
+    pub fn select(&self, patterns: &[String]) -> Result<Vec<&dyn Experiment>, UnknownPattern> {
+        for pattern in patterns {
+            if !self.all().any(|e| glob_match(pattern, e.id())) {
+                return Err(UnknownPattern {
+                    pattern: pattern.clone(),
+                    known: self.ids(),
+                });
+            }
+        }
+        Ok(self
+            .all()
+            .filter(|e| patterns.is_empty() || patterns.iter().any(|p| glob_match(p, e.id())))
+            .collect())
+    }
+}
+
+/// Shell-style matching with `*` (any run of characters) and `?` (one).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut star_t) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            star_t = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            star_t += 1;
+            ti = star_t;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Unit;
+    use crate::stats::Summary;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("cpu.*", "cpu.syscall"));
+        assert!(glob_match("*", "proc.fork"));
+        assert!(glob_match("proc.fork", "proc.fork"));
+        assert!(glob_match("*.fork", "proc.fork"));
+        assert!(glob_match("proc.?ork", "proc.fork"));
+        assert!(!glob_match("cpu.*", "proc.fork"));
+        assert!(!glob_match("proc.for", "proc.fork"));
+        assert!(!glob_match("proc.forkk", "proc.fork"));
+    }
+
+    struct Fake;
+    impl Experiment for Fake {
+        fn id(&self) -> &'static str {
+            "test.fake"
+        }
+        fn description(&self) -> &'static str {
+            "a fake"
+        }
+        fn params(&self) -> &'static [ParamSpec] {
+            &[
+                ParamSpec {
+                    name: "args",
+                    help: "",
+                    kind: ParamKind::Int { min: 0, max: 7 },
+                },
+                ParamSpec {
+                    name: "kind",
+                    help: "",
+                    kind: ParamKind::Choice(&["a", "b"]),
+                },
+            ]
+        }
+        fn grid(&self, _: Profile) -> Vec<Params> {
+            (0..3)
+                .map(|a| Params::new().with("args", a).with("kind", "a"))
+                .collect()
+        }
+        fn run(&self, _: &Context, p: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+            let s = Summary::of(&[1.0]).unwrap();
+            Ok(vec![Measurement::new(
+                "test.fake",
+                "x",
+                p.clone(),
+                Unit::Nanoseconds,
+                s,
+            )])
+        }
+    }
+
+    #[test]
+    fn overrides_replace_and_merge_points() {
+        let pts =
+            grid_with_overrides(&Fake, Profile::Smoke, &[("args".into(), "5".into())]).unwrap();
+        assert_eq!(pts, vec![Params::new().with("args", 5).with("kind", "a")]);
+        let pts =
+            grid_with_overrides(&Fake, Profile::Smoke, &[("kind".into(), "b".into())]).unwrap();
+        assert_eq!(pts.len(), 3);
+        assert!(pts.iter().all(|p| p.text("kind") == Some("b")));
+    }
+
+    #[test]
+    fn bad_overrides_say_what_is_accepted() {
+        let e =
+            grid_with_overrides(&Fake, Profile::Smoke, &[("args".into(), "9".into())]).unwrap_err();
+        assert!(e.contains("'9'") && e.contains("0 to 7"), "{e}");
+        let e =
+            grid_with_overrides(&Fake, Profile::Smoke, &[("kind".into(), "c".into())]).unwrap_err();
+        assert!(e.contains("a, b"), "{e}");
+        let e =
+            grid_with_overrides(&Fake, Profile::Smoke, &[("nope".into(), "1".into())]).unwrap_err();
+        assert!(
+            e.contains("unknown parameter 'nope'") && e.contains("args=0..7"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn selection_by_pattern() {
+        let mut reg = Registry::new();
+        reg.register(Box::new(Fake));
+        assert_eq!(reg.select(&[]).unwrap().len(), 1);
+        assert_eq!(reg.select(&["test.*".into()]).unwrap().len(), 1);
+        let Err(err) = reg.select(&["mem.*".into()]) else {
+            panic!("mem.* matched something");
+        };
+        assert!(err.to_string().contains("test.fake"));
+    }
+}

@@ -1,0 +1,74 @@
+//! osprobe-core: the engine every experiment stands on.
+//!
+//! - [`clock`]: fenced, calibrated TSC or CLOCK_MONOTONIC;
+//! - [`harness`]: warm-up, batching, time budgets, overhead subtraction;
+//! - [`stats`]: summaries, the median's confidence interval, outliers;
+//! - [`model`]: `Run`, `Measurement`, units — the JSON and store shape;
+//! - [`experiment`]: the `Experiment` trait and the registry;
+//! - [`environment`]: the machine a run was measured on;
+//! - [`affinity`], [`interrupt`], [`id`]: pinning, Ctrl-C, run ids.
+
+pub mod affinity;
+pub mod clock;
+pub mod environment;
+pub mod experiment;
+pub mod harness;
+pub mod id;
+pub mod interrupt;
+pub mod model;
+pub mod runner;
+pub mod stats;
+
+pub use clock::{CalibrationPlan, Clock, ClockInfo};
+pub use environment::Environment;
+pub use experiment::{
+    Context, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements,
+};
+pub use harness::{Budget, Harness, Samples};
+pub use model::{Measurement, ParamValue, Params, Profile, Run, Unit, SCHEMA_VERSION};
+pub use stats::Summary;
+
+use std::path::{Path, PathBuf};
+
+/// The full path of `program` if it is an executable file on PATH (or is
+/// itself a path to one).
+pub fn find_program(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exec = |p: &Path| {
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return is_exec(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| is_exec(p))
+}
+
+/// The current time in RFC 3339, UTC, to the millisecond.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// The calibration a profile can afford.
+pub fn calibration_plan(profile: Profile) -> CalibrationPlan {
+    use std::time::Duration;
+    match profile {
+        Profile::Smoke => CalibrationPlan {
+            rounds: 3,
+            interval: Duration::from_millis(5),
+        },
+        Profile::Quick => CalibrationPlan {
+            rounds: 5,
+            interval: Duration::from_millis(20),
+        },
+        Profile::Full => CalibrationPlan {
+            rounds: 9,
+            interval: Duration::from_millis(50),
+        },
+    }
+}

@@ -1,0 +1,275 @@
+//! The result model: what every experiment returns and the store keeps.
+//! Its JSON shape is documented in schema/osprobe.schema.json; extend it,
+//! never rename a field, and bump [`SCHEMA_VERSION`] when a change breaks
+//! readers.
+
+use crate::environment::Environment;
+use crate::stats::Summary;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Version of the JSON shape of a measurement and a run.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The unit of a measurement's values. JSON carries the unit beside every
+/// value so that no reader has to guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Unit {
+    #[serde(rename = "ns")]
+    Nanoseconds,
+    #[serde(rename = "cycles")]
+    Cycles,
+    #[serde(rename = "bytes")]
+    Bytes,
+    #[serde(rename = "bytes/s")]
+    BytesPerSecond,
+    #[serde(rename = "bits/s")]
+    BitsPerSecond,
+    #[serde(rename = "count")]
+    Count,
+    #[serde(rename = "ratio")]
+    Ratio,
+}
+
+impl Unit {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Unit::Nanoseconds => "ns",
+            Unit::Cycles => "cycles",
+            Unit::Bytes => "bytes",
+            Unit::BytesPerSecond => "bytes/s",
+            Unit::BitsPerSecond => "bits/s",
+            Unit::Count => "count",
+            Unit::Ratio => "ratio",
+        }
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One parameter value: JSON numbers, strings and booleans as they are.
+#[derive(Debug, Clone, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamValue::Bool(b) => write!(f, "{b}"),
+            ParamValue::Int(i) => write!(f, "{i}"),
+            ParamValue::Float(x) => write!(f, "{x}"),
+            ParamValue::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<i64> for ParamValue {
+    fn from(v: i64) -> Self {
+        ParamValue::Int(v)
+    }
+}
+impl From<&str> for ParamValue {
+    fn from(v: &str) -> Self {
+        ParamValue::Text(v.to_string())
+    }
+}
+
+/// The parameters of one point of an experiment's grid, ordered by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Params(pub BTreeMap<String, ParamValue>);
+
+impl Params {
+    pub fn new() -> Params {
+        Params::default()
+    }
+
+    /// Builder-style insertion: `Params::new().with("args", 3)`.
+    pub fn with(mut self, name: &str, value: impl Into<ParamValue>) -> Params {
+        self.0.insert(name.to_string(), value.into());
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ParamValue> {
+        self.0.get(name)
+    }
+
+    pub fn int(&self, name: &str) -> Option<i64> {
+        match self.0.get(name) {
+            Some(ParamValue::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub fn text(&self, name: &str) -> Option<&str> {
+        match self.0.get(name) {
+            Some(ParamValue::Text(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for Params {
+    /// `k=v k=v`, the form `--param` accepts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (k, v) in &self.0 {
+            if !first {
+                f.write_str(" ")?;
+            }
+            first = false;
+            write!(f, "{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A model's prediction beside a measured value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    pub value: f64,
+    pub formula: String,
+}
+
+/// Counts of samples in bins; `edges` has one more entry than `counts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub edges: Vec<f64>,
+    pub counts: Vec<u64>,
+}
+
+/// One measured quantity: the unit of results osprobe prints and stores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub schema: u32,
+    /// The run it belongs to; empty until the run is assembled.
+    #[serde(default)]
+    pub run: String,
+    pub experiment: String,
+    pub metric: String,
+    #[serde(default)]
+    pub params: Params,
+    pub unit: Unit,
+    pub summary: Summary,
+    /// The same quantity in TSC reference cycles, when the clock is the TSC
+    /// and the unit is time.
+    #[serde(default)]
+    pub cycles: Option<Summary>,
+    #[serde(default)]
+    pub prediction: Option<Prediction>,
+    /// What was subtracted, how it was measured, what looked wrong.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Raw samples, when the experiment keeps them (small sets only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<Histogram>,
+}
+
+impl Measurement {
+    pub fn new(
+        experiment: &str,
+        metric: &str,
+        params: Params,
+        unit: Unit,
+        summary: Summary,
+    ) -> Self {
+        Measurement {
+            schema: SCHEMA_VERSION,
+            run: String::new(),
+            experiment: experiment.to_string(),
+            metric: metric.to_string(),
+            params,
+            unit,
+            summary,
+            cycles: None,
+            prediction: None,
+            notes: Vec::new(),
+            samples: None,
+            histogram: None,
+        }
+    }
+
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+}
+
+/// The profile of a run: how long and how thoroughly to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// Tiny counts, for tests: checks structure, not precision.
+    Smoke,
+    /// The default: about a minute for the whole machine.
+    Quick,
+    /// Thorough: wider grids, longer sampling, up to ten minutes.
+    Full,
+}
+
+impl Profile {
+    pub const ALL: [Profile; 3] = [Profile::Smoke, Profile::Quick, Profile::Full];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Profile::Smoke => "smoke",
+            Profile::Quick => "quick",
+            Profile::Full => "full",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Profile> {
+        Profile::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A run: one invocation of `osprobe run` or `osprobe bench`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub schema: u32,
+    pub id: String,
+    /// RFC 3339, UTC.
+    pub started: String,
+    pub ended: String,
+    pub osprobe_version: String,
+    pub profile: Profile,
+    /// The command line that produced it, e.g. `run --only cpu.*`.
+    #[serde(default)]
+    pub command: String,
+    pub environment: Environment,
+    pub measurements: Vec<Measurement>,
+    /// Grid points that could not run here, with the reason.
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+}
+
+/// A grid point that was not measured, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub experiment: String,
+    #[serde(default)]
+    pub params: Params,
+    pub reason: String,
+}

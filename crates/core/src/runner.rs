@@ -1,0 +1,104 @@
+//! Running a selection of experiments: the loop shared by `osprobe run` and
+//! `osprobe bench`. It knows nothing of terminals; progress goes to an
+//! [`Observer`].
+
+use crate::experiment::{grid_with_overrides, Context, Experiment, ExperimentError};
+use crate::model::{Measurement, Params, Profile, Skipped};
+
+/// The grid points to measure, per experiment, decided before anything runs
+/// so that bad parameters are reported before a minute is spent measuring.
+pub struct Plan<'r> {
+    pub items: Vec<(&'r dyn Experiment, Vec<Params>)>,
+}
+
+impl<'r> Plan<'r> {
+    /// The grid of every experiment for `profile`, with `--param` overrides.
+    pub fn new(
+        experiments: Vec<&'r dyn Experiment>,
+        profile: Profile,
+        overrides: &[(String, String)],
+    ) -> Result<Plan<'r>, String> {
+        let mut items = Vec::with_capacity(experiments.len());
+        for e in experiments {
+            items.push((e, grid_with_overrides(e, profile, overrides)?));
+        }
+        Ok(Plan { items })
+    }
+
+    pub fn points(&self) -> usize {
+        self.items.iter().map(|(_, g)| g.len()).sum()
+    }
+}
+
+/// Told about each point as it starts and ends.
+pub trait Observer {
+    fn point_started(&mut self, experiment: &str, params: &Params);
+    fn point_finished(&mut self);
+}
+
+/// An observer that shows nothing.
+pub struct Silent;
+
+impl Observer for Silent {
+    fn point_started(&mut self, _: &str, _: &Params) {}
+    fn point_finished(&mut self) {}
+}
+
+/// A point that failed (not skipped: something went wrong).
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub experiment: String,
+    pub params: Params,
+    pub error: String,
+}
+
+/// What a plan produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub measurements: Vec<Measurement>,
+    pub skipped: Vec<Skipped>,
+    pub failures: Vec<Failure>,
+}
+
+/// The run was interrupted by the user; nothing it measured should be kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted;
+
+/// Measure every point of `plan`. A point that fails is recorded and the
+/// others still run; an interruption stops everything.
+pub fn execute(
+    plan: &Plan,
+    ctx: &Context,
+    observer: &mut dyn Observer,
+) -> Result<Outcome, Interrupted> {
+    let mut out = Outcome::default();
+    for (exp, grid) in &plan.items {
+        let unmet = exp.requirements().unmet();
+        for params in grid {
+            observer.point_started(exp.id(), params);
+            let result = match &unmet {
+                Some(reason) => Err(ExperimentError::Unsupported(reason.clone())),
+                None => exp.run(ctx, params),
+            };
+            observer.point_finished();
+            match result {
+                Ok(ms) => out.measurements.extend(ms),
+                Err(ExperimentError::Interrupted) => return Err(Interrupted),
+                Err(ExperimentError::Unsupported(reason)) => out.skipped.push(Skipped {
+                    experiment: exp.id().to_string(),
+                    params: params.clone(),
+                    reason,
+                }),
+                Err(e) => out.failures.push(Failure {
+                    experiment: exp.id().to_string(),
+                    params: params.clone(),
+                    error: e.to_string(),
+                }),
+            }
+            if crate::interrupt::requested() {
+                return Err(Interrupted);
+            }
+        }
+    }
+    Ok(out)
+}

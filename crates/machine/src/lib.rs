@@ -1,0 +1,25 @@
+//! osprobe-machine: experiments on this machine's OS and hardware.
+//!
+//! Section A of EXPERIMENTS.md: the clock, loops, procedure and system
+//! calls ([`cpu`]), process, program and thread creation ([`process`]), and
+//! context switches ([`ctx_switch`]).
+
+pub mod coroutine;
+pub mod cpu;
+pub mod ctx_switch;
+pub mod process;
+pub mod tiny_elf;
+
+use osprobe_core::Registry;
+
+/// Add this crate's experiments to `registry`, in the order `run` shows them.
+pub fn register(registry: &mut Registry) {
+    registry.register(Box::new(cpu::TimerOverhead));
+    registry.register(Box::new(cpu::LoopOverhead));
+    registry.register(Box::new(cpu::CallOverhead));
+    registry.register(Box::new(cpu::Syscall));
+    registry.register(Box::new(process::Fork));
+    registry.register(Box::new(process::Spawn));
+    registry.register(Box::new(process::ThreadCreate));
+    registry.register(Box::new(ctx_switch::ContextSwitch));
+}

@@ -1,0 +1,295 @@
+//! proc.fork, proc.spawn, proc.thread_create: the cost of creating a task
+//! (seed 004 section 3.4, seed 000 section 9).
+
+use crate::tiny_elf::StaticTrue;
+use osprobe_core::{
+    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
+};
+use std::ffi::CString;
+
+/// Wait for `pid` and require a clean exit.
+fn reap(pid: libc::pid_t, what: &str) -> Result<(), ExperimentError> {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid int; pid is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(ExperimentError::io(format!("waitpid for {what}"), err));
+        }
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else {
+        Err(ExperimentError::Failed(format!(
+            "{what} did not exit cleanly (wait status {status:#x})"
+        )))
+    }
+}
+
+/// The resident set size of this process, for the notes of fork: fork
+/// copies page tables, so its cost grows with the parent's memory.
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// proc.fork: fork, the child exits at once, the parent waits.
+pub struct Fork;
+
+impl Experiment for Fork {
+    fn id(&self) -> &'static str {
+        "proc.fork"
+    }
+    fn description(&self) -> &'static str {
+        "fork + child _exit + parent waitpid"
+    }
+    fn grid(&self, _: Profile) -> Vec<Params> {
+        vec![Params::new()]
+    }
+    fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        let samples = ctx.harness().each_timed(|| {
+            // SAFETY: the child calls only _exit, which is async-signal-safe,
+            // so forking a multithreaded process is sound here.
+            let pid = unsafe { libc::fork() };
+            match pid {
+                -1 => Err(ExperimentError::last_os("fork")),
+                0 => unsafe { libc::_exit(0) },
+                child => reap(child, "forked child"),
+            }
+        })?;
+        let mut m = ctx.time_measurement(self.id(), "fork_exit_wait", params.clone(), &samples)?;
+        if let Some(rss) = rss_kib() {
+            m.notes.push(format!(
+                "parent resident set {rss} KiB (fork copies its page tables)"
+            ));
+        }
+        Ok(vec![m])
+    }
+}
+
+/// proc.spawn: start a program and wait for it.
+pub struct Spawn;
+
+const SPAWN_METHODS: &[&str] = &["posix_spawn", "fork_exec"];
+const BINARIES: &[&str] = &["static", "dynamic"];
+
+/// Where the dynamic binary is looked for, in order.
+const DYNAMIC_TRUE: &[&str] = &["/bin/true", "/usr/bin/true"];
+
+impl Experiment for Spawn {
+    fn id(&self) -> &'static str {
+        "proc.spawn"
+    }
+    fn description(&self) -> &'static str {
+        "posix_spawn and fork+exec of a minimal static ELF written by osprobe and of the dynamic /bin/true, until the child has exited"
+    }
+    fn params(&self) -> &'static [ParamSpec] {
+        &[
+            ParamSpec {
+                name: "method",
+                help: "how the program is started",
+                kind: ParamKind::Choice(SPAWN_METHODS),
+            },
+            ParamSpec {
+                name: "binary",
+                help: "a static ELF with no loader, or dynamic /bin/true",
+                kind: ParamKind::Choice(BINARIES),
+            },
+        ]
+    }
+    fn grid(&self, _: Profile) -> Vec<Params> {
+        let mut grid = Vec::new();
+        for method in SPAWN_METHODS {
+            for binary in BINARIES {
+                grid.push(
+                    Params::new()
+                        .with("method", *method)
+                        .with("binary", *binary),
+                );
+            }
+        }
+        grid
+    }
+    fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        let method = params.text("method").unwrap_or("posix_spawn");
+        let binary = params.text("binary").unwrap_or("static");
+        // Keep the static executable alive until sampling is done.
+        let static_exe;
+        let path = if binary == "static" {
+            static_exe =
+                StaticTrue::create_in(&std::env::temp_dir()).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::Unsupported => ExperimentError::Unsupported(e.to_string()),
+                    _ => ExperimentError::io(
+                        format!(
+                            "writing the static executable under {}",
+                            std::env::temp_dir().display()
+                        ),
+                        e,
+                    ),
+                })?;
+            static_exe.path().to_path_buf()
+        } else {
+            DYNAMIC_TRUE
+                .iter()
+                .map(std::path::PathBuf::from)
+                .find(|p| p.exists())
+                .ok_or_else(|| {
+                    ExperimentError::Unsupported(format!(
+                        "no dynamic true binary at {}",
+                        DYNAMIC_TRUE.join(" or ")
+                    ))
+                })?
+        };
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+            ExperimentError::Failed(format!("path {} contains NUL", path.display()))
+        })?;
+        // argv and an empty environment, prepared before any fork: the child
+        // of fork may not allocate.
+        let argv: [*mut libc::c_char; 2] = [c_path.as_ptr() as *mut _, std::ptr::null_mut()];
+        let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+        let harness = ctx.harness();
+        let samples = harness.each_timed(|| {
+            let pid = match method {
+                "fork_exec" => fork_exec(&c_path, &argv, &envp)?,
+                _ => posix_spawn(&c_path, &argv, &envp)?,
+            };
+            reap(pid, &path.display().to_string())
+        })?;
+        let mut m = ctx.time_measurement(self.id(), method, params.clone(), &samples)?;
+        m.notes.push(match binary {
+            "static" => "a static ELF of three instructions written by osprobe: no loader, no libc"
+                .to_string(),
+            _ => format!(
+                "{}: dynamic, loaded by ld.so; empty environment",
+                path.display()
+            ),
+        });
+        Ok(vec![m])
+    }
+}
+
+fn posix_spawn(
+    path: &CString,
+    argv: &[*mut libc::c_char; 2],
+    envp: &[*mut libc::c_char; 1],
+) -> Result<libc::pid_t, ExperimentError> {
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: path, argv and envp are NUL-terminated and outlive the call.
+    let rc = unsafe {
+        libc::posix_spawn(
+            &mut pid,
+            path.as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(ExperimentError::io(
+            format!("posix_spawn {}", path.to_string_lossy()),
+            std::io::Error::from_raw_os_error(rc),
+        ));
+    }
+    Ok(pid)
+}
+
+fn fork_exec(
+    path: &CString,
+    argv: &[*mut libc::c_char; 2],
+    envp: &[*mut libc::c_char; 1],
+) -> Result<libc::pid_t, ExperimentError> {
+    // SAFETY: the child only calls execve and _exit (async-signal-safe) on
+    // data prepared before the fork.
+    match unsafe { libc::fork() } {
+        -1 => Err(ExperimentError::last_os("fork")),
+        0 => unsafe {
+            libc::execve(
+                path.as_ptr(),
+                argv.as_ptr() as *const *const _,
+                envp.as_ptr() as *const *const _,
+            );
+            libc::_exit(127)
+        },
+        child => Ok(child),
+    }
+}
+
+/// proc.thread_create: create a thread that exits at once, and join it.
+pub struct ThreadCreate;
+
+const THREAD_APIS: &[&str] = &["pthread", "std"];
+
+extern "C" fn thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
+    std::ptr::null_mut()
+}
+
+impl Experiment for ThreadCreate {
+    fn id(&self) -> &'static str {
+        "proc.thread_create"
+    }
+    fn description(&self) -> &'static str {
+        "pthread_create + pthread_join of a thread that returns at once (and std::thread::spawn for contrast)"
+    }
+    fn params(&self) -> &'static [ParamSpec] {
+        &[ParamSpec {
+            name: "api",
+            help: "raw pthreads or Rust's std::thread",
+            kind: ParamKind::Choice(THREAD_APIS),
+        }]
+    }
+    fn grid(&self, _: Profile) -> Vec<Params> {
+        THREAD_APIS
+            .iter()
+            .map(|a| Params::new().with("api", *a))
+            .collect()
+    }
+    fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        let api = params.text("api").unwrap_or("pthread");
+        let samples = ctx.harness().each_timed(|| {
+            if api == "std" {
+                return std::thread::Builder::new()
+                    .spawn(|| {})
+                    .map_err(|e| ExperimentError::io("std::thread::spawn", e))?
+                    .join()
+                    .map_err(|_| ExperimentError::Failed("thread panicked".into()));
+            }
+            // SAFETY: thread is written by pthread_create before being joined;
+            // the body touches nothing.
+            unsafe {
+                let mut thread: libc::pthread_t = std::mem::zeroed();
+                let rc = libc::pthread_create(
+                    &mut thread,
+                    std::ptr::null(),
+                    thread_body,
+                    std::ptr::null_mut(),
+                );
+                if rc != 0 {
+                    return Err(ExperimentError::io(
+                        "pthread_create",
+                        std::io::Error::from_raw_os_error(rc),
+                    ));
+                }
+                let rc = libc::pthread_join(thread, std::ptr::null_mut());
+                if rc != 0 {
+                    return Err(ExperimentError::io(
+                        "pthread_join",
+                        std::io::Error::from_raw_os_error(rc),
+                    ));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(vec![ctx.time_measurement(
+            self.id(),
+            "create_join",
+            params.clone(),
+            &samples,
+        )?])
+    }
+}

@@ -1,0 +1,10 @@
+//! osprobe-report: turns results into things people read. Experiments
+//! return values; everything about how they look lives here.
+
+pub mod human;
+pub mod table;
+pub mod terminal;
+
+pub use terminal::{
+    environment_block, history_table, list_table, measurements_table, skipped_block,
+};

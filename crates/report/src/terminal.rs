@@ -1,0 +1,181 @@
+//! What `run`, `show`, `history` and `list` print on a terminal.
+
+use crate::human::{number, scale_for};
+use crate::table::{Align, Table};
+use osprobe_core::model::Skipped;
+use osprobe_core::{Environment, Measurement, Registry};
+use osprobe_store::RunSummary;
+
+/// The results table: one row per measurement, notes gathered below it as
+/// numbered footnotes (identical notes share a number).
+pub fn measurements_table(measurements: &[Measurement]) -> String {
+    let mut table = Table::new(&[
+        ("experiment", Align::Left),
+        ("metric", Align::Left),
+        ("params", Align::Left),
+        ("median", Align::Right),
+        ("95% CI", Align::Right),
+        ("min", Align::Right),
+        ("p99", Align::Right),
+        ("unit", Align::Left),
+        ("cycles", Align::Right),
+        ("n", Align::Right),
+        ("outliers", Align::Right),
+        ("notes", Align::Left),
+    ]);
+    let mut notes: Vec<&str> = Vec::new();
+    let mut previous_experiment = "";
+    for m in measurements {
+        let s = &m.summary;
+        let scale = scale_for(m.unit, s.p50);
+        let v = |x: f64| number(x / scale.divisor);
+        let refs: Vec<String> = m
+            .notes
+            .iter()
+            .map(|n| {
+                let index = notes.iter().position(|k| k == n).unwrap_or_else(|| {
+                    notes.push(n);
+                    notes.len() - 1
+                });
+                format!("[{}]", index + 1)
+            })
+            .collect();
+        let experiment = if m.experiment == previous_experiment {
+            ""
+        } else {
+            &m.experiment
+        };
+        previous_experiment = &m.experiment;
+        table.row(vec![
+            experiment.to_string(),
+            m.metric.clone(),
+            m.params.to_string(),
+            v(s.p50),
+            format!("{}..{}", v(s.ci95[0]), v(s.ci95[1])),
+            v(s.min),
+            v(s.p99),
+            scale.label.to_string(),
+            m.cycles.as_ref().map(|c| number(c.p50)).unwrap_or_default(),
+            s.n.to_string(),
+            s.outliers.to_string(),
+            refs.join(""),
+        ]);
+    }
+    let mut out = table.render();
+    if !notes.is_empty() {
+        out.push('\n');
+        for (i, n) in notes.iter().enumerate() {
+            out.push_str(&format!("[{}] {}\n", i + 1, n));
+        }
+    }
+    out
+}
+
+/// The machine, as a block of `label: value` lines and its warnings.
+pub fn environment_block(env: &Environment) -> String {
+    let lines = env.summary_lines();
+    let width = lines
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (label, value) in &lines {
+        out.push_str(&format!("{label:>width$}: {value}\n"));
+    }
+    for note in &env.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    out
+}
+
+/// Grid points that could not run, and why.
+pub fn skipped_block(skipped: &[Skipped]) -> String {
+    skipped
+        .iter()
+        .map(|s| {
+            let params = if s.params.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", s.params)
+            };
+            format!("skipped {}{}: {}\n", s.experiment, params, s.reason)
+        })
+        .collect()
+}
+
+/// `osprobe history`.
+pub fn history_table(runs: &[RunSummary]) -> String {
+    let mut table = Table::new(&[
+        ("run", Align::Left),
+        ("started", Align::Left),
+        ("profile", Align::Left),
+        ("host", Align::Left),
+        ("measurements", Align::Right),
+        ("command", Align::Left),
+    ]);
+    for r in runs {
+        table.row(vec![
+            r.id.clone(),
+            r.started.clone(),
+            r.profile.clone(),
+            r.hostname.clone(),
+            r.measurements.to_string(),
+            r.command.clone(),
+        ]);
+    }
+    table.render()
+}
+
+/// `osprobe list`.
+pub fn list_table(registry: &Registry) -> String {
+    let mut out = String::new();
+    for e in registry.all() {
+        out.push_str(&format!("{}\n    {}\n", e.id(), e.description()));
+        for p in e.params() {
+            out.push_str(&format!(
+                "    --param {}={}  {}\n",
+                p.name,
+                p.accepted(),
+                p.help
+            ));
+        }
+        if let Some(unmet) = e.requirements().unmet() {
+            out.push_str(&format!("    not available here: {unmet}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprobe_core::{Params, Summary, Unit};
+
+    #[test]
+    fn table_scales_rows_and_numbers_notes() {
+        let fast = Measurement::new(
+            "cpu.syscall",
+            "getppid",
+            Params::new(),
+            Unit::Nanoseconds,
+            Summary::of(&[60.0, 63.0, 64.0]).unwrap(),
+        )
+        .note("shared note");
+        let slow = Measurement::new(
+            "proc.fork",
+            "fork_exit_wait",
+            Params::new().with("k", "v"),
+            Unit::Nanoseconds,
+            Summary::of(&[150_000.0, 160_000.0]).unwrap(),
+        )
+        .note("shared note")
+        .note("own note");
+        let out = measurements_table(&[fast, slow]);
+        assert!(out.contains("63.00"), "{out}");
+        assert!(out.contains("155.0") && out.contains("µs"), "{out}");
+        assert!(out.contains("k=v"));
+        assert!(out.contains("[1] shared note\n[2] own note\n"), "{out}");
+        assert_eq!(out.matches("shared note").count(), 1);
+    }
+}

@@ -1,0 +1,222 @@
+use super::*;
+use osprobe_core::{ClockInfo, Params, Summary, Unit};
+
+fn sample_run(id: &str, n: usize) -> Run {
+    let clock = ClockInfo {
+        source: "monotonic".into(),
+        reason: "test".into(),
+        tsc_hz: None,
+        calibration_error_ppm: None,
+        calibration: None,
+    };
+    let measurements = (0..n)
+        .map(|i| {
+            let s = Summary::of(&[1.0 + i as f64, 2.0, 3.0]).unwrap();
+            Measurement::new(
+                "cpu.syscall",
+                "getppid",
+                Params::new().with("i", i as i64),
+                Unit::Nanoseconds,
+                s,
+            )
+            .note("a note")
+        })
+        .collect();
+    Run {
+        schema: SCHEMA_VERSION,
+        id: id.into(),
+        started: "2026-11-22T10:00:00.000Z".into(),
+        ended: "2026-11-22T10:01:00.000Z".into(),
+        osprobe_version: "0.1.0".into(),
+        profile: Profile::Quick,
+        command: "run".into(),
+        environment: osprobe_core::environment::capture(clock),
+        measurements,
+        skipped: vec![osprobe_core::model::Skipped {
+            experiment: "proc.spawn".into(),
+            params: Params::new(),
+            reason: "test".into(),
+        }],
+    }
+}
+
+#[test]
+fn round_trip_of_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub/dir/results.db");
+    let mut store = Store::open(&path, Access::Write).unwrap();
+    let run = sample_run("01AAAAAAAAAAAAAAAAAAAAAAAA", 3);
+    store.save_run(&run).unwrap();
+    let back = store.load_run("latest").unwrap();
+    let mut expected = run.clone();
+    for m in &mut expected.measurements {
+        m.run = run.id.clone();
+    }
+    assert_eq!(back, expected);
+    assert_eq!(
+        store.load_run("01aaa").unwrap().id,
+        run.id,
+        "prefix, any case"
+    );
+    let list = store.list_runs().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].measurements, 3);
+}
+
+#[test]
+fn unknown_and_ambiguous_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("r.db"), Access::Write).unwrap();
+    assert!(matches!(
+        store.load_run("latest"),
+        Err(StoreError::UnknownRun { .. })
+    ));
+    store.save_run(&sample_run("01AB", 1)).unwrap();
+    store.save_run(&sample_run("01AC", 1)).unwrap();
+    assert!(matches!(
+        store.load_run("01A"),
+        Err(StoreError::AmbiguousRun { count: 2, .. })
+    ));
+    let err = store.load_run("ZZ").unwrap_err().to_string();
+    assert!(
+        err.contains("'ZZ'") && err.contains("osprobe history"),
+        "{err}"
+    );
+}
+
+#[test]
+fn migrations_bring_a_new_file_to_the_latest_version_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    {
+        let mut store = Store::open(&path, Access::Write).unwrap();
+        assert_eq!(store.version().unwrap(), schema_version());
+        store.save_run(&sample_run("01X", 2)).unwrap();
+    }
+    // Reopening applies nothing twice and keeps the data.
+    let store = Store::open(&path, Access::Write).unwrap();
+    assert_eq!(store.version().unwrap(), schema_version());
+    assert_eq!(store.list_runs().unwrap().len(), 1);
+}
+
+#[test]
+fn a_database_from_a_newer_osprobe_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    drop(Store::open(&path, Access::Write).unwrap());
+    let conn = Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", schema_version() + 1)
+        .unwrap();
+    drop(conn);
+    let err = Store::open(&path, Access::Read).err().unwrap();
+    assert!(matches!(err, StoreError::TooNew { .. }), "{err}");
+}
+
+#[test]
+fn a_corrupt_file_gets_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    std::fs::write(&path, vec![0x5au8; 8192]).unwrap();
+    for access in [Access::Write, Access::Read] {
+        let err = Store::open(&path, access).err().unwrap();
+        assert!(matches!(err, StoreError::NotADatabase { .. }), "{err}");
+        assert!(err
+            .to_string()
+            .contains("is not an osprobe results database"));
+    }
+    // The file was not overwritten.
+    assert_eq!(std::fs::read(&path).unwrap(), vec![0x5au8; 8192]);
+}
+
+#[test]
+fn another_programs_database_is_not_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x);")
+        .unwrap();
+    let err = Store::open(&path, Access::Write).err().unwrap();
+    assert!(matches!(err, StoreError::NotADatabase { .. }), "{err}");
+}
+
+#[test]
+fn an_unwritable_path_fails_before_anything_is_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    // A path below a regular file cannot be created, even by root.
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Store::open(&file.join("results.db"), Access::Write)
+        .err()
+        .unwrap();
+    assert!(matches!(err, StoreError::Open { .. }), "{err}");
+    let err = Store::open(dir.path(), Access::Write).err().unwrap();
+    assert!(err.to_string().contains("directory"), "{err}");
+    let err = Store::open(&dir.path().join("absent.db"), Access::Read)
+        .err()
+        .unwrap();
+    assert!(matches!(err, StoreError::Missing(_)), "{err}");
+}
+
+/// A process that dies in the middle of writing a run leaves no trace of it:
+/// the child writes one run fully, then dies after two measurements of the
+/// second; the parent must see exactly the first run, and an intact file.
+#[test]
+fn a_write_interrupted_by_death_leaves_no_partial_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    let complete = sample_run("01COMPLETE", 2);
+    let partial = sample_run("01PARTIAL", 5);
+    // SAFETY: the child only uses its own SQLite connection and memory, and
+    // leaves with _exit; glibc's allocator is fork-safe.
+    match unsafe { libc::fork() } {
+        0 => {
+            let code = std::panic::catch_unwind(|| {
+                let mut store = Store::open(&path, Access::Write).unwrap();
+                store.save_run(&complete).unwrap();
+                let dying = partial.measurements.iter().enumerate().map(|(i, m)| {
+                    if i == 2 {
+                        // SAFETY: ends the process on the spot, mid-transaction.
+                        unsafe { libc::_exit(0) };
+                    }
+                    m
+                });
+                let _ = store.save_run_from(&partial, dying);
+                3 // not reached
+            })
+            .unwrap_or(4);
+            unsafe { libc::_exit(code) };
+        }
+        pid => {
+            assert!(pid > 0);
+            let mut status = 0;
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child status {status:#x}"
+            );
+        }
+    }
+    let store = Store::open(&path, Access::Write).unwrap();
+    let ids: Vec<String> = store
+        .list_runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, vec!["01COMPLETE".to_string()]);
+    let orphans: i64 = store
+        .conn
+        .query_row(
+            "SELECT count(*) FROM measurements WHERE run_id = '01PARTIAL'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(orphans, 0);
+    let check: String = store
+        .conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
