@@ -180,12 +180,16 @@ fn list(json: bool) -> Result<ExitCode> {
 }
 
 fn history(db: Option<PathBuf>, json: bool) -> Result<ExitCode> {
-    let store = Store::open(&db_path(db)?, Access::Read)?;
-    let runs = store.list_runs()?;
+    let path = db_path(db)?;
+    let runs = match Store::open(&path, Access::Read) {
+        Ok(store) => store.list_runs()?,
+        Err(osprobe_store::StoreError::Missing(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
     } else if runs.is_empty() {
-        println!("no runs stored in {} yet", store.path().display());
+        println!("no runs stored in {} yet", path.display());
     } else {
         print!("{}", osprobe_report::history_table(&runs));
     }

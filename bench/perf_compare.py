@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Helper for perf_compare.sh: parse both tools' outputs and report.
+
+Kept apart from the shell script because JSON and statistics are clumsy in
+bash. Standard library only, so it runs on a bare Debian python3.
+
+Subcommands:
+  first-cpu                 the lowest CPU this process may run on (the CPU
+                            osprobe pins to: PinGuard::first_allowed)
+  perf-ns                   stdin: `perf bench` output; prints usecs/op in ns
+  osprobe-ns EXP METRIC [K=V ...]
+                            stdin: an osprobe run document (--json); prints
+                            the p50 of the matching measurement in ns
+  report FILE [--json]      FILE: the records perf_compare.sh wrote; prints
+                            the comparison table, or JSON with --json
+"""
+
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def fail(message):
+    print(f"perf_compare.py: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def first_cpu():
+    print(min(os.sched_getaffinity(0)))
+
+
+def perf_ns():
+    text = sys.stdin.read()
+    # perf bench prints e.g. "       6.781910 usecs/op"; the figure is the
+    # total wall time divided by the loop count.
+    match = re.search(r"^\s*([0-9.]+)\s+usecs/op\s*$", text, re.MULTILINE)
+    if not match:
+        fail("no 'usecs/op' line in perf's output:\n" + text)
+    print(f"{float(match.group(1)) * 1000.0:.3f}")
+
+
+def osprobe_ns(experiment, metric, pairs):
+    want = dict(p.split("=", 1) for p in pairs)
+    try:
+        doc = json.load(sys.stdin)
+    except json.JSONDecodeError as e:
+        fail(f"osprobe's output is not JSON: {e}")
+    for m in doc.get("measurements", []):
+        params = {k: str(v) for k, v in (m.get("params") or {}).items()}
+        if (
+            m.get("experiment") == experiment
+            and m.get("metric") == metric
+            and all(params.get(k) == v for k, v in want.items())
+        ):
+            if m.get("unit") != "ns":
+                fail(f"{experiment}/{metric} is in {m.get('unit')!r}, expected ns")
+            print(f"{m['summary']['p50']:.3f}")
+            return
+    skipped = doc.get("skipped")
+    fail(f"no measurement {experiment}/{metric} {want} in osprobe's output"
+         + (f" (skipped: {skipped})" if skipped else ""))
+
+
+def spread_pct(values):
+    """(max - min) / median, in percent: the run-to-run spread."""
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med * 100.0 if med else float("nan")
+
+
+def load_records(path):
+    """Read the tab-separated records perf_compare.sh appends:
+    meta KEY VALUE | pair NAME PERF_CMD OSPROBE_CMD | sample NAME TOOL RUN NS
+    """
+    meta, pairs, samples = {}, [], {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "meta":
+                meta[fields[1]] = fields[2]
+            elif fields[0] == "pair":
+                pairs.append({"name": fields[1], "perf_command": fields[2],
+                              "osprobe_command": fields[3]})
+            elif fields[0] == "sample":
+                samples.setdefault((fields[1], fields[2]), []).append(float(fields[4]))
+    return meta, pairs, samples
+
+
+def compare(meta, pairs, samples):
+    tolerance = float(meta.get("tolerance_pct", "15"))
+    rows = []
+    for p in pairs:
+        perf = samples.get((p["name"], "perf"), [])
+        osp = samples.get((p["name"], "osprobe"), [])
+        if not perf or not osp:
+            fail(f"no samples for {p['name']}")
+        perf_med, osp_med = statistics.median(perf), statistics.median(osp)
+        ratio = osp_med / perf_med
+        perf_spread, osp_spread = spread_pct(perf), spread_pct(osp)
+        rows.append({
+            **p,
+            "perf_runs_ns": perf,
+            "osprobe_runs_ns": osp,
+            "perf_median_ns": perf_med,
+            "osprobe_median_ns": osp_med,
+            "ratio": ratio,
+            "within_tolerance": abs(ratio - 1.0) <= tolerance / 100.0,
+            "perf_spread_pct": perf_spread,
+            "osprobe_spread_pct": osp_spread,
+            "osprobe_spread_le_perf": osp_spread <= perf_spread,
+        })
+    return tolerance, rows
+
+
+def print_table(meta, tolerance, rows):
+    tol = f"{tolerance:g}%"
+    header = ["comparison", "perf ns", "osprobe ns", "osp/perf", "verdict",
+              "perf spread", "osp spread", "osp spread <= perf"]
+    body = [[
+        r["name"],
+        f"{r['perf_median_ns']:.1f}",
+        f"{r['osprobe_median_ns']:.1f}",
+        f"{r['ratio']:.3f}",
+        f"within {tol}" if r["within_tolerance"] else f"OUTSIDE {tol}",
+        f"{r['perf_spread_pct']:.1f}%",
+        f"{r['osprobe_spread_pct']:.1f}%",
+        "yes" if r["osprobe_spread_le_perf"] else "no",
+    ] for r in rows]
+    widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+
+    def line(cells):
+        # First column left-aligned, figures right-aligned.
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    print(f"osprobe vs perf bench: {meta.get('runs')} runs each, alternating; "
+          f"medians of per-run figures (osprobe: p50, perf: usecs/op)")
+    print(f"perf: {meta.get('perf_version')} ({meta.get('perf_binary')}); "
+          f"osprobe {meta.get('osprobe_version')}; kernel {meta.get('kernel')}; "
+          f"pinned CPU {meta.get('cpu')}")
+    print()
+    print(line(header))
+    print(line(["-" * w for w in widths]))
+    for row in body:
+        print(line(row))
+    print()
+    print("spread = (max - min) / median over the runs")
+    for r in rows:
+        print(f"{r['name']}:")
+        print(f"  perf    {r['perf_command']}")
+        print(f"          runs ns: " + " ".join(f"{v:.1f}" for v in r["perf_runs_ns"]))
+        print(f"  osprobe {r['osprobe_command']}")
+        print(f"          runs ns: " + " ".join(f"{v:.1f}" for v in r["osprobe_runs_ns"]))
+
+
+def report(path, as_json):
+    meta, pairs, samples = load_records(path)
+    tolerance, rows = compare(meta, pairs, samples)
+    if as_json:
+        json.dump({"meta": meta, "tolerance_pct": tolerance, "comparisons": rows},
+                  sys.stdout, indent=2)
+        print()
+    else:
+        print_table(meta, tolerance, rows)
+
+
+def main(argv):
+    if not argv:
+        fail("usage: perf_compare.py first-cpu|perf-ns|osprobe-ns|report ...")
+    cmd, args = argv[0], argv[1:]
+    if cmd == "first-cpu":
+        first_cpu()
+    elif cmd == "perf-ns":
+        perf_ns()
+    elif cmd == "osprobe-ns" and len(args) >= 2:
+        osprobe_ns(args[0], args[1], args[2:])
+    elif cmd == "report" and args:
+        report(args[0], "--json" in args[1:])
+    else:
+        fail(f"bad arguments: {' '.join(argv)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
