@@ -52,7 +52,7 @@ fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let selected = registry
         .select(&args.only)
         .map_err(|e| UsageError(format!("--only: {e}")))?;
-    measure(&registry, selected, &args.profile, &[], db, quiet)
+    measure(selected, &args.profile, &[], db, quiet)
 }
 
 fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
@@ -64,12 +64,11 @@ fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
             registry.ids().join(", ")
         ))
     })?;
-    measure(&registry, vec![exp], &args.profile, &args.params, db, quiet)
+    measure(vec![exp], &args.profile, &args.params, db, quiet)
 }
 
 /// Plan, open the store, measure, store, print: shared by `run` and `bench`.
 fn measure(
-    _registry: &Registry,
     selected: Vec<&dyn Experiment>,
     opts: &ProfileArgs,
     overrides: &[(String, String)],

@@ -13,6 +13,10 @@ impl Bar {
         let bar = ProgressBar::new(points as u64);
         if quiet || !std::io::stderr().is_terminal() {
             bar.set_draw_target(ProgressDrawTarget::hidden());
+        } else {
+            // Keep the elapsed time moving during long points; a redraw
+            // every quarter second costs nothing measurable.
+            bar.enable_steady_tick(std::time::Duration::from_millis(250));
         }
         bar.set_style(
             ProgressStyle::with_template(

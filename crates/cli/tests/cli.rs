@@ -36,10 +36,21 @@ fn smoke_run() -> &'static SmokeRun {
     RUN.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("results.db");
-        let out = osprobe(&db).args(["run", "--profile", "smoke", "--json"]).output().unwrap();
-        assert!(out.status.success(), "run failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = osprobe(&db)
+            .args(["run", "--profile", "smoke", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let json: Value = serde_json::from_slice(&out.stdout).expect("run --json prints JSON");
-        SmokeRun { _dir: dir, db, json }
+        SmokeRun {
+            _dir: dir,
+            db,
+            json,
+        }
     })
 }
 
@@ -73,10 +84,18 @@ fn every_section_a_experiment_appears_with_its_unit() {
             assert_eq!(m["unit"], "ns", "{id}");
             assert!(m["summary"]["n"].as_u64().unwrap() >= 1);
             assert_eq!(m["run"], run["id"]);
-            assert_eq!(m["cycles"].is_object(), tsc, "{id}: cycles reported exactly when the clock is the TSC");
+            assert_eq!(
+                m["cycles"].is_object(),
+                tsc,
+                "{id}: cycles reported exactly when the clock is the TSC"
+            );
         }
     }
-    assert_eq!(measurements(run, "cpu.call_overhead").len(), 8, "0..7 arguments");
+    assert_eq!(
+        measurements(run, "cpu.call_overhead").len(),
+        8,
+        "0..7 arguments"
+    );
     assert!(run["skipped"].as_array().unwrap().is_empty() || cfg!(not(target_arch = "x86_64")));
 }
 
@@ -85,46 +104,100 @@ fn relations_that_hold_on_any_machine() {
     let run = &smoke_run().json;
     let syscall = median(run, "cpu.syscall", "getppid", Some(("call", "getppid")));
     let fork = median(run, "proc.fork", "fork_exit_wait", None);
-    let thread = median(run, "proc.thread_create", "create_join", Some(("api", "pthread")));
-    let coroutine = median(run, "proc.ctx_switch", "switch", Some(("kind", "coroutine")));
-    let process_switch = median(run, "proc.ctx_switch", "round_trip", Some(("kind", "process")));
-    assert!(fork > syscall, "fork ({fork} ns) must cost more than a system call ({syscall} ns)");
-    assert!(thread < fork, "thread creation ({thread} ns) must cost less than fork ({fork} ns)");
-    assert!(coroutine < process_switch, "a coroutine switch stays in user space");
+    let thread = median(
+        run,
+        "proc.thread_create",
+        "create_join",
+        Some(("api", "pthread")),
+    );
+    let coroutine = median(
+        run,
+        "proc.ctx_switch",
+        "switch",
+        Some(("kind", "coroutine")),
+    );
+    let process_switch = median(
+        run,
+        "proc.ctx_switch",
+        "round_trip",
+        Some(("kind", "process")),
+    );
+    assert!(
+        fork > syscall,
+        "fork ({fork} ns) must cost more than a system call ({syscall} ns)"
+    );
+    assert!(
+        thread < fork,
+        "thread creation ({thread} ns) must cost less than fork ({fork} ns)"
+    );
+    assert!(
+        coroutine < process_switch,
+        "a coroutine switch stays in user space"
+    );
 }
 
 #[test]
 fn json_output_follows_the_documented_schema() {
-    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schema/osprobe.schema.json");
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let schema_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schema/osprobe.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
     let run = &smoke_run().json;
     if let Err(e) = jsonschema::validate(&schema, run) {
-        panic!("run JSON does not follow the schema: {e} at {}", e.instance_path);
+        panic!(
+            "run JSON does not follow the schema: {e} at {}",
+            e.instance_path
+        );
     }
     // The schema is not vacuous: a measurement without a unit is rejected.
     let mut broken = run.clone();
-    broken["measurements"][0].as_object_mut().unwrap().remove("unit");
+    broken["measurements"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("unit");
     assert!(!jsonschema::is_valid(&schema, &broken));
 }
 
 #[test]
 fn the_run_is_stored_and_shown_again() {
     let smoke = smoke_run();
-    let out = osprobe(&smoke.db).args(["history", "--json"]).output().unwrap();
+    let out = osprobe(&smoke.db)
+        .args(["history", "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let history: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ids: Vec<&str> = history.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
     assert!(ids.contains(&smoke.json["id"].as_str().unwrap()));
 
-    let out = osprobe(&smoke.db).args(["show", "latest", "--json"]).output().unwrap();
+    let out = osprobe(&smoke.db)
+        .args(["show", "latest", "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["measurements"], smoke.json["measurements"]);
     assert_eq!(shown["environment"], smoke.json["environment"]);
 
-    let out = osprobe(&smoke.db).args(["show", "latest"]).output().unwrap();
+    let out = osprobe(&smoke.db)
+        .args(["show", "latest"])
+        .output()
+        .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    for header in ["median", "95% CI", "min", "p99", "unit", "notes", "cpu.syscall"] {
+    for header in [
+        "median",
+        "95% CI",
+        "min",
+        "p99",
+        "unit",
+        "notes",
+        "cpu.syscall",
+    ] {
         assert!(text.contains(header), "human table lacks {header}:\n{text}");
     }
 }
@@ -133,23 +206,47 @@ fn the_run_is_stored_and_shown_again() {
 fn bench_measures_the_chosen_point_only() {
     let dir = tempfile::tempdir().unwrap();
     let out = osprobe(&dir.path().join("r.db"))
-        .args(["bench", "cpu.call_overhead", "--profile", "smoke", "--param", "args=3", "--json", "--no-store"])
+        .args([
+            "bench",
+            "cpu.call_overhead",
+            "--profile",
+            "smoke",
+            "--param",
+            "args=3",
+            "--json",
+            "--no-store",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ms = run["measurements"].as_array().unwrap();
     assert_eq!(ms.len(), 1);
     assert_eq!(ms[0]["params"]["args"], 3);
-    assert!(!dir.path().join("r.db").exists(), "--no-store writes nothing");
+    assert!(
+        !dir.path().join("r.db").exists(),
+        "--no-store writes nothing"
+    );
 }
 
 #[test]
 fn list_names_every_experiment() {
     let dir = tempfile::tempdir().unwrap();
-    let out = osprobe(&dir.path().join("r.db")).args(["list", "--json"]).output().unwrap();
+    let out = osprobe(&dir.path().join("r.db"))
+        .args(["list", "--json"])
+        .output()
+        .unwrap();
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ids: Vec<&str> = list.as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
     for id in SECTION_A {
         assert!(ids.contains(id), "{id} not listed");
     }
@@ -158,7 +255,12 @@ fn list_names_every_experiment() {
 /// Run osprobe expecting failure; returns stderr.
 fn fails(db: &Path, args: &[&str], code: i32) -> String {
     let out = osprobe(db).args(args).output().unwrap();
-    assert_eq!(out.status.code(), Some(code), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stderr).unwrap()
 }
 
@@ -167,11 +269,21 @@ fn usage_errors_exit_2_name_the_input_and_store_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("r.db");
     let err = fails(&db, &["bench", "cpu.nope", "--profile", "smoke"], 2);
-    assert!(err.contains("'cpu.nope'") && err.contains("cpu.syscall"), "{err}");
+    assert!(
+        err.contains("'cpu.nope'") && err.contains("cpu.syscall"),
+        "{err}"
+    );
     let err = fails(&db, &["bench", "cpu.call_overhead", "--param", "args=9"], 2);
     assert!(err.contains("'9'") && err.contains("0 to 7"), "{err}");
-    let err = fails(&db, &["bench", "cpu.call_overhead", "--param", "arity=1"], 2);
-    assert!(err.contains("'arity'") && err.contains("args=0..7"), "{err}");
+    let err = fails(
+        &db,
+        &["bench", "cpu.call_overhead", "--param", "arity=1"],
+        2,
+    );
+    assert!(
+        err.contains("'arity'") && err.contains("args=0..7"),
+        "{err}"
+    );
     let err = fails(&db, &["bench", "cpu.syscall", "--param", "call"], 2);
     assert!(err.contains("NAME=VALUE"), "{err}");
     let err = fails(&db, &["run", "--only", "mem.*"], 2);
@@ -198,14 +310,21 @@ fn store_problems_fail_fast_with_one_line() {
     let err = fails(&corrupt, &["run", "--profile", "smoke"], 1);
     assert!(err.contains("is not an osprobe results database"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert_eq!(std::fs::read(&corrupt).unwrap(), vec![0x42u8; 4096], "corrupt file left as it was");
+    assert_eq!(
+        std::fs::read(&corrupt).unwrap(),
+        vec![0x42u8; 4096],
+        "corrupt file left as it was"
+    );
     fails(&corrupt, &["history"], 1);
 }
 
 #[test]
 fn history_of_an_empty_store_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let out = osprobe(&dir.path().join("absent.db")).arg("history").output().unwrap();
+    let out = osprobe(&dir.path().join("absent.db"))
+        .arg("history")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("no runs"));
 }
@@ -227,7 +346,12 @@ fn interrupting_a_run_stores_nothing() {
     // SAFETY: plain kill(2) of our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was stored"));
     let history = osprobe(&db).args(["history", "--json"]).output().unwrap();
     let runs: Value = serde_json::from_slice(&history.stdout).unwrap();
