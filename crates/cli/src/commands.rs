@@ -99,7 +99,7 @@ fn measure(
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
     }
-    let ctx = Context::new(profile, clock);
+    let ctx = Context::new(profile, clock, environment.clone());
     let outcome = {
         let mut bar = Bar::new(plan.points(), quiet);
         runner::execute(&plan, &ctx, &mut bar)

@@ -51,9 +51,11 @@ pub struct CalibrationPlan {
 impl Clock {
     /// The best clock this machine offers, calibrated with `plan`.
     pub fn calibrated(plan: CalibrationPlan) -> Clock {
-        match tsc::invariant() {
-            Ok(()) => {
-                let cal = calibrate_tsc(plan);
+        match tsc::invariant().and_then(|()| {
+            calibrate_tsc(plan)
+                .ok_or_else(|| "TSC calibration found no usable interval".to_string())
+        }) {
+            Ok(cal) => {
                 let info = ClockInfo {
                     source: "tsc".into(),
                     reason: "invariant TSC (constant_tsc and nonstop_tsc in /proc/cpuinfo)".into(),
@@ -168,8 +170,9 @@ pub struct TscCalibration {
 }
 
 /// Calibrate the TSC against CLOCK_MONOTONIC: pair readings of both clocks
-/// before and after a sleep, many times, and take the median rate.
-pub fn calibrate_tsc(plan: CalibrationPlan) -> TscCalibration {
+/// before and after a sleep, many times, and take the median rate. `None`
+/// when no round gave a usable interval (a clock that did not advance).
+pub fn calibrate_tsc(plan: CalibrationPlan) -> Option<TscCalibration> {
     let rounds = plan.rounds.max(1);
     let mut rates = Vec::with_capacity(rounds);
     let mut pairing_ns: f64 = 0.0;
@@ -185,13 +188,16 @@ pub fn calibrate_tsc(plan: CalibrationPlan) -> TscCalibration {
         pairing_ns = pairing_ns.max(width0 + width1);
     }
     rates.sort_by(f64::total_cmp);
-    let hz = rates[rates.len() / 2];
+    let hz = *rates.get(rates.len() / 2)?;
+    if !(hz.is_finite() && hz > 0.0) {
+        return None;
+    }
     let spread = (rates[rates.len() - 1] - rates[0]) / hz;
     let pairing = pairing_ns / plan.interval.as_nanos() as f64;
-    TscCalibration {
+    Some(TscCalibration {
         hz,
         error_ppm: (spread + pairing) * 1e6,
-    }
+    })
 }
 
 /// One reading of (TSC, CLOCK_MONOTONIC) taken as close together as

@@ -2,6 +2,7 @@
 //! the binary selects from.
 
 use crate::clock::Clock;
+use crate::environment::Environment;
 use crate::harness::Harness;
 use crate::model::{Measurement, ParamValue, Params, Profile};
 use std::fmt;
@@ -111,6 +112,11 @@ pub enum ParamKind {
     Int { min: i64, max: i64 },
     /// One of these words.
     Choice(&'static [&'static str]),
+    /// A size in bytes in `min..=max`, written `4096`, `64K`, `1M`, `2GiB`
+    /// (binary multiples); stored as an integer number of bytes.
+    Bytes { min: u64, max: u64 },
+    /// A file-system path; the experiment checks it and says what is wrong.
+    Path,
 }
 
 impl ParamSpec {
@@ -124,6 +130,22 @@ impl ParamSpec {
                     self.name
                 )),
             },
+            ParamKind::Bytes { min, max } => match parse_bytes(raw) {
+                Some(v) if (min..=max).contains(&v) => Ok(ParamValue::Int(v as i64)),
+                _ => Err(format!(
+                    "invalid value '{raw}' for parameter '{}': expected a size from {} to {} (e.g. 4096, 64K, 1M, 2G)",
+                    self.name,
+                    format_bytes(min),
+                    format_bytes(max)
+                )),
+            },
+            ParamKind::Path => {
+                if raw.is_empty() {
+                    Err(format!("parameter '{}' needs a path", self.name))
+                } else {
+                    Ok(ParamValue::Text(raw.to_string()))
+                }
+            }
             ParamKind::Choice(words) => {
                 if words.contains(&raw) {
                     Ok(ParamValue::Text(raw.to_string()))
@@ -143,8 +165,39 @@ impl ParamSpec {
         match self.kind {
             ParamKind::Int { min, max } => format!("{min}..{max}"),
             ParamKind::Choice(words) => words.join("|"),
+            ParamKind::Bytes { min, max } => {
+                format!("{}..{}", format_bytes(min), format_bytes(max))
+            }
+            ParamKind::Path => "PATH".to_string(),
         }
     }
+}
+
+/// Parse `4096`, `64K`, `64KiB`, `1M`, `2G` (binary multiples, any case).
+pub fn parse_bytes(raw: &str) -> Option<u64> {
+    let s = raw.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, suffix) = s.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// The shortest exact form `parse_bytes` reads back: `64K`, `3M`, `1000`.
+pub fn format_bytes(n: u64) -> String {
+    for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 /// The grid of `exp` for `profile`, with `overrides` (`name`, `value`) from
@@ -195,18 +248,32 @@ pub fn grid_with_overrides(
 pub struct Context {
     pub profile: Profile,
     pub clock: Clock,
+    /// The machine, as captured at the start of the run (caches from sysfs,
+    /// memory size, ...): what inferred results are shown beside.
+    pub environment: Environment,
     /// Median cost of one start/stop pair of `clock`, in ticks.
     pub timer_overhead_ticks: f64,
 }
 
 impl Context {
-    pub fn new(profile: Profile, clock: Clock) -> Context {
+    pub fn new(profile: Profile, clock: Clock, environment: Environment) -> Context {
         let timer_overhead_ticks = clock.overhead_ticks();
         Context {
             profile,
             clock,
+            environment,
             timer_overhead_ticks,
         }
+    }
+
+    /// A context for tests: the given profile, CLOCK_MONOTONIC, a default
+    /// environment.
+    pub fn for_tests(profile: Profile) -> Context {
+        Context::new(
+            profile,
+            Clock::monotonic("test context".into()),
+            Environment::default(),
+        )
     }
 
     /// A harness with this profile's budget.
@@ -401,6 +468,32 @@ mod tests {
             e.contains("unknown parameter 'nope'") && e.contains("args=0..7"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("64K"), Some(65536));
+        assert_eq!(parse_bytes("64kib"), Some(65536));
+        assert_eq!(parse_bytes("1M"), Some(1 << 20));
+        assert_eq!(parse_bytes("2G"), Some(2 << 30));
+        assert_eq!(parse_bytes("1.5M"), None);
+        assert_eq!(parse_bytes("M"), None);
+        assert_eq!(parse_bytes("99999999999T"), None);
+        assert_eq!(format_bytes(65536), "64K");
+        assert_eq!(format_bytes(3 << 20), "3M");
+        assert_eq!(format_bytes(1000), "1000");
+        let spec = ParamSpec {
+            name: "size",
+            help: "",
+            kind: ParamKind::Bytes {
+                min: 4096,
+                max: 1 << 30,
+            },
+        };
+        assert_eq!(spec.parse("8K"), Ok(ParamValue::Int(8192)));
+        let e = spec.parse("2G").unwrap_err();
+        assert!(e.contains("4K to 1G"), "{e}");
     }
 
     #[test]

@@ -274,10 +274,9 @@ pub fn quality_notes(s: &Summary) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Clock;
 
     fn ctx() -> Context {
-        Context::new(Profile::Smoke, Clock::monotonic("test".into()))
+        Context::for_tests(Profile::Smoke)
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod id;
 pub mod interrupt;
 pub mod model;
 pub mod runner;
+pub mod scratch;
 pub mod stats;
 
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
