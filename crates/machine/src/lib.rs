@@ -2,11 +2,15 @@
 //!
 //! Section A of EXPERIMENTS.md: the clock, loops, procedure and system
 //! calls ([`cpu`]), process, program and thread creation ([`process`]), and
-//! context switches ([`ctx_switch`]).
+//! context switches ([`ctx_switch`]); section B, memory ([`mem`]); section
+//! C, the file system ([`fs`]).
 
 pub mod coroutine;
 pub mod cpu;
 pub mod ctx_switch;
+pub mod fs;
+pub mod mem;
+pub mod page_cache;
 pub mod process;
 pub mod tiny_elf;
 
@@ -22,4 +26,6 @@ pub fn register(registry: &mut Registry) {
     registry.register(Box::new(process::Spawn));
     registry.register(Box::new(process::ThreadCreate));
     registry.register(Box::new(ctx_switch::ContextSwitch));
+    mem::register(registry);
+    fs::register(registry);
 }

@@ -1,0 +1,14 @@
+//! fs.*: the file cache, direct and buffered reads, contention
+//! (EXPERIMENTS.md section C, seed 004 section 6).
+
+pub mod cache_size;
+pub mod contention;
+pub mod read;
+
+use osprobe_core::Registry;
+
+pub fn register(registry: &mut Registry) {
+    cache_size::register(registry);
+    read::register(registry);
+    contention::register(registry);
+}
