@@ -31,8 +31,8 @@ pub fn drop_all_caches() -> io::Result<()> {
 /// Whether this process may drop caches system-wide.
 pub fn can_drop_all_caches() -> bool {
     // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-    &&std::fs::OpenOptions::new()
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::fs::OpenOptions::new()
         .write(true)
         .open("/proc/sys/vm/drop_caches")
         .is_ok()
