@@ -193,22 +193,7 @@ impl Store {
     }
 
     fn classify(&self, e: rusqlite::Error) -> StoreError {
-        let path = self.path.clone();
-        match e.sqlite_error_code() {
-            Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
-                StoreError::NotADatabase {
-                    path,
-                    reason: e.to_string(),
-                }
-            }
-            Some(ErrorCode::ReadOnly)
-            | Some(ErrorCode::CannotOpen)
-            | Some(ErrorCode::PermissionDenied) => StoreError::Open {
-                path,
-                reason: e.to_string(),
-            },
-            _ => StoreError::Sqlite { path, source: e },
-        }
+        classify(&self.path, e)
     }
 
     fn version(&self) -> Result<u32, StoreError> {
@@ -419,6 +404,26 @@ impl Store {
             measurements,
             skipped,
         })
+    }
+}
+
+/// Turn SQLite's error codes into what the user should hear.
+fn classify(path: &Path, e: rusqlite::Error) -> StoreError {
+    let path = path.to_path_buf();
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
+            StoreError::NotADatabase {
+                path,
+                reason: e.to_string(),
+            }
+        }
+        Some(ErrorCode::ReadOnly)
+        | Some(ErrorCode::CannotOpen)
+        | Some(ErrorCode::PermissionDenied) => StoreError::Open {
+            path,
+            reason: e.to_string(),
+        },
+        _ => StoreError::Sqlite { path, source: e },
     }
 }
 
