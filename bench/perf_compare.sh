@@ -24,7 +24,8 @@ readonly HERE ROOT HELPER
 # Defaults, overridable from the environment (flags override these too).
 RUNS="${RUNS:-5}"
 # Loop counts chosen so each perf invocation takes about a second; osprobe's
-# quick profile sizes its own batches.
+# full profile samples each point for about two seconds, so that both tools
+# see a comparable stretch of the host's slow and fast periods.
 SYSCALL_LOOPS="${SYSCALL_LOOPS:-5000000}"
 PIPE_LOOPS="${PIPE_LOOPS:-100000}"
 TOLERANCE_PCT="${TOLERANCE_PCT:-15}"
@@ -142,7 +143,8 @@ $(cat "$WORK/tool.err")"
 # The commands of each comparison, as displayed and as run.
 perf_cmd() {
     case "$1" in
-    syscall) echo "$PERF bench syscall basic -l $SYSCALL_LOOPS" ;;
+    # osprobe pins its measuring thread for cpu.syscall; so does perf here.
+    syscall) echo "taskset -c $CPU $PERF bench syscall basic -l $SYSCALL_LOOPS" ;;
     # Both processes (or threads) inherit the mask: the same pinning as
     # osprobe, which puts both tasks on its first allowed CPU.
     pipe.process) echo "taskset -c $CPU $PERF bench sched pipe -l $PIPE_LOOPS" ;;
@@ -151,7 +153,7 @@ perf_cmd() {
 }
 
 osprobe_cmd() {
-    local common="--profile quick --json --no-store --quiet"
+    local common="--profile ${OSPROBE_PROFILE:-full} --json --no-store --quiet"
     case "$1" in
     syscall) echo "$OSPROBE bench cpu.syscall --param call=getppid $common" ;;
     pipe.process) echo "$OSPROBE bench proc.ctx_switch --param kind=process $common" ;;
@@ -168,7 +170,8 @@ osprobe_metric() {
     esac
 }
 
-# One run of one tool for one comparison: prints nanoseconds per operation.
+# One run of one tool for one comparison: prints nanoseconds per operation
+# (osprobe: its p50, then its mean).
 # The commands hold no quoted words, so word splitting rebuilds them.
 run_tool() {
     local pair="$1" tool="$2" out
@@ -212,14 +215,19 @@ write_meta() {
 # flips every round so that neither tool always runs on a machine just
 # warmed (or disturbed) by the other.
 measure() {
-    local run pair tool ns order
+    local run pair tool out ns mean order
     for ((run = 1; run <= RUNS; run++)); do
         if ((run % 2)); then order="osprobe perf"; else order="perf osprobe"; fi
         for pair in "${PAIRS[@]}"; do
             for tool in $order; do
-                ns="$(run_tool "$pair" "$tool")"
-                log "run $run/$RUNS  $pair  $tool  $ns ns"
+                # Assigned first: set -e sees a failure of $(...) only there.
+                out="$(run_tool "$pair" "$tool")"
+                read -r ns mean <<<"$out"
+                log "run $run/$RUNS  $pair  $tool  $ns ns${mean:+ (mean $mean ns)}"
                 record sample "$pair" "$tool" "$run" "$ns"
+                if [[ -n "$mean" ]]; then
+                    record sample "$pair" "${tool}_mean" "$run" "$mean"
+                fi
             done
         done
     done
@@ -234,7 +242,7 @@ main() {
     RECORDS="$WORK/records.tsv"
     find_perf
     build_osprobe
-    CPU="$("$PYTHON" "$HELPER" first-cpu)"
+    CPU="$("$PYTHON" "$HELPER" first-cpu)" || die 2 "$PYTHON $HELPER does not run"
     write_meta
     measure
     record meta ended "$(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -2,6 +2,7 @@
 //! sample lasts well above the clock's resolution, a time budget per
 //! profile, and subtraction of the clock's own cost.
 
+use crate::affinity::PinGuard;
 use crate::clock::monotonic_ns;
 use crate::experiment::{Context, ExperimentError};
 use crate::model::{Measurement, Params, Profile, Unit};
@@ -83,6 +84,8 @@ impl Samples {
 pub struct Harness<'a> {
     ctx: &'a Context,
     budget: Budget,
+    /// Held while sampling when the harness is pinned; restores on drop.
+    pin: Option<PinGuard>,
 }
 
 impl<'a> Harness<'a> {
@@ -90,7 +93,18 @@ impl<'a> Harness<'a> {
         Harness {
             ctx,
             budget: Budget::for_profile(ctx.profile),
+            pin: None,
         }
+    }
+
+    /// Keep the measuring thread on one CPU while this harness lives: a
+    /// migration mid-sample costs cold caches, and CPUs of a VM differ by a
+    /// few percent. The previous affinity is restored on drop.
+    pub fn pinned(mut self) -> Result<Self, ExperimentError> {
+        let guard =
+            PinGuard::first_allowed().map_err(|e| ExperimentError::io("pinning to one CPU", e))?;
+        self.pin = Some(guard);
+        Ok(self)
     }
 
     /// Scale the time budget, for operations that are slow (fork) or whose
@@ -137,7 +151,7 @@ impl<'a> Harness<'a> {
         Ok(Samples {
             ns,
             iterations,
-            notes: vec![self.overhead_note(iterations)],
+            notes: self.method_notes(iterations),
         })
     }
 
@@ -158,7 +172,7 @@ impl<'a> Harness<'a> {
         Ok(Samples {
             ns,
             iterations: 1,
-            notes: vec![self.overhead_note(1)],
+            notes: self.method_notes(1),
         })
     }
 
@@ -230,10 +244,16 @@ impl<'a> Harness<'a> {
         }
     }
 
-    fn overhead_note(&self, iterations: u64) -> String {
+    fn method_notes(&self, iterations: u64) -> Vec<String> {
         let ns = self.ctx.clock.ticks_to_ns(self.ctx.timer_overhead_ticks);
         let per = if iterations > 1 { "batch" } else { "sample" };
-        format!("clock read cost subtracted: {ns:.1} ns per timed {per}")
+        let mut notes = vec![format!(
+            "clock read cost subtracted: {ns:.1} ns per timed {per}"
+        )];
+        if let Some(pin) = &self.pin {
+            notes.push(format!("measured on CPU {}, pinned", pin.cpu));
+        }
+        notes
     }
 }
 

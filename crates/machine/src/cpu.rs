@@ -41,7 +41,7 @@ impl Experiment for TimerOverhead {
             "rdtscp" => Some(tsc::read_rdtscp),
             _ => None,
         };
-        let harness = ctx.harness().max_samples(20_000);
+        let harness = ctx.harness().max_samples(20_000).pinned()?;
         let samples = match tsc_read {
             Some(read) => {
                 if ctx.clock.cycles_per_ns().is_none() {
@@ -114,7 +114,7 @@ impl Experiment for LoopOverhead {
     }
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let n = params.int("n").unwrap_or(1_000_000) as u64;
-        let samples = ctx.harness().per_op_fixed(n, empty_loop)?;
+        let samples = ctx.harness().pinned()?.per_op_fixed(n, empty_loop)?;
         Ok(vec![ctx.time_measurement(
             self.id(),
             "iteration",
@@ -217,7 +217,7 @@ impl Experiment for CallOverhead {
     }
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let args = params.int("args").unwrap_or(0);
-        let harness = ctx.harness();
+        let harness = ctx.harness().pinned()?;
         let calls = harness.per_op(|n| call_loop(args, n))?;
         let loop_cost = harness.per_op_fixed(calls.iterations, empty_loop)?.median();
         let mut samples = calls.subtract(
@@ -266,7 +266,7 @@ impl Experiment for Syscall {
             Some("getuid") => libc::SYS_getuid,
             _ => libc::SYS_getppid,
         };
-        let samples = ctx.harness().per_op(|n| {
+        let samples = ctx.harness().pinned()?.per_op(|n| {
             for _ in 0..n {
                 // SAFETY: getppid and getuid take no arguments and cannot fail.
                 black_box(unsafe { libc::syscall(black_box(number)) });
