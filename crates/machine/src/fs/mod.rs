@@ -2,7 +2,9 @@
 //! (EXPERIMENTS.md section C, seed 004 section 6).
 
 pub mod cache_size;
+pub mod cgroup;
 pub mod contention;
+pub mod files;
 pub mod read;
 
 use osprobe_core::Registry;
