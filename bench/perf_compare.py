@@ -2,7 +2,8 @@
 """Helper for perf_compare.sh: parse both tools' outputs and report.
 
 Kept apart from the shell script because JSON and statistics are clumsy in
-bash. Standard library only, so it runs on a bare Debian python3.
+bash. Standard library only, so it runs on a bare Debian python3. Helpers
+shared with mem_fs_compare.py live in benchlib.py, beside this file.
 
 Subcommands:
   first-cpu                 the lowest CPU this process may run on (the CPU
@@ -17,19 +18,15 @@ Subcommands:
 """
 
 import json
-import os
 import re
 import statistics
 import sys
 
-
-def fail(message):
-    print(f"perf_compare.py: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def first_cpu():
-    print(min(os.sched_getaffinity(0)))
+# benchlib.py sits beside this file (the script's directory is on sys.path);
+# leave no __pycache__ behind in the repository.
+sys.dont_write_bytecode = True
+from benchlib import (fail, find_measurement, first_cpu, load_osprobe_doc,
+                      load_records, spread_pct, table_lines)
 
 
 def perf_ns():
@@ -43,53 +40,11 @@ def perf_ns():
 
 
 def osprobe_ns(experiment, metric, pairs):
-    want = dict(p.split("=", 1) for p in pairs)
-    try:
-        doc = json.load(sys.stdin)
-    except json.JSONDecodeError as e:
-        fail(f"osprobe's output is not JSON: {e}")
-    for m in doc.get("measurements", []):
-        params = {k: str(v) for k, v in (m.get("params") or {}).items()}
-        if (
-            m.get("experiment") == experiment
-            and m.get("metric") == metric
-            and all(params.get(k) == v for k, v in want.items())
-        ):
-            if m.get("unit") != "ns":
-                fail(f"{experiment}/{metric} is in {m.get('unit')!r}, expected ns")
-            # The p50 is osprobe's figure. The mean (of equal batches, so
-            # total time / total operations) is what perf's total wall time
-            # / loops corresponds to; it is kept to explain disagreements.
-            print(f"{m['summary']['p50']:.3f} {m['summary']['mean']:.3f}")
-            return
-    skipped = doc.get("skipped")
-    fail(f"no measurement {experiment}/{metric} {want} in osprobe's output"
-         + (f" (skipped: {skipped})" if skipped else ""))
-
-
-def spread_pct(values):
-    """(max - min) / median, in percent: the run-to-run spread."""
-    med = statistics.median(values)
-    return (max(values) - min(values)) / med * 100.0 if med else float("nan")
-
-
-def load_records(path):
-    """Read the tab-separated records perf_compare.sh appends:
-    meta KEY VALUE | pair NAME PERF_CMD OSPROBE_CMD | sample NAME TOOL RUN NS
-    """
-    meta, pairs, samples = {}, [], {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            fields = line.rstrip("\n").split("\t")
-            if fields[0] == "meta":
-                value = fields[2]
-                meta[fields[1]] = int(value) if value.isdigit() else value
-            elif fields[0] == "pair":
-                pairs.append({"name": fields[1], "perf_command": fields[2],
-                              "osprobe_command": fields[3]})
-            elif fields[0] == "sample":
-                samples.setdefault((fields[1], fields[2]), []).append(float(fields[4]))
-    return meta, pairs, samples
+    m = find_measurement(load_osprobe_doc(sys.stdin), experiment, metric, pairs, "ns")
+    # The p50 is osprobe's figure. The mean (of equal batches, so total time
+    # / total operations) is what perf's total wall time / loops corresponds
+    # to; it is kept to explain disagreements.
+    print(f"{m['summary']['p50']:.3f} {m['summary']['mean']:.3f}")
 
 
 def compare(meta, pairs, samples):
@@ -139,23 +94,14 @@ def print_table(meta, tolerance, rows):
         "yes" if r["osprobe_spread_le_perf"] else "no",
         f"{r['mean_ratio']:.3f}" if r["mean_ratio"] else "-",
     ] for r in rows]
-    widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
-
-    def line(cells):
-        # First column left-aligned, figures right-aligned.
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
     print(f"osprobe vs perf bench: {meta.get('runs')} run(s) of each, alternating; "
           f"medians of per-run figures (osprobe: p50, perf: usecs/op)")
     print(f"perf: {meta.get('perf_version')} ({meta.get('perf_binary')}); "
           f"osprobe {meta.get('osprobe_version')}; kernel {meta.get('kernel')}; "
           f"pipe pairs pinned to CPU {meta.get('cpu')}")
     print()
-    print(line(header))
-    print(line(["-" * w for w in widths]))
-    for row in body:
-        print(line(row))
+    for text in table_lines(header, body):
+        print(text)
     print()
     print("spread = (max - min) / median over the runs. osp mean/perf is information only:")
     print("osprobe's mean (which, like perf's total time / loops, counts every interruption)")
@@ -173,7 +119,7 @@ def print_table(meta, tolerance, rows):
 
 
 def report(path, as_json):
-    meta, pairs, samples = load_records(path)
+    meta, pairs, samples = load_records(path, ("perf_command", "osprobe_command"))
     tolerance, rows = compare(meta, pairs, samples)
     if as_json:
         json.dump({"meta": meta, "tolerance_pct": tolerance, "comparisons": rows},
@@ -188,7 +134,7 @@ def main(argv):
         fail("usage: perf_compare.py first-cpu|perf-ns|osprobe-ns|report ...")
     cmd, args = argv[0], argv[1:]
     if cmd == "first-cpu":
-        first_cpu()
+        print(first_cpu())
     elif cmd == "perf-ns":
         perf_ns()
     elif cmd == "osprobe-ns" and len(args) >= 2:
