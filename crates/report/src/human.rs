@@ -1,7 +1,7 @@
 //! Readable numbers: a prefix chosen per row so a column of ns, µs and ms
 //! values stays legible, binary prefixes for sizes, decimal for rates.
 
-use osprobe_core::Unit;
+use osprobe_core::{ParamValue, Params, Unit};
 
 /// A scale for a row: divide values by `divisor` and print `label`.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,9 +81,35 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// Parameters as `k=v`, with sizes that are whole KiB, MiB or GiB written
+/// the short way `--param` also accepts for sizes (`size=16M`).
+pub fn params_label(params: &Params) -> String {
+    params
+        .0
+        .iter()
+        .map(|(k, v)| match v {
+            ParamValue::Int(n) if *n >= 1024 && n % 1024 == 0 => {
+                format!("{k}={}", osprobe_core::experiment::format_bytes(*n as u64))
+            }
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_in_params_are_short() {
+        let p = Params::new()
+            .with("size", 16 << 20)
+            .with("stride", 64)
+            .with("n", 1_000_000)
+            .with("mode", "direct");
+        assert_eq!(params_label(&p), "mode=direct n=1000000 size=16M stride=64");
+    }
 
     #[test]
     fn prefixes_follow_the_median() {

@@ -1,6 +1,6 @@
 //! What `run`, `show`, `history` and `list` print on a terminal.
 
-use crate::human::{number, scale_for};
+use crate::human::{number, params_label, scale_for};
 use crate::table::{Align, Table};
 use osprobe_core::model::Skipped;
 use osprobe_core::{Environment, Measurement, Registry};
@@ -49,7 +49,7 @@ pub fn measurements_table(measurements: &[Measurement]) -> String {
         table.row(vec![
             experiment.to_string(),
             m.metric.clone(),
-            m.params.to_string(),
+            params_label(&m.params),
             v(s.p50),
             format!("{}..{}", v(s.ci95[0]), v(s.ci95[1])),
             v(s.min),
