@@ -16,6 +16,7 @@ pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod random;
 pub mod runner;
 pub mod scratch;
 pub mod stats;

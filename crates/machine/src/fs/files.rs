@@ -276,47 +276,7 @@ fn user_cache_dir() -> Option<PathBuf> {
 // ---------------------------------------------------------------------------
 // Pseudo-random data and orders
 
-/// SplitMix64: tiny, fast, seedable; good enough for file contents and
-/// shuffles (not for cryptography).
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-32
-    /// for the sizes used here). `n` must not be 0.
-    pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let bytes = self.next_u64().to_ne_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
-        }
-    }
-}
-
-/// `0..n` in a random order (Fisher-Yates): every index exactly once.
-pub fn shuffled(n: usize, seed: u64) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut rng = SplitMix64::new(seed);
-    for i in (1..n).rev() {
-        order.swap(i, rng.below(i + 1));
-    }
-    order
-}
+pub use osprobe_core::random::{shuffled, SplitMix64};
 
 /// Write a new file of `len` bytes of pseudo-random data, flush it to the
 /// device, and drop its pages from the cache (a freshly written file is all
@@ -858,7 +818,7 @@ mod tests {
         let mut rng = SplitMix64::new(1);
         let mut hits = [0u32; 3];
         for _ in 0..3000 {
-            hits[rng.below(3)] += 1;
+            hits[rng.below(3) as usize] += 1;
         }
         assert!(hits.iter().all(|&h| h > 800), "{hits:?}");
     }

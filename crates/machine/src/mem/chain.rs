@@ -25,47 +25,7 @@
 //! numbers come from splitmix64 with a fixed seed, so a chain is the same
 //! from run to run.
 
-/// splitmix64 (Steele, Lea and Flood): a tiny, fast, seedable generator
-/// that passes BigCrush; plenty for shuffling.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64 { state: seed }
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform integer in `0..bound` (`bound` > 0), by Lemire's
-    /// multiply-and-shift with rejection of the biased low products.
-    pub fn below(&mut self, bound: u64) -> u64 {
-        assert!(bound > 0, "below(0)");
-        let threshold = bound.wrapping_neg() % bound;
-        loop {
-            let product = u128::from(self.next_u64()) * u128::from(bound);
-            if (product as u64) >= threshold {
-                return (product >> 64) as u64;
-            }
-        }
-    }
-}
-
-/// Fisher-Yates: every permutation equally likely.
-pub fn shuffle<T>(items: &mut [T], rng: &mut SplitMix64) {
-    for i in (1..items.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        items.swap(i, j);
-    }
-}
+pub use osprobe_core::random::{shuffle, SplitMix64};
 
 /// The order in which a chain visits its elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

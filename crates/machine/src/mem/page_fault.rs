@@ -40,6 +40,7 @@ use crate::page_cache::{
     can_drop_all_caches, drop_all_caches, evict, page_size, resident_fraction,
 };
 use osprobe_core::affinity::PinGuard;
+use osprobe_core::random::SplitMix64;
 use osprobe_core::scratch::ScratchDir;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -186,31 +187,9 @@ impl Order {
 fn page_order(pages: usize, order: Order) -> Vec<u32> {
     let mut v: Vec<u32> = (0..pages as u32).collect();
     if order == Order::Random {
-        let mut rng = SplitMix64(0x05ee_d0ff_a017);
-        for i in (1..v.len()).rev() {
-            let j = rng.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
+        osprobe_core::random::shuffle(&mut v, &mut SplitMix64::new(0x05ee_d0ff_a017));
     }
     v
-}
-
-/// A small, good-enough generator for shuffling (no dependency needed).
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (multiply-shift; bias below 2^-32 for our sizes).
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
-    }
 }
 
 /// Successive batches of a page order, wrapping around at the end.
