@@ -7,6 +7,9 @@ use serde_json::Value;
 use std::path::Path;
 use std::sync::OnceLock;
 
+mod common;
+use common::measurements;
+
 fn osprobe(db: &Path) -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
     cmd.arg("--db").arg(db).arg("--quiet");
@@ -52,15 +55,6 @@ fn smoke_run() -> &'static SmokeRun {
             json,
         }
     })
-}
-
-fn measurements<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
-    run["measurements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["experiment"] == experiment)
-        .collect()
 }
 
 /// The median of a measurement; `param` picks the grid point, if any.

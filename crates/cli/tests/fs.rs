@@ -9,6 +9,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+mod common;
+use common::{json_of, measurements, p50, skips};
+
 const MIB: f64 = 1048576.0;
 
 /// A fresh directory on the disk the build lives on (the system temp
@@ -53,36 +56,9 @@ fn fs_run() -> &'static FsRun {
             .unwrap();
         let pid = child.id();
         let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json = serde_json::from_slice(&out.stdout).expect("run --json prints JSON");
+        let json = json_of(&out);
         FsRun { tmpdir, pid, json }
     })
-}
-
-fn measurements<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
-    run["measurements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["experiment"] == experiment)
-        .collect()
-}
-
-fn skips<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
-    run["skipped"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["experiment"] == experiment)
-        .collect()
-}
-
-fn p50(m: &Value) -> f64 {
-    m["summary"]["p50"].as_f64().unwrap()
 }
 
 #[test]

@@ -8,6 +8,9 @@ use serde_json::Value;
 use std::path::Path;
 use std::sync::OnceLock;
 
+mod common;
+use common::{json_of, measurements};
+
 /// One smoke run of both experiments, with TMPDIR set to a fresh
 /// directory so that leftovers can be seen.
 struct SmokeRun {
@@ -36,23 +39,9 @@ fn smoke_run() -> &'static SmokeRun {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json = serde_json::from_slice(&out.stdout).expect("run --json prints JSON");
+        let json = json_of(&out);
         SmokeRun { json, tmpdir }
     })
-}
-
-fn measurements<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
-    run["measurements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["experiment"] == experiment)
-        .collect()
 }
 
 fn allowed_cpus() -> usize {

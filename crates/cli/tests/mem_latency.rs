@@ -7,6 +7,9 @@ use assert_cmd::Command;
 use serde_json::Value;
 use std::sync::OnceLock;
 
+mod common;
+use common::{json_of, measurements, p50 as median};
+
 /// One smoke run of both experiments, not stored, shared by the tests.
 fn smoke_run() -> &'static Value {
     static RUN: OnceLock<Value> = OnceLock::new();
@@ -25,26 +28,8 @@ fn smoke_run() -> &'static Value {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("run --json prints JSON")
+        json_of(&out)
     })
-}
-
-fn measurements<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
-    run["measurements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["experiment"] == experiment)
-        .collect()
-}
-
-fn median(m: &Value) -> f64 {
-    m["summary"]["p50"].as_f64().unwrap()
 }
 
 /// A mem.caches metric, if it was inferred.

@@ -1,0 +1,42 @@
+//! Helpers shared by the integration tests: reading a run's JSON.
+// Each test file uses its own subset.
+#![allow(dead_code)]
+
+use serde_json::Value;
+
+/// The measurements of one experiment in a run document.
+pub fn measurements<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
+    run["measurements"]
+        .as_array()
+        .expect("a run has measurements")
+        .iter()
+        .filter(|m| m["experiment"] == experiment)
+        .collect()
+}
+
+/// The skipped points of one experiment in a run document.
+pub fn skips<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
+    run["skipped"]
+        .as_array()
+        .expect("a run has a skipped list")
+        .iter()
+        .filter(|s| s["experiment"] == experiment)
+        .collect()
+}
+
+/// A measurement's median.
+pub fn p50(m: &Value) -> f64 {
+    m["summary"]["p50"]
+        .as_f64()
+        .expect("summary.p50 is a number")
+}
+
+/// The JSON a successful `osprobe ... --json` printed.
+pub fn json_of(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "osprobe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints JSON")
+}
