@@ -9,6 +9,9 @@ use osprobe_store::RunSummary;
 /// The results table: one row per measurement, notes gathered below it as
 /// numbered footnotes (identical notes share a number).
 pub fn measurements_table(measurements: &[Measurement]) -> String {
+    if measurements.is_empty() {
+        return "no measurements\n".to_string();
+    }
     let mut table = Table::new(&[
         ("experiment", Align::Left),
         ("metric", Align::Left),
@@ -97,7 +100,7 @@ pub fn skipped_block(skipped: &[Skipped]) -> String {
             let params = if s.params.is_empty() {
                 String::new()
             } else {
-                format!(" {}", s.params)
+                format!(" {}", params_label(&s.params))
             };
             format!("skipped {}{}: {}\n", s.experiment, params, s.reason)
         })
