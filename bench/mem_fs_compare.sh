@@ -21,7 +21,14 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # bench/ sits at the repository root, so the root is one level up.
 ROOT="$(cd "$HERE/.." && pwd)"
 HELPER="$HERE/mem_fs_compare.py"
-readonly HERE ROOT HELPER
+# The prefix of every log line (bench/lib.sh's log).
+BENCH_NAME=mem_fs_compare
+readonly HERE ROOT HELPER BENCH_NAME
+# log, die, parse_args, build_osprobe, checked, record, report and the rest
+# shared with perf_compare.sh.
+# Found next to this script, from whatever directory shellcheck runs.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
 
 # Defaults, overridable from the environment (flags override these too).
 RUNS="${RUNS:-5}"
@@ -47,8 +54,6 @@ PYTHON="${PYTHON:-python3}"
 OSPROBE="${OSPROBE:-}"
 MBW="${MBW:-}"
 FIO="${FIO:-}"
-JSON=0
-BUILD=1
 
 # Comparisons are made in groups: one invocation of each tool feeds a group
 # (fio runs once per access pattern).
@@ -74,27 +79,9 @@ OSPROBE_PROFILE (quick).
 EOF
 }
 
-log() { printf '%s\n' "mem_fs_compare: $*" >&2; }
-
-die() {
-    local code="$1"
-    shift
-    log "$*"
-    exit "$code"
-}
-
-parse_args() {
-    while (($#)); do
-        case "$1" in
-        --runs) RUNS="${2:-}"; shift 2 || die 2 "--runs needs a value" ;;
-        --runs=*) RUNS="${1#--runs=}"; shift ;;
-        --json) JSON=1; shift ;;
-        --no-build) BUILD=0; shift ;;
-        -h | --help) usage; exit 0 ;;
-        *) usage >&2; die 2 "unknown argument: $1" ;;
-        esac
-    done
-    [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die 2 "--runs must be a positive integer, got '$RUNS'"
+# The settings beyond --runs (lib.sh's parse_args checks that), checked
+# before anything runs.
+check_settings() {
     [[ "$MBW_MIB" =~ ^[1-9][0-9]*$ ]] || die 2 "MBW_MIB must be a positive integer (MiB), got '$MBW_MIB'"
     [[ "$MBW_LOOPS" =~ ^[1-9][0-9]*$ ]] || die 2 "MBW_LOOPS must be a positive integer, got '$MBW_LOOPS'"
     [[ "$FIO_LOOPS" =~ ^[1-9][0-9]*$ ]] || die 2 "FIO_LOOPS must be a positive integer, got '$FIO_LOOPS'"
@@ -151,31 +138,14 @@ make_scratch() {
     die 2 "no writable directory on a disk among: ${candidates[*]} (set BENCH_DIR to one that is not tmpfs)"
 }
 
-build_osprobe() {
-    if [[ -z "$OSPROBE" ]]; then
-        OSPROBE="$ROOT/target/release/osprobe"
-    fi
-    if ((BUILD)); then
-        log "building osprobe (cargo build --release)"
-        # Cargo's progress goes to stderr so that --json output stays clean.
-        (cd "$ROOT" && cargo build --release --quiet) >&2 || die 1 "cargo build --release failed"
-    fi
-    [[ -x "$OSPROBE" ]] || die 1 "no osprobe binary at $OSPROBE (build it, or drop --no-build)"
+# An osprobe built from an older tree may lack the experiments compared here:
+# refuse it (exit 2) rather than fail in the middle of measuring.
+check_experiments() {
     local list exp
     list="$(timeout "$TIMEOUT_S" "$OSPROBE" list 2>&1)" || die 1 "'$OSPROBE list' failed: $list"
     for exp in mem.bandwidth fs.read; do
         grep -qx "$exp" <<<"$list" || die 2 "this osprobe ($OSPROBE) has no experiment $exp"
     done
-}
-
-# Run a command under the timeout; on failure show its stderr and stop.
-checked() {
-    local what="$1"
-    shift
-    if ! timeout "$TIMEOUT_S" "$@" 2>"$WORK/tool.err"; then
-        die 1 "$what failed: $*
-$(cat "$WORK/tool.err")"
-    fi
 }
 
 # The commands of each comparison, as displayed and as run.
@@ -274,11 +244,6 @@ run_tool() {
     esac
 }
 
-record() {
-    local IFS=$'\t'
-    printf '%s\n' "$*" >>"$RECORDS"
-}
-
 write_meta() {
     record meta runs "$RUNS"
     record meta tolerance_pct "$TOLERANCE_PCT"
@@ -338,8 +303,8 @@ cleanup() {
 
 main() {
     parse_args "$@"
-    command -v "$PYTHON" >/dev/null || die 2 "$PYTHON is needed for the report (apt-get install python3)"
-    command -v taskset >/dev/null || die 2 "taskset is needed for pinning (apt-get install util-linux)"
+    check_settings
+    need_python_taskset
     find_tool MBW mbw mbw
     find_tool FIO fio fio
     WORK="$(mktemp -d)"
@@ -351,15 +316,12 @@ main() {
     make_scratch
     log "scratch directory $SCRATCH ($SCRATCH_FS)"
     build_osprobe
-    CPU="$("$PYTHON" "$HELPER" first-cpu)" || die 2 "$PYTHON $HELPER does not run"
+    check_experiments
+    find_cpu
     write_meta
     measure
     record meta ended "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    if ((JSON)); then
-        "$PYTHON" "$HELPER" report "$RECORDS" --json
-    else
-        "$PYTHON" "$HELPER" report "$RECORDS"
-    fi
+    report
 }
 
 main "$@"

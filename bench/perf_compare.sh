@@ -19,7 +19,14 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # bench/ sits at the repository root, so the root is one level up.
 ROOT="$(cd "$HERE/.." && pwd)"
 HELPER="$HERE/perf_compare.py"
-readonly HERE ROOT HELPER
+# The prefix of every log line (bench/lib.sh's log).
+BENCH_NAME=perf_compare
+readonly HERE ROOT HELPER BENCH_NAME
+# log, die, parse_args, build_osprobe, checked, record, report and the rest
+# shared with mem_fs_compare.sh.
+# Found next to this script, from whatever directory shellcheck runs.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
 
 # Defaults, overridable from the environment (flags override these too).
 RUNS="${RUNS:-5}"
@@ -34,8 +41,6 @@ TIMEOUT_S="${TIMEOUT_S:-60}"
 PYTHON="${PYTHON:-python3}"
 OSPROBE="${OSPROBE:-}"
 PERF="${PERF:-}"
-JSON=0
-BUILD=1
 
 readonly PAIRS=(syscall pipe.process pipe.thread)
 
@@ -54,29 +59,6 @@ Environment: RUNS, SYSCALL_LOOPS ($SYSCALL_LOOPS), PIPE_LOOPS ($PIPE_LOOPS),
 TOLERANCE_PCT ($TOLERANCE_PCT), TIMEOUT_S ($TIMEOUT_S), PERF (perf binary),
 OSPROBE (osprobe binary), PYTHON (python3).
 EOF
-}
-
-log() { printf '%s\n' "perf_compare: $*" >&2; }
-
-die() {
-    local code="$1"
-    shift
-    log "$*"
-    exit "$code"
-}
-
-parse_args() {
-    while (($#)); do
-        case "$1" in
-        --runs) RUNS="${2:-}"; shift 2 || die 2 "--runs needs a value" ;;
-        --runs=*) RUNS="${1#--runs=}"; shift ;;
-        --json) JSON=1; shift ;;
-        --no-build) BUILD=0; shift ;;
-        -h | --help) usage; exit 0 ;;
-        *) usage >&2; die 2 "unknown argument: $1" ;;
-        esac
-    done
-    [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die 2 "--runs must be a positive integer, got '$RUNS'"
 }
 
 # True when this perf binary can actually run a benchmark. Debian's
@@ -116,28 +98,6 @@ find_perf() {
     die 2 "perf is installed but 'perf bench' does not run, and no working /usr/bin/perf_* was found:
 $wrapper_error
 Install a perf that matches some kernel (sudo apt-get install linux-perf), or set PERF=/path/to/perf."
-}
-
-build_osprobe() {
-    if [[ -z "$OSPROBE" ]]; then
-        OSPROBE="$ROOT/target/release/osprobe"
-    fi
-    if ((BUILD)); then
-        log "building osprobe (cargo build --release)"
-        # Cargo's progress goes to stderr so that --json output stays clean.
-        (cd "$ROOT" && cargo build --release --quiet) >&2 || die 1 "cargo build --release failed"
-    fi
-    [[ -x "$OSPROBE" ]] || die 1 "no osprobe binary at $OSPROBE (build it, or drop --no-build)"
-}
-
-# Run a command under the timeout; on failure show its stderr and stop.
-checked() {
-    local what="$1"
-    shift
-    if ! timeout "$TIMEOUT_S" "$@" 2>"$WORK/tool.err"; then
-        die 1 "$what failed: $*
-$(cat "$WORK/tool.err")"
-    fi
 }
 
 # The commands of each comparison, as displayed and as run.
@@ -188,11 +148,6 @@ run_tool() {
     fi
 }
 
-record() {
-    local IFS=$'\t'
-    printf '%s\n' "$*" >>"$RECORDS"
-}
-
 write_meta() {
     record meta runs "$RUNS"
     record meta tolerance_pct "$TOLERANCE_PCT"
@@ -235,22 +190,17 @@ measure() {
 
 main() {
     parse_args "$@"
-    command -v "$PYTHON" >/dev/null || die 2 "$PYTHON is needed for the report (apt-get install python3)"
-    command -v taskset >/dev/null || die 2 "taskset is needed for pinning (apt-get install util-linux)"
+    need_python_taskset
     WORK="$(mktemp -d)"
     trap 'rm -rf "$WORK"' EXIT
     RECORDS="$WORK/records.tsv"
     find_perf
     build_osprobe
-    CPU="$("$PYTHON" "$HELPER" first-cpu)" || die 2 "$PYTHON $HELPER does not run"
+    find_cpu
     write_meta
     measure
     record meta ended "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    if ((JSON)); then
-        "$PYTHON" "$HELPER" report "$RECORDS" --json
-    else
-        "$PYTHON" "$HELPER" report "$RECORDS"
-    fi
+    report
 }
 
 main "$@"
