@@ -92,6 +92,18 @@ def load_records(path, pair_fields):
     return meta, pairs, samples
 
 
+def report(path, as_json, command_fields, compare, print_table):
+    """Print the comparisons recorded in `path`: a table, or one JSON object."""
+    meta, pairs, samples = load_records(path, command_fields)
+    tolerance, rows = compare(meta, pairs, samples)
+    if as_json:
+        json.dump({"meta": meta, "tolerance_pct": tolerance, "comparisons": rows},
+                  sys.stdout, indent=2)
+        print()
+    else:
+        print_table(meta, tolerance, rows)
+
+
 def table_lines(header, body):
     """header and body rows (lists of strings) as aligned lines, with a rule
     under the header: the first column left-aligned, figures right-aligned."""

@@ -33,7 +33,7 @@ import sys
 # leave no __pycache__ behind in the repository.
 sys.dont_write_bytecode = True
 from benchlib import (fail, find_measurement, first_cpu, load_osprobe_doc,  # noqa: E402
-                      load_records, spread_pct, table_lines)
+                      report as report_records, spread_pct, table_lines)
 
 MIB = 1 << 20
 # mbw's three methods in the order it runs them, with what each one does in
@@ -298,14 +298,7 @@ def print_table(meta, tolerance, rows):
 
 
 def report(path, as_json):
-    meta, pairs, samples = load_records(path, ("peer_command", "osprobe_command"))
-    tolerance, rows = compare(meta, pairs, samples)
-    if as_json:
-        json.dump({"meta": meta, "tolerance_pct": tolerance, "comparisons": rows},
-                  sys.stdout, indent=2)
-        print()
-    else:
-        print_table(meta, tolerance, rows)
+    report_records(path, as_json, ("peer_command", "osprobe_command"), compare, print_table)
 
 
 def main(argv):

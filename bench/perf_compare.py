@@ -17,7 +17,6 @@ Subcommands:
                             the comparison table, or JSON with --json
 """
 
-import json
 import re
 import statistics
 import sys
@@ -26,7 +25,7 @@ import sys
 # leave no __pycache__ behind in the repository.
 sys.dont_write_bytecode = True
 from benchlib import (fail, find_measurement, first_cpu, load_osprobe_doc,
-                      load_records, spread_pct, table_lines)
+                      report as report_records, spread_pct, table_lines)
 
 
 def perf_ns():
@@ -119,14 +118,7 @@ def print_table(meta, tolerance, rows):
 
 
 def report(path, as_json):
-    meta, pairs, samples = load_records(path, ("perf_command", "osprobe_command"))
-    tolerance, rows = compare(meta, pairs, samples)
-    if as_json:
-        json.dump({"meta": meta, "tolerance_pct": tolerance, "comparisons": rows},
-                  sys.stdout, indent=2)
-        print()
-    else:
-        print_table(meta, tolerance, rows)
+    report_records(path, as_json, ("perf_command", "osprobe_command"), compare, print_table)
 
 
 def main(argv):

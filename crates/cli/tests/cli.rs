@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 mod common;
-use common::measurements;
+use common::{interrupt, measurements};
 
 fn osprobe(db: &Path) -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
@@ -337,15 +337,7 @@ fn interrupting_a_run_stores_nothing() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = interrupt(child, "run --profile full");
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was stored"));
     let history = osprobe(&db).args(["history", "--json"]).output().unwrap();
     let runs: Value = serde_json::from_slice(&history.stdout).unwrap();

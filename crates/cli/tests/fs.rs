@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{json_of, measurements, p50, skips};
+use common::{interrupt, json_of, measurements, p50, skips};
 
 const MIB: f64 = 1048576.0;
 
@@ -269,15 +269,7 @@ fn interrupting_leaves_nothing_behind() {
             .unwrap();
         let pid = child.id();
         std::thread::sleep(Duration::from_millis(1200));
-        // SAFETY: plain kill(2) of our own child.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(130),
-            "{id}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        interrupt(child, id);
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
         assert!(left.is_empty(), "{id}: {left:?}");
         assert!(cgroups_of(pid).is_empty(), "{id}: {:?}", cgroups_of(pid));

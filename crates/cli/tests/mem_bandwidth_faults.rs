@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 mod common;
-use common::{json_of, measurements};
+use common::{interrupt, json_of, measurements};
 
 /// One smoke run of both experiments, with TMPDIR set to a fresh
 /// directory so that leftovers can be seen.
@@ -194,15 +194,7 @@ fn interrupting_removes_the_scratch_file() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     std::thread::sleep(std::time::Duration::from_millis(100));
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    interrupt(child, "mem.page_fault major");
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -40,3 +40,20 @@ pub fn json_of(out: &std::process::Output) -> Value {
     );
     serde_json::from_slice(&out.stdout).expect("--json prints JSON")
 }
+
+/// Send SIGINT to a running osprobe, wait for it, and require exit code 130
+/// (interrupted); returns its output for further checks.
+pub fn interrupt(child: std::process::Child, what: &str) -> std::process::Output {
+    // SAFETY: plain kill(2) of our own child, which has not been reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let out = child
+        .wait_with_output()
+        .expect("wait for the interrupted osprobe");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
