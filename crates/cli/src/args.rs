@@ -34,6 +34,84 @@ pub enum Command {
     History(JsonArg),
     /// Show a stored run (an id, a unique prefix of one, or `latest`)
     Show(ShowArgs),
+    /// Run a network experiment over loopback, a netns host (--netns) or to a remote `osprobe serve` (--to)
+    Net(NetArgs),
+    /// Be the far end of network experiments and file transfers (`osprobe net ... --to`, `osprobe send`)
+    Serve(ServeArgs),
+    /// Send a file to an `osprobe serve --dir DIR`, verified end to end, with the Tx/Rx rates
+    Send(SendArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenArg {
+    /// Secret shared with `osprobe serve --token` (default: $OSPROBE_TOKEN); never sent in clear, never stored
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "OSPROBE_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct NetArgs {
+    /// The test: rtt, connect, bandwidth, transfer.file_size, transfer.packet_size, transfer.connections, ack_stall, cc
+    pub test: String,
+    /// Measure against `osprobe serve` on this host
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "netns")]
+    pub to: Option<String>,
+    /// Measure against a second host built on this machine in a network namespace (root)
+    #[arg(long)]
+    pub netns: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Set a parameter for every point, e.g. --param streams=4 (see `osprobe list`)
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+    pub params: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on (TCP, and UDP for echo)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5301")]
+    pub bind: String,
+    #[command(flatten)]
+    pub token: TokenArg,
+    /// Longest test a client may run, in seconds
+    #[arg(long, value_name = "S", default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub max_duration: u32,
+    /// Clients served at once
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_clients: u32,
+    /// Accept files from `osprobe send` into this directory
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The file to send
+    pub file: PathBuf,
+    /// The `osprobe serve --dir DIR` to send it to
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub to: String,
+    #[command(flatten)]
+    pub token: TokenArg,
+    /// Name on the server (default: the file's name)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// sendfile (fast, zero-copy) or packets (read and write PACKET bytes at a time, as in seed 002)
+    #[arg(long, default_value = "sendfile", value_parser = ["sendfile", "packets"])]
+    pub method: String,
+    /// Application packet size for --method packets, and the server's read size
+    #[arg(long, value_name = "SIZE", default_value = "256K")]
+    pub packet: String,
+    /// Print the outcome as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

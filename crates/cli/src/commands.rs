@@ -1,7 +1,7 @@
 //! One function per verb: wiring between the registry, the runner, the
 //! store and the renderers. No measuring and no formatting happen here.
 
-use crate::args::{BenchArgs, Cli, Command, ProfileArgs, RunArgs};
+use crate::args::{BenchArgs, Cli, Command, NetArgs, ProfileArgs, RunArgs};
 use crate::progress::Bar;
 use anyhow::{Context as _, Result};
 use osprobe_core::runner::{self, Plan};
@@ -26,6 +26,7 @@ impl std::error::Error for UsageError {}
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
     osprobe_machine::register(&mut registry);
+    osprobe_net::register(&mut registry);
     registry
 }
 
@@ -37,6 +38,9 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::List(args) => list(args.json),
         Command::History(args) => history(db, args.json),
         Command::Show(args) => show(db, &args.run, args.json),
+        Command::Net(args) => net(args, db, cli.quiet),
+        Command::Serve(args) => crate::net::serve(args, cli.quiet),
+        Command::Send(args) => crate::net::send(args, cli.quiet),
     }
 }
 
@@ -52,7 +56,7 @@ fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let selected = registry
         .select(&args.only)
         .map_err(|e| UsageError(format!("--only: {e}")))?;
-    measure(selected, &args.profile, &[], db, quiet)
+    measure(selected, &args.profile, &[], db, quiet, None)
 }
 
 fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
@@ -64,7 +68,41 @@ fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
             registry.ids().join(", ")
         ))
     })?;
-    measure(vec![exp], &args.profile, &args.params, db, quiet)
+    measure(vec![exp], &args.profile, &args.params, db, quiet, None)
+}
+
+/// `osprobe net TEST`: `bench net.TEST` with the path chosen by --to or
+/// --netns and the peer's token.
+fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
+    let registry = registry();
+    let id = format!("net.{}", args.test.trim_start_matches("net."));
+    let exp = registry.get(&id).ok_or_else(|| {
+        let tests: Vec<&str> = registry
+            .ids()
+            .into_iter()
+            .filter_map(|i| i.strip_prefix("net."))
+            .collect();
+        UsageError(format!(
+            "unknown network test '{}'; known: {}",
+            args.test,
+            tests.join(", ")
+        ))
+    })?;
+    let mut overrides = args.params.clone();
+    if let Some(to) = &args.to {
+        overrides.push(("path".into(), "remote".into()));
+        overrides.push(("to".into(), to.clone()));
+    } else if args.netns {
+        overrides.push(("path".into(), "netns".into()));
+    }
+    measure(
+        vec![exp],
+        &args.profile,
+        &overrides,
+        db,
+        quiet,
+        args.token.token,
+    )
 }
 
 /// Plan, open the store, measure, store, print: shared by `run` and `bench`.
@@ -74,6 +112,7 @@ fn measure(
     overrides: &[(String, String)],
     db: Option<PathBuf>,
     quiet: bool,
+    peer_token: Option<String>,
 ) -> Result<ExitCode> {
     let profile = Profile::parse(&opts.profile).ok_or_else(|| {
         UsageError(format!(
@@ -99,7 +138,8 @@ fn measure(
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
     }
-    let ctx = Context::new(profile, clock, environment.clone());
+    let mut ctx = Context::new(profile, clock, environment.clone());
+    ctx.peer_token = peer_token;
     let outcome = {
         let mut bar = Bar::new(plan.points(), quiet);
         runner::execute(&plan, &ctx, &mut bar)
@@ -121,7 +161,7 @@ fn measure(
         ended: osprobe_core::now_rfc3339(),
         osprobe_version: env!("CARGO_PKG_VERSION").to_string(),
         profile,
-        command: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        command: redacted_command_line(),
         environment,
         measurements,
         skipped: outcome.skipped,
@@ -218,4 +258,44 @@ fn show(db: Option<PathBuf>, id: &str, json: bool) -> Result<ExitCode> {
         print!("{}", osprobe_report::skipped_block(&run.skipped));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command line as stored with a run, with the value of --token
+/// replaced: secrets never reach the store.
+fn redacted_command_line() -> String {
+    redact_token(std::env::args().skip(1)).join(" ")
+}
+
+fn redact_token(args: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    for arg in args {
+        if hide_next {
+            out.push("***".into());
+            hide_next = false;
+        } else if arg == "--token" {
+            out.push(arg);
+            hide_next = true;
+        } else if arg.starts_with("--token=") {
+            out.push("--token=***".into());
+        } else {
+            out.push(arg);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_redacted_from_stored_command_lines() {
+        let args = ["net", "rtt", "--token", "s3cret", "--to", "h", "--token=x"];
+        let out = redact_token(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            ["net", "rtt", "--token", "***", "--to", "h", "--token=***"]
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 mod args;
 mod commands;
+mod net;
 mod progress;
 
 use clap::Parser;

@@ -117,6 +117,9 @@ pub enum ParamKind {
     Bytes { min: u64, max: u64 },
     /// A file-system path; the experiment checks it and says what is wrong.
     Path,
+    /// Free text the experiment parses (a host name, ...); the words say
+    /// what is accepted, e.g. `HOST[:PORT]`.
+    Text(&'static str),
 }
 
 impl ParamSpec {
@@ -146,6 +149,13 @@ impl ParamSpec {
                     Ok(ParamValue::Text(raw.to_string()))
                 }
             }
+            ParamKind::Text(what) => {
+                if raw.trim().is_empty() {
+                    Err(format!("parameter '{}' needs a value: {what}", self.name))
+                } else {
+                    Ok(ParamValue::Text(raw.trim().to_string()))
+                }
+            }
             ParamKind::Choice(words) => {
                 if words.contains(&raw) {
                     Ok(ParamValue::Text(raw.to_string()))
@@ -169,6 +179,7 @@ impl ParamSpec {
                 format!("{}..{}", format_bytes(min), format_bytes(max))
             }
             ParamKind::Path => "PATH".to_string(),
+            ParamKind::Text(what) => what.to_string(),
         }
     }
 }
@@ -253,6 +264,9 @@ pub struct Context {
     pub environment: Environment,
     /// Median cost of one start/stop pair of `clock`, in ticks.
     pub timer_overhead_ticks: f64,
+    /// The secret of a remote `osprobe serve --token`: given on the command
+    /// line or in OSPROBE_TOKEN, never stored with the run.
+    pub peer_token: Option<String>,
 }
 
 impl Context {
@@ -263,6 +277,7 @@ impl Context {
             clock,
             environment,
             timer_overhead_ticks,
+            peer_token: None,
         }
     }
 

@@ -28,3 +28,8 @@ pub fn install() {
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::Relaxed)
 }
+
+/// The flag itself, for loops that take a `&AtomicBool` to stop on.
+pub fn flag() -> &'static AtomicBool {
+    &REQUESTED
+}

@@ -152,6 +152,35 @@ pub struct Histogram {
     pub counts: Vec<u64>,
 }
 
+impl Histogram {
+    /// `bins` logarithmically spaced bins from the smallest to the largest
+    /// positive sample (latencies span decades; linear bins would put
+    /// everything but the tail in one bin). None without positive samples.
+    pub fn log_spaced(samples: &[f64], bins: usize) -> Option<Histogram> {
+        let positive: Vec<f64> = samples
+            .iter()
+            .copied()
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .collect();
+        let lo = positive.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = positive.iter().copied().fold(0.0, f64::max);
+        if positive.is_empty() || bins == 0 {
+            return None;
+        }
+        let bins = if hi > lo { bins } else { 1 };
+        let ratio = (hi / lo).max(1.0 + 1e-9).powf(1.0 / bins as f64);
+        let mut edges: Vec<f64> = (0..=bins).map(|i| lo * ratio.powi(i as i32)).collect();
+        // Rounding must not leave the largest sample outside the last bin.
+        edges[bins] = edges[bins].max(hi);
+        let mut counts = vec![0u64; bins];
+        for v in positive {
+            let i = ((v / lo).ln() / ratio.ln()).floor().max(0.0) as usize;
+            counts[i.min(bins - 1)] += 1;
+        }
+        Some(Histogram { edges, counts })
+    }
+}
+
 /// One measured quantity: the unit of results osprobe prints and stores.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
@@ -272,4 +301,29 @@ pub struct Skipped {
     #[serde(default)]
     pub params: Params,
     pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_histogram_holds_every_positive_sample() {
+        let samples = [1.0, 2.0, 4.0, 8.0, 16.0, 1000.0, 0.0, -3.0, f64::NAN];
+        let h = Histogram::log_spaced(&samples, 4).unwrap();
+        assert_eq!(h.edges.len(), 5);
+        assert_eq!(h.counts.iter().sum::<u64>(), 6);
+        assert!(h.edges[0] <= 1.0 && h.edges[4] >= 1000.0);
+        assert!(h.edges.windows(2).all(|w| w[0] < w[1]));
+        // 1000 lands in the last bin, 1 in the first.
+        assert!(h.counts[0] >= 1 && h.counts[3] >= 1);
+    }
+
+    #[test]
+    fn log_histogram_of_equal_or_no_samples() {
+        let h = Histogram::log_spaced(&[5.0, 5.0], 10).unwrap();
+        assert_eq!(h.counts, vec![2]);
+        assert!(Histogram::log_spaced(&[], 10).is_none());
+        assert!(Histogram::log_spaced(&[0.0], 10).is_none());
+    }
 }

@@ -1,0 +1,164 @@
+//! `osprobe serve` and `osprobe send`: wiring between the command line and
+//! osprobe-net's server and sender.
+
+use crate::args::{SendArgs, ServeArgs};
+use crate::commands::UsageError;
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use osprobe_core::interrupt;
+use osprobe_net::client::Peer;
+use osprobe_net::send::{SendError, SendRequest};
+use osprobe_net::server::{Server, ServerConfig, ServerEvent};
+use osprobe_net::transfer::{SendMethod, TransferError};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn check_token(token: Option<String>) -> Result<Option<String>> {
+    match token {
+        Some(t) if t.is_empty() => {
+            Err(UsageError("--token: the secret must not be empty".into()).into())
+        }
+        other => Ok(other),
+    }
+}
+
+pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
+    let bind: SocketAddr = args.bind.parse().map_err(|_| {
+        UsageError(format!(
+            "--bind '{}': expected ADDR:PORT, e.g. 0.0.0.0:5301 or [::]:5301",
+            args.bind
+        ))
+    })?;
+    if let Some(dir) = &args.dir {
+        if !dir.is_dir() {
+            return Err(UsageError(format!("--dir {}: not a directory", dir.display())).into());
+        }
+    }
+    let token = check_token(args.token.token)?;
+    let config = ServerConfig {
+        token: token.clone(),
+        max_duration: Duration::from_secs(args.max_duration as u64),
+        max_clients: args.max_clients as usize,
+        dir: args.dir.clone(),
+        ..ServerConfig::default()
+    };
+    let events: osprobe_net::server::EventSink = if quiet {
+        Arc::new(|_: &ServerEvent| {})
+    } else {
+        Arc::new(|event: &ServerEvent| println!("{} {event}", osprobe_core::now_rfc3339()))
+    };
+    interrupt::install();
+    let server = Server::bind(bind, config, events)?;
+    let addr = server.local_addr()?;
+    if !quiet {
+        let mut extras = Vec::new();
+        if token.is_some() {
+            extras.push("token required".to_string());
+        }
+        if let Some(dir) = &args.dir {
+            extras.push(format!("files into {}", dir.display()));
+        }
+        extras.push(format!(
+            "at most {} clients, {} s per test",
+            args.max_clients, args.max_duration
+        ));
+        println!(
+            "osprobe serve: listening on {addr} (TCP, and UDP echo); {}; Ctrl-C to stop",
+            extras.join(", ")
+        );
+    }
+    server.serve(interrupt::flag())?;
+    if !quiet {
+        println!("osprobe serve: stopped");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
+    let packet = osprobe_core::experiment::parse_bytes(&args.packet)
+        .filter(|p| (1..=16 << 20).contains(p))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--packet '{}': expected a size from 1 to 16M (e.g. 1000, 64K)",
+                args.packet
+            ))
+        })? as usize;
+    let method = match args.method.as_str() {
+        "packets" => SendMethod::Packets,
+        _ => SendMethod::Sendfile,
+    };
+    let addr =
+        osprobe_net::path::resolve(&args.to).map_err(|e| UsageError(format!("--to: {e}")))?;
+    let peer = Peer::new(addr, check_token(args.token.token)?);
+    let request = SendRequest {
+        file: args.file.clone(),
+        name: args.name.clone(),
+        method,
+        packet,
+    };
+    interrupt::install();
+    let bar = byte_bar(quiet || args.json);
+    let outcome =
+        osprobe_net::send::send(&peer, &request, interrupt::flag(), &mut |sent, total| {
+            bar.set_length(total);
+            bar.set_position(sent);
+        });
+    bar.finish_and_clear();
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(SendError::Transfer(TransferError::Interrupted)) => {
+            eprintln!("osprobe: interrupted; the server discards the partial file");
+            return Ok(ExitCode::from(130));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "sent {} ({} bytes) to {} as '{}': verified (xxh3-128 {})",
+        outcome.file.display(),
+        outcome.bytes,
+        outcome.server,
+        outcome.name,
+        outcome.hash
+    );
+    let rate = |r: Option<f64>, secs: f64| match r {
+        Some(r) => {
+            let scale = osprobe_report::human::scale_for(osprobe_core::Unit::BytesPerSecond, r);
+            format!(
+                "{} {} ({:.0} bits/us) in {secs:.3} s",
+                osprobe_report::human::number(r / scale.divisor),
+                scale.label,
+                r * 8.0 / 1e6
+            )
+        }
+        None => "- (empty file)".into(),
+    };
+    println!(
+        "  Tx (sender, {}):   {}",
+        outcome.method,
+        rate(outcome.tx_bytes_per_s, outcome.tx_seconds)
+    );
+    println!(
+        "  Rx (receiver):      {}",
+        rate(outcome.rx_bytes_per_s, outcome.rx_seconds)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn byte_bar(hidden: bool) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    if hidden || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}

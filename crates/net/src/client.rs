@@ -1,0 +1,275 @@
+//! The client side of the control protocol: open a session on a peer's
+//! `osprobe serve`, attach data streams, finish and collect the server's
+//! report.
+
+use crate::auth::{self, Purpose};
+use crate::protocol::{
+    self, unhex, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_VERSION,
+};
+use crate::sock::{self, ConnectOptions};
+use std::io;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+/// What went wrong talking to a server, in words for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("cannot connect to {addr}: {source}{hint}")]
+    Unreachable {
+        addr: SocketAddr,
+        hint: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{addr} refused the test ({code:?}): {message}")]
+    Refused {
+        addr: SocketAddr,
+        code: ErrorCode,
+        message: String,
+    },
+    #[error("{addr} while {context}: {source}")]
+    Protocol {
+        addr: SocketAddr,
+        context: &'static str,
+        #[source]
+        source: FrameError,
+    },
+    #[error("{addr} while {context}: expected {expected}, got {got}")]
+    Unexpected {
+        addr: SocketAddr,
+        context: &'static str,
+        expected: &'static str,
+        got: &'static str,
+    },
+    #[error("{addr} requires a token: pass --token or set OSPROBE_TOKEN")]
+    TokenRequired { addr: SocketAddr },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl NetError {
+    pub fn io(context: impl Into<String>, source: io::Error) -> NetError {
+        NetError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// A server to run tests against.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub token: Option<String>,
+    pub connect_timeout: Duration,
+    /// How long to wait for any control message.
+    pub reply_timeout: Duration,
+}
+
+impl Peer {
+    pub fn new(addr: SocketAddr, token: Option<String>) -> Peer {
+        Peer {
+            addr,
+            token,
+            connect_timeout: Duration::from_secs(5),
+            reply_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Connect and read the server's hello: (stream, nonce, auth required).
+    fn greet(&self, options: &ConnectOptions) -> Result<(TcpStream, String, bool), NetError> {
+        let mut stream =
+            sock::connect(self.addr, options, self.connect_timeout).map_err(|source| {
+                let hint = match source.kind() {
+                    io::ErrorKind::ConnectionRefused => " (is `osprobe serve` running there?)",
+                    io::ErrorKind::TimedOut => " (host down, or a firewall drops the port?)",
+                    _ => "",
+                };
+                NetError::Unreachable {
+                    addr: self.addr,
+                    hint,
+                    source,
+                }
+            })?;
+        stream
+            .set_read_timeout(Some(self.reply_timeout))
+            .map_err(|e| NetError::io("setting a read timeout", e))?;
+        stream
+            .set_write_timeout(Some(self.reply_timeout))
+            .map_err(|e| NetError::io("setting a write timeout", e))?;
+        match self.read(&mut stream, "reading the server's hello")? {
+            Message::Hello {
+                version,
+                nonce,
+                auth_required,
+                ..
+            } => {
+                if version != PROTOCOL_VERSION {
+                    return Err(NetError::Refused {
+                        addr: self.addr,
+                        code: ErrorCode::Version,
+                        message: format!(
+                            "server speaks protocol version {version}, this client {PROTOCOL_VERSION}: use the same osprobe version on both ends"
+                        ),
+                    });
+                }
+                if auth_required && self.token.is_none() {
+                    return Err(NetError::TokenRequired { addr: self.addr });
+                }
+                Ok((stream, nonce, auth_required))
+            }
+            other => Err(self.unexpected("reading the server's hello", "hello", &other)),
+        }
+    }
+
+    fn read(&self, stream: &mut TcpStream, context: &'static str) -> Result<Message, NetError> {
+        match protocol::read_message(stream) {
+            Ok(Message::Error { code, message }) => Err(NetError::Refused {
+                addr: self.addr,
+                code,
+                message,
+            }),
+            Ok(msg) => Ok(msg),
+            Err(source) => Err(NetError::Protocol {
+                addr: self.addr,
+                context,
+                source,
+            }),
+        }
+    }
+
+    fn write(
+        &self,
+        stream: &mut TcpStream,
+        msg: &Message,
+        context: &'static str,
+    ) -> Result<(), NetError> {
+        protocol::write_message(stream, msg).map_err(|source| NetError::Protocol {
+            addr: self.addr,
+            context,
+            source,
+        })
+    }
+
+    fn unexpected(&self, context: &'static str, expected: &'static str, got: &Message) -> NetError {
+        NetError::Unexpected {
+            addr: self.addr,
+            context,
+            expected,
+            got: got.kind(),
+        }
+    }
+
+    fn proof(&self, auth_required: bool, nonce: &str, purpose: Purpose) -> Option<String> {
+        match (&self.token, auth_required) {
+            (Some(token), true) => Some(auth::proof(token, nonce, purpose)),
+            _ => None,
+        }
+    }
+
+    /// Open a session for `test`, expected to take `duration`.
+    pub fn open(&self, test: TestSpec, duration: Duration) -> Result<Session, NetError> {
+        let (mut control, nonce, auth_required) = self.greet(&ConnectOptions {
+            nodelay: true,
+            ..ConnectOptions::default()
+        })?;
+        let open = Message::Open {
+            version: PROTOCOL_VERSION,
+            proof: self.proof(auth_required, &nonce, Purpose::Open),
+            duration_s: duration.as_secs_f64().ceil().clamp(1.0, 86_400.0) as u32,
+            test: test.clone(),
+        };
+        self.write(&mut control, &open, "opening a session")?;
+        match self.read(&mut control, "opening a session")? {
+            Message::Opened { session } => Ok(Session {
+                peer: self.clone(),
+                control,
+                id: session,
+                test,
+            }),
+            other => Err(self.unexpected("opening a session", "opened", &other)),
+        }
+    }
+}
+
+/// An open session: attach streams, then `finish`.
+pub struct Session {
+    peer: Peer,
+    control: TcpStream,
+    id: String,
+    test: TestSpec,
+}
+
+impl Session {
+    pub fn test(&self) -> &TestSpec {
+        &self.test
+    }
+
+    /// A new data connection joined to the session as stream `index`, with
+    /// `options` applied before it connects.
+    pub fn attach(&self, index: u32, options: &ConnectOptions) -> Result<TcpStream, NetError> {
+        let (mut stream, nonce, auth_required) = self.peer.greet(options)?;
+        let purpose = Purpose::Attach {
+            session: &self.id,
+            stream: index,
+        };
+        let attach = Message::Attach {
+            session: self.id.clone(),
+            stream: index,
+            proof: self.peer.proof(auth_required, &nonce, purpose),
+        };
+        self.peer
+            .write(&mut stream, &attach, "attaching a stream")?;
+        match self.peer.read(&mut stream, "attaching a stream")? {
+            Message::Attached {} => {
+                // The test decides its own timeouts from here.
+                let _ = stream.set_read_timeout(None);
+                let _ = stream.set_write_timeout(None);
+                Ok(stream)
+            }
+            other => Err(self
+                .peer
+                .unexpected("attaching a stream", "attached", &other)),
+        }
+    }
+
+    /// A UDP socket connected to the server's echo port, and the session
+    /// id bytes every datagram must start with.
+    pub fn udp_echo(&self) -> Result<(UdpSocket, [u8; 16]), NetError> {
+        let bind: SocketAddr = if self.peer.addr.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal address")
+        } else {
+            "[::]:0".parse().expect("literal address")
+        };
+        let socket = UdpSocket::bind(bind).map_err(|e| NetError::io("binding a UDP socket", e))?;
+        socket
+            .connect(self.peer.addr)
+            .map_err(|e| NetError::io(format!("UDP connect to {}", self.peer.addr), e))?;
+        let mut id = [0u8; 16];
+        let bytes = unhex(&self.id).unwrap_or_default();
+        id.copy_from_slice(&bytes[..16.min(bytes.len())]);
+        Ok((socket, id))
+    }
+
+    /// Tell the server every stream is done; wait up to `wait` for its
+    /// report of each stream.
+    pub fn finish(
+        mut self,
+        hashes: Vec<Option<String>>,
+        wait: Duration,
+    ) -> Result<Vec<StreamReport>, NetError> {
+        let peer = self.peer.clone();
+        peer.write(&mut self.control, &Message::Finish { hashes }, "finishing")?;
+        let _ = self
+            .control
+            .set_read_timeout(Some(wait.max(peer.reply_timeout)));
+        match peer.read(&mut self.control, "waiting for the server's report")? {
+            Message::Report { streams } => Ok(streams),
+            other => Err(peer.unexpected("waiting for the server's report", "report", &other)),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! net.bandwidth: peak TCP throughput with 1..N streams (seed 004 section
+//! 5.3 measured loopback at 1429.55 MB/s), reported like iperf3: the
+//! sender's rate (sampled every 100 ms after a 200 ms slow-start omission),
+//! the receiver's rate from the server, CPU load on both ends, and the
+//! retransmissions and limits TCP_INFO shows.
+
+use super::{cross, default_paths, duration, value_measurement, COMMON, DURATION_PARAM};
+use crate::bulk::{self, BulkConfig};
+use crate::path::Endpoint;
+use crate::sock::ConnectOptions;
+use osprobe_core::interrupt;
+use osprobe_core::{
+    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Unit,
+};
+use std::time::Duration;
+
+pub struct Bandwidth;
+
+const PARAMS: [ParamSpec; 5] = [
+    COMMON[0],
+    COMMON[1],
+    ParamSpec {
+        name: "streams",
+        help: "parallel TCP connections (iperf3 -P)",
+        kind: ParamKind::Int { min: 1, max: 128 },
+    },
+    ParamSpec {
+        name: "write_size",
+        help: "bytes per write() (iperf3 -l; its TCP default is 128K)",
+        kind: ParamKind::Bytes {
+            min: 1,
+            max: 16 << 20,
+        },
+    },
+    DURATION_PARAM,
+];
+
+pub fn default_duration_ms(profile: Profile) -> u64 {
+    match profile {
+        Profile::Smoke => 300,
+        Profile::Quick => 1_000,
+        Profile::Full => 5_000,
+    }
+}
+
+impl Experiment for Bandwidth {
+    fn id(&self) -> &'static str {
+        "net.bandwidth"
+    }
+
+    fn description(&self) -> &'static str {
+        "peak TCP throughput, 1..N streams: sender and receiver rates, CPU, retransmits, what limited it"
+    }
+
+    fn params(&self) -> &'static [ParamSpec] {
+        &PARAMS
+    }
+
+    fn grid(&self, profile: Profile) -> Vec<Params> {
+        let streams: &[i64] = match profile {
+            Profile::Smoke => &[1, 2],
+            Profile::Quick => &[1, 2],
+            Profile::Full => &[1, 2, 4, 8],
+        };
+        cross(default_paths(profile), "streams", streams)
+            .into_iter()
+            .map(|p| {
+                p.with("write_size", 128i64 << 10)
+                    .with("duration_ms", default_duration_ms(profile) as i64)
+            })
+            .collect()
+    }
+
+    fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        let endpoint = Endpoint::open(ctx, params)?;
+        let config = BulkConfig {
+            streams: params.int("streams").unwrap_or(1) as u32,
+            write_size: params.int("write_size").unwrap_or(128 << 10) as usize,
+            duration: duration(params, default_duration_ms(ctx.profile)),
+            options: ConnectOptions::default(),
+            interval: Duration::from_millis(100),
+            omit: Duration::from_millis(200),
+        };
+        let result = bulk::run(&endpoint.peer, &config, interrupt::flag())?;
+        bulk_measurements(self.id(), params, &endpoint, &config, &result)
+    }
+}
+
+/// The measurements of one bulk test, shared with net.cc.
+pub fn bulk_measurements(
+    id: &str,
+    params: &Params,
+    endpoint: &Endpoint,
+    config: &BulkConfig,
+    result: &bulk::BulkResult,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    let errors = result.errors();
+    if !errors.is_empty() {
+        return Err(ExperimentError::Failed(format!(
+            "the server reported: {}",
+            errors.join("; ")
+        )));
+    }
+    let path = format!("path: {}", endpoint.description);
+    let diagnosis = bulk::diagnosis(result, config);
+
+    let mut sender = value_measurement(
+        id,
+        "sender",
+        params.clone(),
+        Unit::BytesPerSecond,
+        &result.interval_rates,
+    )?;
+    sender.notes.push(format!(
+        "samples: aggregate sending rate of each {} ms interval after the first {} ms (slow start); over the whole test {:.0} B/s ({})",
+        config.interval.as_millis(),
+        config.omit.as_millis(),
+        result.sender_rate(),
+        super::bits_per_second_text(result.sender_rate())
+    ));
+    sender.notes.push(format!(
+        "{} stream(s), {} B writes, {} ms",
+        config.streams,
+        config.write_size,
+        config.duration.as_millis()
+    ));
+    if let Some(cc) = &result.congestion_control {
+        sender.notes.push(format!("congestion control {cc}"));
+    }
+    sender.notes.push(diagnosis.line());
+    sender.notes.push(path.clone());
+
+    let mut receiver = value_measurement(
+        id,
+        "receiver",
+        params.clone(),
+        Unit::BytesPerSecond,
+        &[result.receiver_rate()],
+    )?;
+    receiver.notes.push(format!(
+        "one value: each stream's bytes received ({} in all) over its first-to-last-byte time at the server, summed over streams",
+        result.received_bytes()
+    ));
+    receiver.notes.push(path.clone());
+
+    let mut measurements = vec![sender, receiver];
+    let mut cpu = value_measurement(
+        id,
+        "cpu_sender",
+        params.clone(),
+        Unit::Ratio,
+        &[result.sender_cpu_load()],
+    )?;
+    cpu.notes
+        .push("CPU seconds per second of the sending threads (1.0 = one core busy)".into());
+    measurements.push(cpu);
+    if let Some(load) = result.receiver_cpu_load() {
+        let mut cpu = value_measurement(id, "cpu_receiver", params.clone(), Unit::Ratio, &[load])?;
+        cpu.notes
+            .push("CPU seconds per second of the server's receiving threads".into());
+        measurements.push(cpu);
+    }
+    let mut retrans = value_measurement(
+        id,
+        "retransmits",
+        params.clone(),
+        Unit::Count,
+        &[result.retransmits() as f64],
+    )?;
+    retrans.notes.push(
+        "retransmitted segments over all streams (TCP_INFO total_retrans at the sender)".into(),
+    );
+    measurements.push(retrans);
+    Ok(measurements)
+}

@@ -1,0 +1,102 @@
+//! The `net.*` experiments. Each takes the `path` parameter (see
+//! [`crate::path`]); the loopback points join `run`'s quick profile, the
+//! netns points the full one (as root), remote ones run on demand with
+//! `--to HOST`.
+
+pub mod ack_stall;
+pub mod bandwidth;
+pub mod cc;
+pub mod connect;
+pub mod rtt;
+pub mod transfer;
+
+use crate::client::NetError;
+use crate::path::{PATH_PARAM, TO_PARAM};
+use osprobe_core::harness::quality_notes;
+use osprobe_core::stats::Summary;
+use osprobe_core::{
+    ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Registry, Unit,
+};
+use std::time::Duration;
+
+/// Add this crate's experiments to `registry`, in the order `run` shows them.
+pub fn register(registry: &mut Registry) {
+    registry.register(Box::new(rtt::Rtt));
+    registry.register(Box::new(connect::Connect));
+    registry.register(Box::new(bandwidth::Bandwidth));
+    registry.register(Box::new(transfer::Transfer::FileSize));
+    registry.register(Box::new(transfer::Transfer::PacketSize));
+    registry.register(Box::new(transfer::Transfer::Connections));
+    registry.register(Box::new(ack_stall::AckStall));
+    registry.register(Box::new(cc::CongestionControl));
+}
+
+/// The `duration` parameter of timed tests, in milliseconds.
+pub const DURATION_PARAM: ParamSpec = ParamSpec {
+    name: "duration_ms",
+    help: "how long each test sends, in milliseconds",
+    kind: ParamKind::Int {
+        min: 100,
+        max: 600_000,
+    },
+};
+
+/// The parameters every network experiment shares.
+pub const COMMON: [ParamSpec; 2] = [PATH_PARAM, TO_PARAM];
+
+/// The paths a profile measures by default: loopback, and in `full` the
+/// netns host too when this machine can build one.
+pub fn default_paths(profile: Profile) -> Vec<Params> {
+    let mut paths = vec![Params::new().with("path", "loopback")];
+    if profile == Profile::Full && crate::netns::available().is_ok() {
+        paths.push(Params::new().with("path", "netns"));
+    }
+    paths
+}
+
+/// Every combination of `base` points with `name` = each of `values`.
+pub fn cross(base: Vec<Params>, name: &str, values: &[i64]) -> Vec<Params> {
+    base.into_iter()
+        .flat_map(|p| values.iter().map(move |v| p.clone().with(name, *v)))
+        .collect()
+}
+
+pub fn duration(params: &Params, default_ms: u64) -> Duration {
+    Duration::from_millis(params.int("duration_ms").map_or(default_ms, |v| v as u64))
+}
+
+/// A network error as an experiment failure, with the message intact.
+pub fn failed(err: NetError) -> ExperimentError {
+    ExperimentError::Failed(err.to_string())
+}
+
+/// A measurement of values that are not times (rates, counts), with the
+/// same quality notes as times.
+pub fn value_measurement(
+    experiment: &str,
+    metric: &str,
+    params: Params,
+    unit: Unit,
+    values: &[f64],
+) -> Result<Measurement, ExperimentError> {
+    let summary = Summary::of(values).ok_or_else(|| {
+        ExperimentError::Failed(format!("{experiment} {metric}: no valid samples"))
+    })?;
+    let mut m = Measurement::new(experiment, metric, params, unit, summary);
+    if values.len() > 2 {
+        m.notes.extend(quality_notes(&m.summary));
+    }
+    Ok(m)
+}
+
+/// 1234567 B/s as "9.88 Mbit/s" for notes.
+pub fn bits_per_second_text(bytes_per_s: f64) -> String {
+    let bits = bytes_per_s * 8.0;
+    if bits >= 1e9 {
+        format!("{:.2} Gbit/s", bits / 1e9)
+    } else if bits >= 1e6 {
+        format!("{:.1} Mbit/s", bits / 1e6)
+    } else {
+        format!("{:.1} kbit/s", bits / 1e3)
+    }
+}

@@ -1,0 +1,27 @@
+//! osprobe-net: network experiments (EXPERIMENTS.md section D and the
+//! kernel-TCP half of `net.cc`), the `serve` protocol, file transfer,
+//! network-namespace helpers and the TCP_INFO diagnosis.
+//!
+//! Layers, bottom up: [`protocol`] (framing and messages) and [`auth`];
+//! [`server`] and [`client`] speaking it; [`path`] choosing where the
+//! server is (loopback, a netns host from [`netns`], a remote host);
+//! socket-level mechanics ([`bulk`], [`transfer`], [`ack_stall`], [`icmp`],
+//! [`tcp_info`], [`diagnosis`], [`sock`]); and the [`experiments`] on top.
+
+pub mod ack_stall;
+pub mod auth;
+pub mod bulk;
+pub mod client;
+pub mod diagnosis;
+pub mod experiments;
+pub mod icmp;
+pub mod netns;
+pub mod path;
+pub mod protocol;
+pub mod send;
+pub mod server;
+pub mod sock;
+pub mod tcp_info;
+pub mod transfer;
+
+pub use experiments::register;

@@ -1,0 +1,729 @@
+//! The control protocol between an osprobe client and `osprobe serve`.
+//!
+//! Every TCP connection to the server starts with the server's `Hello`
+//! (protocol name, version, a fresh nonce, whether a token is required).
+//! The client then sends exactly one of:
+//! - `Open` on a *control* connection: authenticate (HMAC of the nonce, see
+//!   [`crate::auth`]) and describe a test. The server answers `Opened` with a
+//!   session id, or `Error`. Later the client sends `Finish` and the server
+//!   answers `Report` with what it measured on each data stream.
+//! - `Attach` on a *data* connection: join a session as stream `n`. After
+//!   the server's `Attached`, the connection carries the test's raw bytes
+//!   (no more frames).
+//!
+//! A connection that closes before sending anything is fine: that is what
+//! `net.connect` does.
+//!
+//! Framing: a 4-byte big-endian length, then that many bytes of JSON. The
+//! length is checked against [`MAX_FRAME`] before anything is allocated, the
+//! JSON is parsed strictly (unknown fields and unknown message types are
+//! errors), and every number a peer sends is range-checked by
+//! [`Message::validate`] before the server acts on it. JSON rather than a
+//! hand-rolled binary layout because control messages are few and small
+//! (they are never on a timed path), and because a human can read a capture.
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+
+/// The name in `Hello`: a peer that is not osprobe is recognised at once.
+pub const PROTOCOL_NAME: &str = "osprobe";
+/// Bumped when a change breaks older peers.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The largest frame body either side accepts.
+pub const MAX_FRAME: usize = 16 * 1024;
+/// Default TCP port of `osprobe serve` (UDP echo uses the same number).
+pub const DEFAULT_PORT: u16 = 5301;
+
+/// Most data streams one session may open.
+pub const MAX_STREAMS: u32 = 128;
+/// Largest application write/read size a session may ask for.
+pub const MAX_IO_SIZE: u32 = 16 * 1024 * 1024;
+/// Largest echo message (TCP and UDP).
+pub const MAX_ECHO_SIZE: u32 = 65_000;
+/// Largest file one stream may send (1 TiB): a sanity bound, the server
+/// also checks free space.
+pub const MAX_FILE_BYTES: u64 = 1 << 40;
+
+/// One message of the control protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Message {
+    /// Server, first on every connection.
+    Hello {
+        protocol: String,
+        version: u32,
+        /// 32 random bytes, hex: what an authentication proof covers.
+        nonce: String,
+        /// Whether `Open` and `Attach` must carry a proof.
+        auth_required: bool,
+        /// The longest session the server allows, in seconds.
+        max_duration_s: u32,
+    },
+    /// Client, on a control connection: start a session.
+    Open {
+        version: u32,
+        /// HMAC proof of the token over this connection's nonce (hex).
+        proof: Option<String>,
+        /// How long the client expects the test to take, in seconds.
+        duration_s: u32,
+        test: TestSpec,
+    },
+    /// Server: the session exists; data connections attach with this id.
+    Opened { session: String },
+    /// Client, on a data connection: join a session as stream `stream`.
+    Attach {
+        session: String,
+        stream: u32,
+        proof: Option<String>,
+    },
+    /// Server: the data connection is part of the session; raw data follows.
+    Attached {},
+    /// Client, on the control connection: every stream is done sending.
+    /// `hashes[i]` is the sender's hash of stream i's file, for file tests.
+    Finish { hashes: Vec<Option<String>> },
+    /// Server: what it measured on each stream, in stream order.
+    Report { streams: Vec<StreamReport> },
+    /// Either side: the request cannot be served; the connection closes.
+    Error { code: ErrorCode, message: String },
+}
+
+/// What a session measures; the server's role on its data streams.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TestSpec {
+    /// Echo `size`-byte messages on each stream (TCP) and UDP datagrams
+    /// that carry the session id.
+    Echo { streams: u32, size: u32 },
+    /// Read and discard until EOF, in `read_size` reads; report bytes,
+    /// timing, CPU and the receiver's TCP_INFO.
+    Sink { streams: u32, read_size: u32 },
+    /// Receive `bytes` per stream into a file on the server's disk, in
+    /// `packet`-byte reads. `name` is set by `osprobe send` (kept in the
+    /// server's `--dir`); without it the file is a scratch file, deleted
+    /// after the report.
+    File {
+        streams: u32,
+        bytes: u64,
+        packet: u32,
+        name: Option<String>,
+    },
+    /// The receiver of `net.ack_stall`: window clamped to one `segment`,
+    /// delayed ACKs or TCP_QUICKACK re-armed after every read.
+    AckStall { segment: u32, quickack: bool },
+}
+
+impl TestSpec {
+    /// How many data streams the session has.
+    pub fn streams(&self) -> u32 {
+        match self {
+            TestSpec::Echo { streams, .. }
+            | TestSpec::Sink { streams, .. }
+            | TestSpec::File { streams, .. } => *streams,
+            TestSpec::AckStall { .. } => 1,
+        }
+    }
+
+    /// A short name for logs: `echo`, `sink`, `file`, `ack_stall`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TestSpec::Echo { .. } => "echo",
+            TestSpec::Sink { .. } => "sink",
+            TestSpec::File { .. } => "file",
+            TestSpec::AckStall { .. } => "ack_stall",
+        }
+    }
+}
+
+/// What the server measured on one data stream.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamReport {
+    pub stream: u32,
+    /// Payload bytes received (echoed, for echo streams).
+    pub bytes: u64,
+    /// First byte received to last byte handled (written to disk, for files),
+    /// by the server's clock, in nanoseconds.
+    pub elapsed_ns: u64,
+    /// CPU time of the server thread that served the stream, nanoseconds.
+    pub cpu_ns: u64,
+    /// Reads performed.
+    pub reads: u64,
+    /// Hash of what was received (files).
+    pub hash: Option<String>,
+    /// Whether a named file was verified and kept (`osprobe send`).
+    pub stored: Option<bool>,
+    /// The receiver's TCP_INFO at the end, as JSON (see [`crate::tcp_info`]).
+    pub tcp_info: Option<serde_json::Value>,
+    /// Why the stream failed, if it did.
+    pub error: Option<String>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Malformed or unexpected message.
+    Protocol,
+    /// Incompatible protocol version.
+    Version,
+    /// Missing or wrong proof of the token.
+    Auth,
+    /// Too many clients or connections, or a limit of the request.
+    Busy,
+    /// A parameter out of the accepted range.
+    Invalid,
+    /// Unknown or finished session, or stream already attached.
+    Session,
+    /// The file cannot be stored (bad name, no --dir, no space).
+    Storage,
+    /// The session ran past the server's --max-duration.
+    Timeout,
+    /// Something failed on the server.
+    Internal,
+}
+
+/// A message that could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("connection closed by the peer")]
+    Closed,
+    #[error("connection closed in the middle of a message")]
+    Truncated,
+    #[error("message of {0} bytes exceeds the limit of {MAX_FRAME} bytes")]
+    TooLarge(usize),
+    #[error("empty message")]
+    Empty,
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    #[error("invalid message: {0}")]
+    Invalid(String),
+    #[error("timed out waiting for the peer")]
+    TimedOut,
+    #[error("{0}")]
+    Io(#[source] io::Error),
+}
+
+impl FrameError {
+    fn from_io(err: io::Error) -> FrameError {
+        match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => FrameError::TimedOut,
+            io::ErrorKind::UnexpectedEof => FrameError::Truncated,
+            _ => FrameError::Io(err),
+        }
+    }
+}
+
+/// `msg` as one frame: length prefix and JSON body.
+pub fn encode(msg: &Message) -> Result<Vec<u8>, FrameError> {
+    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if body.len() > MAX_FRAME {
+        return Err(FrameError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Parse and validate one frame body (without the length prefix).
+pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
+    if body.is_empty() {
+        return Err(FrameError::Empty);
+    }
+    if body.len() > MAX_FRAME {
+        return Err(FrameError::TooLarge(body.len()));
+    }
+    let msg: Message =
+        serde_json::from_slice(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    msg.validate().map_err(FrameError::Invalid)?;
+    Ok(msg)
+}
+
+/// Write `msg` as one frame.
+pub fn write_message(w: &mut impl Write, msg: &Message) -> Result<(), FrameError> {
+    let frame = encode(msg)?;
+    w.write_all(&frame).map_err(FrameError::from_io)?;
+    w.flush().map_err(FrameError::from_io)
+}
+
+/// Read one frame. EOF before the first byte is [`FrameError::Closed`]; EOF
+/// after it is [`FrameError::Truncated`]. Timeouts come from the socket's
+/// read timeout.
+pub fn read_message(r: &mut impl Read) -> Result<Message, FrameError> {
+    let mut len_bytes = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len_bytes[got..]) {
+            Ok(0) if got == 0 => return Err(FrameError::Closed),
+            Ok(0) => return Err(FrameError::Truncated),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FrameError::from_io(e)),
+        }
+    }
+    let len = u32::from_be_bytes(len_bytes) as usize;
+    if len == 0 {
+        return Err(FrameError::Empty);
+    }
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(FrameError::from_io)?;
+    decode_body(&body)
+}
+
+/// Hex digits of a nonce (32 bytes) and of a session id (16 bytes).
+pub const NONCE_HEX_LEN: usize = 64;
+pub const SESSION_HEX_LEN: usize = 32;
+/// Hex digits of an HMAC-SHA256 proof and of an xxh3-128 hash.
+const PROOF_HEX_LEN: usize = 64;
+const HASH_HEX_LEN: usize = 32;
+const MAX_TEXT: usize = 1024;
+
+fn check_hex(what: &str, s: &str, len: usize) -> Result<(), String> {
+    if s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(format!("{what} must be {len} hex digits"))
+    }
+}
+
+fn check_range(what: &str, v: u64, min: u64, max: u64) -> Result<(), String> {
+    if (min..=max).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{what} {v} out of range {min}..={max}"))
+    }
+}
+
+impl Message {
+    /// Range checks on everything a peer may send, so handlers can trust
+    /// the values (no huge allocations, no zero divisors).
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Message::Hello {
+                protocol, nonce, ..
+            } => {
+                if protocol != PROTOCOL_NAME {
+                    return Err(format!("not an osprobe peer (protocol '{protocol}')"));
+                }
+                check_hex("nonce", nonce, NONCE_HEX_LEN)
+            }
+            Message::Open {
+                proof,
+                duration_s,
+                test,
+                ..
+            } => {
+                if let Some(p) = proof {
+                    check_hex("proof", p, PROOF_HEX_LEN)?;
+                }
+                check_range("duration_s", *duration_s as u64, 1, 24 * 3600)?;
+                test.validate()
+            }
+            Message::Opened { session } => check_hex("session", session, SESSION_HEX_LEN),
+            Message::Attach {
+                session,
+                stream,
+                proof,
+            } => {
+                check_hex("session", session, SESSION_HEX_LEN)?;
+                check_range("stream", *stream as u64, 0, MAX_STREAMS as u64 - 1)?;
+                if let Some(p) = proof {
+                    check_hex("proof", p, PROOF_HEX_LEN)?;
+                }
+                Ok(())
+            }
+            Message::Attached {} => Ok(()),
+            Message::Finish { hashes } => {
+                check_range("hashes", hashes.len() as u64, 0, MAX_STREAMS as u64)?;
+                for h in hashes.iter().flatten() {
+                    check_hex("hash", h, HASH_HEX_LEN)?;
+                }
+                Ok(())
+            }
+            Message::Report { streams } => {
+                check_range("streams", streams.len() as u64, 0, MAX_STREAMS as u64)?;
+                for s in streams {
+                    if let Some(h) = &s.hash {
+                        check_hex("hash", h, HASH_HEX_LEN)?;
+                    }
+                    if s.error.as_ref().is_some_and(|e| e.len() > MAX_TEXT) {
+                        return Err("stream error text too long".into());
+                    }
+                }
+                Ok(())
+            }
+            Message::Error { message, .. } => {
+                if message.len() > MAX_TEXT {
+                    Err("error text too long".into())
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// The message's type, for "expected X, got Y" errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Hello { .. } => "hello",
+            Message::Open { .. } => "open",
+            Message::Opened { .. } => "opened",
+            Message::Attach { .. } => "attach",
+            Message::Attached {} => "attached",
+            Message::Finish { .. } => "finish",
+            Message::Report { .. } => "report",
+            Message::Error { .. } => "error",
+        }
+    }
+}
+
+impl TestSpec {
+    /// Range checks of a test request.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            TestSpec::Echo { streams, size } => {
+                check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
+                check_range("size", *size as u64, 1, MAX_ECHO_SIZE as u64)
+            }
+            TestSpec::Sink { streams, read_size } => {
+                check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
+                check_range("read_size", *read_size as u64, 1, MAX_IO_SIZE as u64)
+            }
+            TestSpec::File {
+                streams,
+                bytes,
+                packet,
+                name,
+            } => {
+                check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
+                check_range("bytes", *bytes, 0, MAX_FILE_BYTES)?;
+                check_range("packet", *packet as u64, 1, MAX_IO_SIZE as u64)?;
+                if name.as_ref().is_some_and(|n| n.len() > MAX_TEXT) {
+                    return Err("file name too long".into());
+                }
+                Ok(())
+            }
+            TestSpec::AckStall { segment, .. } => {
+                check_range("segment", *segment as u64, 1, MAX_ECHO_SIZE as u64)
+            }
+        }
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Bytes of a hex string, or None if it is not one.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// `n` bytes from the kernel's random generator.
+pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut buf = [0u8; N];
+    let mut filled = 0;
+    while filled < N {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
+        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), N - filled, 0) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        filled += n as usize;
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn hex_string(len: usize) -> impl Strategy<Value = String> {
+        proptest::collection::vec(any::<u8>(), len / 2).prop_map(|b| hex(&b))
+    }
+
+    fn test_spec() -> impl Strategy<Value = TestSpec> {
+        prop_oneof![
+            (1..=MAX_STREAMS, 1..=MAX_ECHO_SIZE)
+                .prop_map(|(streams, size)| TestSpec::Echo { streams, size }),
+            (1..=MAX_STREAMS, 1..=MAX_IO_SIZE)
+                .prop_map(|(streams, read_size)| TestSpec::Sink { streams, read_size }),
+            (
+                1..=MAX_STREAMS,
+                0..=MAX_FILE_BYTES,
+                1..=MAX_IO_SIZE,
+                proptest::option::of("[a-zA-Z0-9 ._-]{0,40}")
+            )
+                .prop_map(|(streams, bytes, packet, name)| TestSpec::File {
+                    streams,
+                    bytes,
+                    packet,
+                    name
+                }),
+            (1..=MAX_ECHO_SIZE, any::<bool>())
+                .prop_map(|(segment, quickack)| TestSpec::AckStall { segment, quickack }),
+        ]
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        prop_oneof![
+            (hex_string(NONCE_HEX_LEN), any::<bool>(), any::<u32>()).prop_map(
+                |(nonce, auth_required, max_duration_s)| Message::Hello {
+                    protocol: PROTOCOL_NAME.into(),
+                    version: PROTOCOL_VERSION,
+                    nonce,
+                    auth_required,
+                    max_duration_s
+                }
+            ),
+            (
+                any::<u32>(),
+                proptest::option::of(hex_string(PROOF_HEX_LEN)),
+                1u32..=86_400,
+                test_spec()
+            )
+                .prop_map(|(version, proof, duration_s, test)| Message::Open {
+                    version,
+                    proof,
+                    duration_s,
+                    test
+                }),
+            hex_string(SESSION_HEX_LEN).prop_map(|session| Message::Opened { session }),
+            (
+                hex_string(SESSION_HEX_LEN),
+                0..MAX_STREAMS,
+                proptest::option::of(hex_string(PROOF_HEX_LEN))
+            )
+                .prop_map(|(session, stream, proof)| Message::Attach {
+                    session,
+                    stream,
+                    proof
+                }),
+            Just(Message::Attached {}),
+            proptest::collection::vec(proptest::option::of(hex_string(HASH_HEX_LEN)), 0..8)
+                .prop_map(|hashes| Message::Finish { hashes }),
+            proptest::collection::vec(
+                (
+                    any::<u32>(),
+                    any::<u64>(),
+                    any::<u64>(),
+                    proptest::option::of(".{0,50}")
+                ),
+                0..8
+            )
+            .prop_map(|v| Message::Report {
+                streams: v
+                    .into_iter()
+                    .map(|(stream, bytes, elapsed_ns, error)| StreamReport {
+                        stream,
+                        bytes,
+                        elapsed_ns,
+                        error,
+                        ..StreamReport::default()
+                    })
+                    .collect()
+            }),
+            ".{0,200}".prop_map(|message| Message::Error {
+                code: ErrorCode::Busy,
+                message
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_valid_message_round_trips(msg in message()) {
+            let frame = encode(&msg).unwrap();
+            let back = read_message(&mut frame.as_slice()).unwrap();
+            prop_assert_eq!(back, msg);
+        }
+
+        #[test]
+        fn every_truncation_is_an_error(msg in message(), cut in any::<prop::sample::Index>()) {
+            let frame = encode(&msg).unwrap();
+            let cut = cut.index(frame.len());
+            let got = read_message(&mut &frame[..cut]);
+            if cut == 0 {
+                prop_assert!(matches!(got, Err(FrameError::Closed)));
+            } else {
+                prop_assert!(matches!(got, Err(FrameError::Truncated)));
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
+            let _ = read_message(&mut bytes.as_slice());
+            let _ = decode_body(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_json_objects_never_panic(text in r#"\{"type":"[a-z_]{1,10}"(,"[a-z_]{1,10}":(-?[0-9]{1,25}|"[0-9a-f]{0,70}"|null|\[\]|\{\}))*\}"#) {
+            let _ = decode_body(text.as_bytes());
+        }
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_reading_the_body() {
+        let mut frame = ((MAX_FRAME + 1) as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(b"{}");
+        assert!(matches!(
+            read_message(&mut frame.as_slice()),
+            Err(FrameError::TooLarge(n)) if n == MAX_FRAME + 1
+        ));
+        let huge = u32::MAX.to_be_bytes();
+        assert!(matches!(
+            read_message(&mut huge.as_slice()),
+            Err(FrameError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn zero_length_is_refused() {
+        assert!(matches!(
+            read_message(&mut [0u8, 0, 0, 0].as_slice()),
+            Err(FrameError::Empty)
+        ));
+    }
+
+    #[test]
+    fn unknown_fields_and_types_are_refused() {
+        for body in [
+            r#"{"type":"attached","extra":1}"#,
+            r#"{"type":"launch_missiles"}"#,
+            r#"{"type":"opened"}"#,
+            r#"{"type":"open","version":1,"proof":null,"duration_s":5,"test":{"kind":"sink","streams":1,"read_size":1,"x":2}}"#,
+            r#"not json"#,
+            r#"[]"#,
+        ] {
+            assert!(
+                matches!(decode_body(body.as_bytes()), Err(FrameError::Malformed(_))),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        let open = |test: TestSpec, duration_s: u32| Message::Open {
+            version: 1,
+            proof: None,
+            duration_s,
+            test,
+        };
+        let bad = [
+            open(
+                TestSpec::Sink {
+                    streams: 0,
+                    read_size: 1,
+                },
+                5,
+            ),
+            open(
+                TestSpec::Sink {
+                    streams: MAX_STREAMS + 1,
+                    read_size: 1,
+                },
+                5,
+            ),
+            open(
+                TestSpec::Sink {
+                    streams: 1,
+                    read_size: 0,
+                },
+                5,
+            ),
+            open(
+                TestSpec::Sink {
+                    streams: 1,
+                    read_size: MAX_IO_SIZE + 1,
+                },
+                5,
+            ),
+            open(
+                TestSpec::Echo {
+                    streams: 1,
+                    size: MAX_ECHO_SIZE + 1,
+                },
+                5,
+            ),
+            open(
+                TestSpec::AckStall {
+                    segment: 0,
+                    quickack: true,
+                },
+                5,
+            ),
+            open(
+                TestSpec::Sink {
+                    streams: 1,
+                    read_size: 1,
+                },
+                0,
+            ),
+            Message::Attach {
+                session: "zz".repeat(16),
+                stream: 0,
+                proof: None,
+            },
+            Message::Attach {
+                session: "00".repeat(16),
+                stream: MAX_STREAMS,
+                proof: None,
+            },
+            Message::Finish {
+                hashes: vec![Some("abc".into())],
+            },
+        ];
+        for msg in bad {
+            let body = serde_json::to_vec(&msg).unwrap();
+            assert!(
+                matches!(decode_body(&body), Err(FrameError::Invalid(_))),
+                "{msg:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_hello_from_another_protocol_is_refused() {
+        let msg = Message::Hello {
+            protocol: "iperf3".into(),
+            version: 1,
+            nonce: "00".repeat(32),
+            auth_required: false,
+            max_duration_s: 10,
+        };
+        let body = serde_json::to_vec(&msg).unwrap();
+        assert!(matches!(decode_body(&body), Err(FrameError::Invalid(_))));
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let bytes = [0u8, 1, 0xab, 0xff];
+        assert_eq!(hex(&bytes), "0001abff");
+        assert_eq!(unhex("0001abff").unwrap(), bytes);
+        assert_eq!(unhex("0g"), None);
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("é1"), None);
+    }
+}

@@ -1,0 +1,136 @@
+//! `osprobe send FILE --to HOST`: a file transfer tool on top of the serve
+//! protocol. The server (`osprobe serve --dir DIR`) receives into a hidden
+//! partial file, and keeps it under the file's name only when its hash
+//! equals the hash the sender computed while reading it; the report gives
+//! seed 002's Tx (sender) and Rx (receiver) rates.
+
+use crate::client::{NetError, Peer};
+use crate::protocol::TestSpec;
+use crate::sock::ConnectOptions;
+use crate::transfer::{self, SendMethod, TxReport};
+use serde::Serialize;
+use std::net::Shutdown;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// What to send and how.
+#[derive(Debug, Clone)]
+pub struct SendRequest {
+    pub file: PathBuf,
+    /// Name on the server; the file's own name by default.
+    pub name: Option<String>,
+    pub method: SendMethod,
+    /// Application packet size (read/write size; the server reads in it).
+    pub packet: usize,
+}
+
+/// The outcome, as `osprobe send --json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SendOutcome {
+    pub file: PathBuf,
+    pub name: String,
+    pub server: String,
+    pub bytes: u64,
+    pub method: &'static str,
+    pub packet: usize,
+    pub tx_seconds: f64,
+    pub tx_bytes_per_s: Option<f64>,
+    pub rx_seconds: f64,
+    pub rx_bytes_per_s: Option<f64>,
+    pub hash: String,
+    pub verified: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("{0}")]
+    Net(#[from] NetError),
+    #[error("{0}")]
+    Transfer(#[from] transfer::TransferError),
+    #[error("{file}: {why}")]
+    BadFile { file: PathBuf, why: String },
+    #[error("the server did not keep the file: {0}")]
+    NotStored(String),
+}
+
+fn file_name(path: &Path) -> Result<String, SendError> {
+    let bad = |why: &str| SendError::BadFile {
+        file: path.to_path_buf(),
+        why: why.into(),
+    };
+    path.file_name()
+        .ok_or_else(|| bad("not a file name"))?
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| bad("the name is not valid UTF-8: give one with --name"))
+}
+
+/// Send `request.file` to `peer`; `progress(sent, total)` is called as
+/// bytes go out.
+pub fn send(
+    peer: &Peer,
+    request: &SendRequest,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SendOutcome, SendError> {
+    let meta = std::fs::metadata(&request.file).map_err(|e| SendError::BadFile {
+        file: request.file.clone(),
+        why: e.to_string(),
+    })?;
+    if !meta.is_file() {
+        return Err(SendError::BadFile {
+            file: request.file.clone(),
+            why: "not a regular file".into(),
+        });
+    }
+    let name = match &request.name {
+        Some(n) => n.clone(),
+        None => file_name(&request.file)?,
+    };
+    let total = meta.len();
+    let spec = TestSpec::File {
+        streams: 1,
+        bytes: total,
+        packet: request.packet as u32,
+        name: Some(name.clone()),
+    };
+    // At 10 MB/s or better, plus slack; the server may allow less.
+    let expected = Duration::from_secs(60 + total / (10 << 20));
+    let session = peer.open(spec, expected)?;
+    let stream = session.attach(0, &ConnectOptions::default())?;
+    let tx: TxReport = transfer::send_file(
+        &stream,
+        &request.file,
+        request.packet,
+        request.method,
+        stop,
+        &mut |sent| progress(sent, total),
+    )?;
+    let _ = stream.shutdown(Shutdown::Write);
+    let reports = session.finish(vec![Some(tx.hash.clone())], expected)?;
+    let report = reports
+        .into_iter()
+        .next()
+        .ok_or_else(|| SendError::NotStored("the server sent no report".into()))?;
+    if report.stored != Some(true) {
+        return Err(SendError::NotStored(
+            report.error.unwrap_or_else(|| "no reason given".into()),
+        ));
+    }
+    let rx_seconds = report.elapsed_ns as f64 / 1e9;
+    Ok(SendOutcome {
+        file: request.file.clone(),
+        name,
+        server: peer.addr.to_string(),
+        bytes: tx.bytes,
+        method: tx.method.as_str(),
+        packet: request.packet,
+        tx_seconds: tx.elapsed.as_secs_f64(),
+        tx_bytes_per_s: tx.rate_bytes_per_second(),
+        rx_seconds,
+        rx_bytes_per_s: (rx_seconds > 0.0).then(|| report.bytes as f64 / rx_seconds),
+        hash: tx.hash,
+        verified: report.hash.is_some(),
+    })
+}

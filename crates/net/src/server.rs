@@ -1,0 +1,1071 @@
+//! `osprobe serve`: the far end of every network experiment.
+//!
+//! One thread accepts; each connection gets a thread with a small stack.
+//! Resources are bounded up front: at most `max_clients` open sessions, at
+//! most `max_connections` connections of any kind (the rest are refused
+//! with a `busy` error), every frame read under a timeout, every session
+//! cut off at `max_duration` by a reaper thread that shuts its sockets down,
+//! per-connection buffers capped at [`MAX_SERVER_BUFFER`]. A peer that
+//! sends garbage, stops mid-message or connects and idles costs one thread
+//! for at most the handshake timeout and gets an error frame when the
+//! connection still allows one.
+//!
+//! The UDP socket on the same port echoes datagrams that start with the id
+//! of an open echo session, and only back to the address of that session's
+//! client: the echo is never larger than the request and cannot be aimed at
+//! a third party.
+
+use crate::auth::{self, Purpose};
+use crate::protocol::{
+    self, hex, random_bytes, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_NAME,
+    PROTOCOL_VERSION,
+};
+use crate::transfer;
+use osprobe_core::scratch::ScratchDir;
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The largest buffer a connection's handler allocates, whatever the
+/// client asked for: a socket read rarely returns more than this anyway.
+pub const MAX_SERVER_BUFFER: usize = 1 << 20;
+/// Stack of a connection thread: handlers keep their buffers on the heap.
+const HANDLER_STACK: usize = 256 * 1024;
+/// Time allowed after the session's deadline for reports and clean-up.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Limits and settings of a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Clients must prove they know this token.
+    pub token: Option<String>,
+    /// The longest session; longer requests are refused, sessions running
+    /// past it are cut off.
+    pub max_duration: Duration,
+    /// Sessions open at once.
+    pub max_clients: usize,
+    /// Connections of any kind open at once.
+    pub max_connections: usize,
+    /// Where `osprobe send` files are stored; None refuses named files.
+    pub dir: Option<PathBuf>,
+    /// How long a peer may stay silent in the middle of a test.
+    pub idle_timeout: Duration,
+    /// How long a new connection may take to send its first message.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            token: None,
+            max_duration: Duration::from_secs(300),
+            max_clients: 8,
+            max_connections: 512,
+            dir: None,
+            idle_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Something a server operator wants to see in the log.
+#[derive(Debug, Clone)]
+pub enum ServerEvent {
+    SessionOpened {
+        peer: SocketAddr,
+        test: String,
+    },
+    SessionEnded {
+        peer: SocketAddr,
+        test: String,
+        bytes: u64,
+        seconds: f64,
+    },
+    FileStored {
+        peer: SocketAddr,
+        path: PathBuf,
+        bytes: u64,
+    },
+    Refused {
+        peer: SocketAddr,
+        reason: String,
+    },
+    Failed {
+        peer: SocketAddr,
+        error: String,
+    },
+}
+
+impl fmt::Display for ServerEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerEvent::SessionOpened { peer, test } => write!(f, "{peer}: started {test}"),
+            ServerEvent::SessionEnded {
+                peer,
+                test,
+                bytes,
+                seconds,
+            } => write!(
+                f,
+                "{peer}: finished {test}: {bytes} bytes in {seconds:.2} s"
+            ),
+            ServerEvent::FileStored { peer, path, bytes } => {
+                write!(
+                    f,
+                    "{peer}: stored {} ({bytes} bytes, verified)",
+                    path.display()
+                )
+            }
+            ServerEvent::Refused { peer, reason } => write!(f, "{peer}: refused: {reason}"),
+            ServerEvent::Failed { peer, error } => write!(f, "{peer}: {error}"),
+        }
+    }
+}
+
+/// Where events go: the CLI prints them, tests collect them.
+pub type EventSink = Arc<dyn Fn(&ServerEvent) + Send + Sync>;
+
+/// A bound server, ready to `serve`.
+pub struct Server {
+    listener: TcpListener,
+    udp: UdpSocket,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: ServerConfig,
+    events: EventSink,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    connections: AtomicUsize,
+    /// Where unnamed test files are written; created on first use.
+    scratch: Mutex<Option<ScratchDir>>,
+    stopping: AtomicBool,
+}
+
+struct Session {
+    id: String,
+    spec: TestSpec,
+    peer: SocketAddr,
+    deadline: Instant,
+    /// Set when the session must end: deadline, control gone, shutdown.
+    closed: AtomicBool,
+    state: Mutex<SessionState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct SessionState {
+    attached: Vec<bool>,
+    reports: Vec<Option<StreamReport>>,
+    /// Received files waiting for the sender's hash (named files).
+    received: Vec<Option<transfer::RxReport>>,
+    /// Clones of the data sockets, so the reaper can shut them down.
+    sockets: Vec<TcpStream>,
+}
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for s in &self.lock().sockets {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        self.changed.notify_all();
+    }
+}
+
+/// Counts a connection while it lives.
+struct ConnectionSlot(Arc<Shared>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Server {
+    /// Bind TCP and UDP on `addr` (port 0 picks a free port for both).
+    pub fn bind(addr: SocketAddr, config: ServerConfig, events: EventSink) -> io::Result<Server> {
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        let tcp_addr = listener.local_addr()?;
+        let udp = UdpSocket::bind(tcp_addr).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot bind UDP echo on {tcp_addr}: {e}"))
+        })?;
+        listener.set_nonblocking(true)?;
+        udp.set_read_timeout(Some(Duration::from_millis(200)))?;
+        if let Some(dir) = &config.dir {
+            if !dir.is_dir() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("--dir {}: not a directory", dir.display()),
+                ));
+            }
+        }
+        Ok(Server {
+            listener,
+            udp,
+            shared: Arc::new(Shared {
+                config,
+                events,
+                sessions: Mutex::new(HashMap::new()),
+                connections: AtomicUsize::new(0),
+                scratch: Mutex::new(None),
+                stopping: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve until `stop` is set; then end every session.
+    pub fn serve(&self, stop: &AtomicBool) -> io::Result<()> {
+        std::thread::scope(|scope| {
+            scope.spawn(|| self.udp_echo(stop));
+            scope.spawn(|| self.reap(stop));
+            let result = self.accept_loop(stop);
+            self.shared.stopping.store(true, Ordering::SeqCst);
+            for session in self.shared.sessions().values() {
+                session.close();
+            }
+            result
+        })
+    }
+
+    fn accept_loop(&self, stop: &AtomicBool) -> io::Result<()> {
+        while !stop.load(Ordering::SeqCst) {
+            if !crate::sock::wait_readable(self.listener.as_raw_fd(), Duration::from_millis(100))? {
+                continue;
+            }
+            let (stream, peer) = match self.listener.accept() {
+                Ok(pair) => pair,
+                Err(e) if is_transient_accept_error(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            let shared = Arc::clone(&self.shared);
+            let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+            let slot = ConnectionSlot(Arc::clone(&shared));
+            if open > shared.config.max_connections {
+                shared.refuse(
+                    &stream,
+                    peer,
+                    ErrorCode::Busy,
+                    "too many connections; try again later",
+                );
+                continue;
+            }
+            let spawned = std::thread::Builder::new()
+                .name("osprobe-serve".into())
+                .stack_size(HANDLER_STACK)
+                .spawn(move || {
+                    let _slot = slot;
+                    shared.handle_connection(stream, peer);
+                });
+            if let Err(e) = spawned {
+                self.shared.emit(ServerEvent::Failed {
+                    peer,
+                    error: format!("cannot start a thread: {e}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// End sessions past their deadline.
+    fn reap(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = Instant::now();
+            for session in self.shared.sessions().values() {
+                if now > session.deadline && !session.closed.load(Ordering::SeqCst) {
+                    session.close();
+                }
+            }
+        }
+    }
+
+    fn udp_echo(&self, stop: &AtomicBool) {
+        let mut buf = vec![0u8; protocol::MAX_ECHO_SIZE as usize + 16];
+        while !stop.load(Ordering::SeqCst) {
+            let (len, from) = match self.udp.recv_from(&mut buf) {
+                Ok(got) => got,
+                Err(_) => continue, // timeouts and ICMP errors from earlier sends
+            };
+            if len < 16 {
+                continue;
+            }
+            let id = hex(&buf[..16]);
+            let allowed = self.shared.sessions().get(&id).is_some_and(|s| {
+                matches!(s.spec, TestSpec::Echo { .. })
+                    && s.peer.ip() == from.ip()
+                    && !s.closed.load(Ordering::Relaxed)
+            });
+            if allowed {
+                let _ = self.udp.send_to(&buf[..len], from);
+            }
+        }
+    }
+}
+
+fn is_transient_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EPROTO)
+    )
+}
+
+/// A refusal: the code for the client and a sentence for both sides.
+struct Refusal(ErrorCode, String);
+
+impl Refusal {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Refusal {
+        Refusal(code, message.into())
+    }
+}
+
+impl Shared {
+    fn emit(&self, event: ServerEvent) {
+        (self.events)(&event);
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn refuse(&self, mut stream: &TcpStream, peer: SocketAddr, code: ErrorCode, message: &str) {
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = protocol::write_message(
+            &mut stream,
+            &Message::Error {
+                code,
+                message: message.to_string(),
+            },
+        );
+        self.emit(ServerEvent::Refused {
+            peer,
+            reason: message.to_string(),
+        });
+    }
+
+    fn handle_connection(self: &Arc<Self>, mut stream: TcpStream, peer: SocketAddr) {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
+        let nonce = match random_bytes::<32>() {
+            Ok(bytes) => hex(&bytes),
+            Err(e) => {
+                self.emit(ServerEvent::Failed {
+                    peer,
+                    error: format!("no random nonce: {e}"),
+                });
+                return;
+            }
+        };
+        let hello = Message::Hello {
+            protocol: PROTOCOL_NAME.into(),
+            version: PROTOCOL_VERSION,
+            nonce: nonce.clone(),
+            auth_required: self.config.token.is_some(),
+            max_duration_s: self.config.max_duration.as_secs().min(u32::MAX as u64) as u32,
+        };
+        if protocol::write_message(&mut stream, &hello).is_err() {
+            return; // gone already, e.g. a net.connect probe
+        }
+        let _ = stream.set_read_timeout(Some(self.config.handshake_timeout));
+        let first = match protocol::read_message(&mut stream) {
+            Ok(msg) => msg,
+            // Connecting and closing is what net.connect does: not an error.
+            Err(FrameError::Closed) => return,
+            Err(e) => {
+                let code = match e {
+                    FrameError::TimedOut => ErrorCode::Timeout,
+                    _ => ErrorCode::Protocol,
+                };
+                self.refuse(&stream, peer, code, &format!("first message: {e}"));
+                return;
+            }
+        };
+        match first {
+            Message::Open {
+                version,
+                proof,
+                duration_s,
+                test,
+            } => {
+                let request = OpenRequest {
+                    version,
+                    proof,
+                    duration_s,
+                    test,
+                };
+                self.control(stream, peer, &nonce, request)
+            }
+            Message::Attach {
+                session,
+                stream: index,
+                proof,
+            } => self.data(stream, peer, &nonce, &session, index, proof),
+            other => self.refuse(
+                &stream,
+                peer,
+                ErrorCode::Protocol,
+                &format!("expected open or attach, got {}", other.kind()),
+            ),
+        }
+    }
+
+    fn check_proof(
+        &self,
+        nonce: &str,
+        purpose: Purpose,
+        proof: Option<&str>,
+    ) -> Result<(), Refusal> {
+        let Some(token) = &self.config.token else {
+            return Ok(());
+        };
+        match proof {
+            Some(p) if auth::verify(token, nonce, purpose, p) => Ok(()),
+            Some(_) => Err(Refusal::new(ErrorCode::Auth, "wrong token")),
+            None => Err(Refusal::new(
+                ErrorCode::Auth,
+                "this server requires a token (--token or OSPROBE_TOKEN)",
+            )),
+        }
+    }
+
+    fn open_session(
+        &self,
+        peer: SocketAddr,
+        nonce: &str,
+        request: &OpenRequest,
+    ) -> Result<Arc<Session>, Refusal> {
+        if request.version != PROTOCOL_VERSION {
+            return Err(Refusal::new(
+                ErrorCode::Version,
+                format!(
+                    "client speaks protocol version {}, this server {PROTOCOL_VERSION}: use the same osprobe version on both ends",
+                    request.version
+                ),
+            ));
+        }
+        self.check_proof(nonce, Purpose::Open, request.proof.as_deref())?;
+        let max = self.config.max_duration.as_secs();
+        if request.duration_s as u64 > max {
+            return Err(Refusal::new(
+                ErrorCode::Busy,
+                format!(
+                    "the test asks for {} s; this server allows at most {max} s (--max-duration)",
+                    request.duration_s
+                ),
+            ));
+        }
+        self.check_storage(&request.test)?;
+        let id = hex(&random_bytes::<16>().map_err(|e| {
+            Refusal::new(ErrorCode::Internal, format!("no random session id: {e}"))
+        })?);
+        let streams = request.test.streams() as usize;
+        let session = Arc::new(Session {
+            id: id.clone(),
+            spec: request.test.clone(),
+            peer,
+            deadline: Instant::now() + Duration::from_secs(request.duration_s as u64) + GRACE,
+            closed: AtomicBool::new(false),
+            state: Mutex::new(SessionState {
+                attached: vec![false; streams],
+                reports: vec![None; streams],
+                received: (0..streams).map(|_| None).collect(),
+                sockets: Vec::new(),
+            }),
+            changed: Condvar::new(),
+        });
+        let mut sessions = self.sessions();
+        if sessions.len() >= self.config.max_clients {
+            return Err(Refusal::new(
+                ErrorCode::Busy,
+                format!(
+                    "{} clients are being served (--max-clients); try again later",
+                    sessions.len()
+                ),
+            ));
+        }
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(Refusal::new(ErrorCode::Busy, "the server is shutting down"));
+        }
+        sessions.insert(id, Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// Named files need a --dir, a name that stays inside it and the space.
+    fn check_storage(&self, test: &TestSpec) -> Result<(), Refusal> {
+        let TestSpec::File {
+            streams,
+            bytes,
+            name,
+            ..
+        } = test
+        else {
+            return Ok(());
+        };
+        let total = bytes.saturating_mul(*streams as u64);
+        let dir = match name {
+            Some(name) => {
+                let Some(dir) = &self.config.dir else {
+                    return Err(Refusal::new(
+                        ErrorCode::Storage,
+                        "this server does not accept files (start it with `osprobe serve --dir DIR`)",
+                    ));
+                };
+                if *streams != 1 {
+                    return Err(Refusal::new(
+                        ErrorCode::Invalid,
+                        "a named file travels on one stream",
+                    ));
+                }
+                transfer::confine(dir, name)
+                    .map_err(|e| Refusal::new(ErrorCode::Storage, e.to_string()))?;
+                dir.clone()
+            }
+            None => self.scratch_dir().map_err(|e| {
+                Refusal::new(ErrorCode::Storage, format!("no scratch directory: {e}"))
+            })?,
+        };
+        transfer::check_space(&dir, total)
+            .map_err(|e| Refusal::new(ErrorCode::Storage, e.to_string()))
+    }
+
+    fn scratch_dir(&self) -> io::Result<PathBuf> {
+        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if scratch.is_none() {
+            *scratch = Some(ScratchDir::new()?);
+        }
+        Ok(scratch
+            .as_ref()
+            .map(|s| s.path().to_path_buf())
+            .unwrap_or_default())
+    }
+
+    fn control(
+        self: &Arc<Self>,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        nonce: &str,
+        request: OpenRequest,
+    ) {
+        let session = match self.open_session(peer, nonce, &request) {
+            Ok(s) => s,
+            Err(Refusal(code, message)) => {
+                self.refuse(&stream, peer, code, &message);
+                return;
+            }
+        };
+        let test = describe(&session.spec);
+        self.emit(ServerEvent::SessionOpened {
+            peer,
+            test: test.clone(),
+        });
+        let started = Instant::now();
+        let outcome = self.run_control(&mut stream, &session);
+        session.close();
+        self.sessions().remove(&session.id);
+        discard_unclaimed_files(&session);
+        match outcome {
+            Ok(bytes) => self.emit(ServerEvent::SessionEnded {
+                peer,
+                test,
+                bytes,
+                seconds: started.elapsed().as_secs_f64(),
+            }),
+            Err(Refusal(code, message)) => {
+                if code != ErrorCode::Protocol || !message.contains("closed") {
+                    let _ = protocol::write_message(
+                        &mut stream,
+                        &Message::Error {
+                            code,
+                            message: message.clone(),
+                        },
+                    );
+                }
+                self.emit(ServerEvent::Failed {
+                    peer,
+                    error: format!("{test}: {message}"),
+                });
+            }
+        }
+    }
+
+    /// Opened, then wait for Finish, the streams, and report. Returns the
+    /// bytes received over all streams.
+    fn run_control(&self, stream: &mut TcpStream, session: &Arc<Session>) -> Result<u64, Refusal> {
+        let opened = Message::Opened {
+            session: session.id.clone(),
+        };
+        protocol::write_message(stream, &opened)
+            .map_err(|e| Refusal::new(ErrorCode::Protocol, format!("sending opened: {e}")))?;
+        let hashes = loop {
+            let left = session.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Refusal::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "session ran past its {} s limit",
+                        self.config.max_duration.as_secs()
+                    ),
+                ));
+            }
+            let _ = stream.set_read_timeout(Some(left.min(Duration::from_secs(1))));
+            match protocol::read_message(stream) {
+                Ok(Message::Finish { hashes }) => break hashes,
+                Ok(other) => {
+                    return Err(Refusal::new(
+                        ErrorCode::Protocol,
+                        format!("expected finish, got {}", other.kind()),
+                    ))
+                }
+                Err(FrameError::TimedOut) => continue,
+                Err(FrameError::Closed) => {
+                    return Err(Refusal::new(
+                        ErrorCode::Protocol,
+                        "client closed the control connection before finishing",
+                    ))
+                }
+                Err(e) => {
+                    return Err(Refusal::new(
+                        ErrorCode::Protocol,
+                        format!("reading finish: {e}"),
+                    ))
+                }
+            }
+        };
+        let mut reports = self.wait_for_streams(session);
+        self.store_named_files(session, &hashes, &mut reports);
+        let bytes = reports.iter().map(|r| r.bytes).sum();
+        protocol::write_message(stream, &Message::Report { streams: reports })
+            .map_err(|e| Refusal::new(ErrorCode::Protocol, format!("sending report: {e}")))?;
+        Ok(bytes)
+    }
+
+    /// Every stream's report, once all attached streams are done or the
+    /// deadline passed; streams that never attached are reported as such.
+    fn wait_for_streams(&self, session: &Session) -> Vec<StreamReport> {
+        let mut state = session.lock();
+        loop {
+            let pending = state
+                .attached
+                .iter()
+                .zip(&state.reports)
+                .any(|(attached, report)| *attached && report.is_none());
+            let left = session.deadline.saturating_duration_since(Instant::now());
+            if !pending || left.is_zero() {
+                break;
+            }
+            state = session
+                .changed
+                .wait_timeout(state, left.min(Duration::from_millis(200)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        (0..state.reports.len())
+            .map(|i| {
+                state.reports[i].clone().unwrap_or_else(|| StreamReport {
+                    stream: i as u32,
+                    error: Some(if state.attached[i] {
+                        "stream did not finish in time".into()
+                    } else {
+                        "stream never attached".into()
+                    }),
+                    ..StreamReport::default()
+                })
+            })
+            .collect()
+    }
+
+    fn store_named_files(
+        &self,
+        session: &Session,
+        hashes: &[Option<String>],
+        reports: &mut [StreamReport],
+    ) {
+        let TestSpec::File {
+            name: Some(name), ..
+        } = &session.spec
+        else {
+            return;
+        };
+        let Some(dir) = &self.config.dir else { return };
+        let Some(rx) = session.lock().received[0].take() else {
+            return;
+        };
+        let report = &mut reports[0];
+        let outcome = match (
+            hashes.first().cloned().flatten(),
+            transfer::confine(dir, name),
+        ) {
+            (Some(expected), Ok(path)) => {
+                transfer::commit(&rx, &expected, &path, false).map(|()| path)
+            }
+            (None, _) => {
+                transfer::discard(&rx);
+                report.error = Some("the sender sent no hash: file not kept".into());
+                report.stored = Some(false);
+                return;
+            }
+            (_, Err(e)) => {
+                transfer::discard(&rx);
+                Err(e)
+            }
+        };
+        match outcome {
+            Ok(path) => {
+                report.stored = Some(true);
+                self.emit(ServerEvent::FileStored {
+                    peer: session.peer,
+                    path,
+                    bytes: rx.bytes,
+                });
+            }
+            Err(e) => {
+                report.stored = Some(false);
+                report.error = Some(format!("file not kept: {e}"));
+            }
+        }
+    }
+
+    fn data(
+        self: &Arc<Self>,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        nonce: &str,
+        session_id: &str,
+        index: u32,
+        proof: Option<String>,
+    ) {
+        let session = match self.attach(&stream, nonce, session_id, index, proof.as_deref()) {
+            Ok(s) => s,
+            Err(Refusal(code, message)) => {
+                self.refuse(&stream, peer, code, &message);
+                return;
+            }
+        };
+        if let Err(e) = self.prepare_role(&stream, &session.spec) {
+            self.refuse(
+                &stream,
+                peer,
+                ErrorCode::Internal,
+                &format!("preparing the stream: {e}"),
+            );
+            session.changed.notify_all();
+            return;
+        }
+        if protocol::write_message(&mut stream, &Message::Attached {}).is_err() {
+            return;
+        }
+        let cpu_start = crate::sock::thread_cpu_time();
+        let mut report = self.run_role(&stream, &session, index);
+        report.stream = index;
+        report.cpu_ns =
+            (crate::sock::thread_cpu_time().saturating_sub(cpu_start)).as_nanos() as u64;
+        if let Some(e) = &report.error {
+            self.emit(ServerEvent::Failed {
+                peer,
+                error: format!("stream {index} of {}: {e}", describe(&session.spec)),
+            });
+        }
+        session.lock().reports[index as usize] = Some(report);
+        session.changed.notify_all();
+    }
+
+    fn attach(
+        &self,
+        stream: &TcpStream,
+        nonce: &str,
+        session_id: &str,
+        index: u32,
+        proof: Option<&str>,
+    ) -> Result<Arc<Session>, Refusal> {
+        let session = self.sessions().get(session_id).cloned().ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::Session,
+                "no such session (finished, timed out or never opened)",
+            )
+        })?;
+        let purpose = Purpose::Attach {
+            session: session_id,
+            stream: index,
+        };
+        self.check_proof(nonce, purpose, proof)?;
+        let mut state = session.lock();
+        let streams = state.attached.len();
+        match state.attached.get_mut(index as usize) {
+            None => Err(Refusal::new(
+                ErrorCode::Invalid,
+                format!("stream {index} does not exist: the session has {streams}"),
+            )),
+            Some(true) => Err(Refusal::new(
+                ErrorCode::Session,
+                format!("stream {index} is already attached"),
+            )),
+            Some(attached) => {
+                *attached = true;
+                let clone = stream.try_clone().map_err(|e| {
+                    Refusal::new(ErrorCode::Internal, format!("cannot track the stream: {e}"))
+                })?;
+                state.sockets.push(clone);
+                drop(state);
+                if session.closed.load(Ordering::SeqCst) {
+                    return Err(Refusal::new(ErrorCode::Session, "the session has ended"));
+                }
+                Ok(session)
+            }
+        }
+    }
+
+    /// Socket settings that must be in place before the client sends data.
+    fn prepare_role(&self, stream: &TcpStream, spec: &TestSpec) -> io::Result<()> {
+        stream.set_read_timeout(Some(self.config.idle_timeout))?;
+        match spec {
+            TestSpec::Echo { .. } => stream.set_nodelay(true),
+            TestSpec::AckStall { segment, .. } => {
+                stream.set_nodelay(false)?;
+                crate::ack_stall::prepare_receiver(stream, *segment as usize)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn run_role(&self, stream: &TcpStream, session: &Session, index: u32) -> StreamReport {
+        let result = match &session.spec {
+            TestSpec::Echo { size, .. } => echo(stream, *size as usize, &session.closed),
+            TestSpec::Sink { read_size, .. } => sink(stream, *read_size as usize, &session.closed),
+            TestSpec::File {
+                bytes,
+                packet,
+                name,
+                ..
+            } => self.receive_file(
+                stream,
+                session,
+                index,
+                *bytes,
+                *packet as usize,
+                name.as_deref(),
+            ),
+            TestSpec::AckStall { quickack, .. } => ack_stall_receiver(stream, *quickack, session),
+        };
+        match result {
+            Ok(mut report) => {
+                if report.tcp_info.is_none() {
+                    report.tcp_info = crate::tcp_info::tcp_info(stream.as_raw_fd())
+                        .ok()
+                        .and_then(|info| serde_json::to_value(info).ok());
+                }
+                report
+            }
+            Err(error) => StreamReport {
+                error: Some(if session.closed.load(Ordering::SeqCst) {
+                    format!("cut off at the session's deadline or end ({error})")
+                } else {
+                    error
+                }),
+                ..StreamReport::default()
+            },
+        }
+    }
+
+    fn receive_file(
+        &self,
+        stream: &TcpStream,
+        session: &Session,
+        index: u32,
+        bytes: u64,
+        packet: usize,
+        name: Option<&str>,
+    ) -> Result<StreamReport, String> {
+        let dest = match (name, &self.config.dir) {
+            (Some(name), Some(dir)) => transfer::confine(dir, name).map_err(|e| e.to_string())?,
+            _ => self
+                .scratch_dir()
+                .map_err(|e| e.to_string())?
+                .join(format!("stream-{}-{index}", session.id)),
+        };
+        let rx = transfer::receive_file(
+            stream,
+            &dest,
+            bytes,
+            packet.min(MAX_SERVER_BUFFER),
+            &session.closed,
+            self.config.idle_timeout,
+        )
+        .map_err(|e| e.to_string())?;
+        let report = StreamReport {
+            bytes: rx.bytes,
+            elapsed_ns: rx.elapsed.as_nanos() as u64,
+            hash: Some(rx.hash.clone()),
+            ..StreamReport::default()
+        };
+        if name.is_some() {
+            // Kept as a partial file until the sender's hash arrives.
+            session.lock().received[index as usize] = Some(rx);
+        } else {
+            transfer::discard(&rx);
+        }
+        Ok(report)
+    }
+}
+
+struct OpenRequest {
+    version: u32,
+    proof: Option<String>,
+    duration_s: u32,
+    test: TestSpec,
+}
+
+fn describe(spec: &TestSpec) -> String {
+    match spec {
+        TestSpec::Echo { streams, size } => format!("echo ({streams} streams, {size} B)"),
+        TestSpec::Sink { streams, read_size } => {
+            format!("sink ({streams} streams, {read_size} B reads)")
+        }
+        TestSpec::File {
+            streams,
+            bytes,
+            packet,
+            name,
+        } => match name {
+            Some(name) => format!("file '{}' ({bytes} B)", name.escape_debug()),
+            None => format!("file test ({streams} x {bytes} B, {packet} B packets)"),
+        },
+        TestSpec::AckStall { segment, quickack } => format!(
+            "ack stall ({segment} B segments, {})",
+            if *quickack {
+                "quickack"
+            } else {
+                "delayed acks"
+            }
+        ),
+    }
+}
+
+fn discard_unclaimed_files(session: &Session) {
+    for rx in session.lock().received.iter_mut().filter_map(Option::take) {
+        transfer::discard(&rx);
+    }
+}
+
+fn elapsed_ns(first: Option<Instant>, last: Option<Instant>) -> u64 {
+    match (first, last) {
+        (Some(f), Some(l)) => l.saturating_duration_since(f).as_nanos() as u64,
+        _ => 0,
+    }
+}
+
+/// Echo `size`-byte messages until the client closes.
+fn echo(mut stream: &TcpStream, size: usize, closed: &AtomicBool) -> Result<StreamReport, String> {
+    let mut buf = vec![0u8; size.min(MAX_SERVER_BUFFER)];
+    let mut report = StreamReport::default();
+    let (mut first, mut last) = (None, None);
+    loop {
+        let mut got = 0;
+        while got < buf.len() {
+            match stream.read(&mut buf[got..]) {
+                Ok(0) if got == 0 => {
+                    report.elapsed_ns = elapsed_ns(first, last);
+                    return Ok(report);
+                }
+                Ok(0) => return Err("client closed in the middle of a message".into()),
+                Ok(n) => {
+                    got += n;
+                    report.reads += 1;
+                    first.get_or_insert_with(Instant::now);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(read_error(e, closed)),
+            }
+        }
+        stream
+            .write_all(&buf)
+            .map_err(|e| format!("echo write: {e}"))?;
+        report.bytes += buf.len() as u64;
+        last = Some(Instant::now());
+    }
+}
+
+/// Read and discard until EOF.
+fn sink(
+    mut stream: &TcpStream,
+    read_size: usize,
+    closed: &AtomicBool,
+) -> Result<StreamReport, String> {
+    let mut buf = vec![0u8; read_size.min(MAX_SERVER_BUFFER)];
+    let mut report = StreamReport::default();
+    let (mut first, mut last) = (None, None);
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = Some(now);
+                report.bytes += n as u64;
+                report.reads += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(read_error(e, closed)),
+        }
+    }
+    report.elapsed_ns = elapsed_ns(first, last);
+    report.tcp_info = crate::tcp_info::tcp_info(stream.as_raw_fd())
+        .ok()
+        .and_then(|info| serde_json::to_value(info).ok());
+    Ok(report)
+}
+
+fn ack_stall_receiver(
+    stream: &TcpStream,
+    quickack: bool,
+    session: &Session,
+) -> Result<StreamReport, String> {
+    let mode = if quickack {
+        crate::ack_stall::AckMode::QuickAck
+    } else {
+        crate::ack_stall::AckMode::Delayed
+    };
+    let rx = crate::ack_stall::receive(stream, mode, session.deadline, &session.closed)
+        .map_err(|e| format!("receiving: {e}"))?;
+    let elapsed = match (rx.first_byte, rx.last_byte) {
+        (Some(f), Some(l)) => l.saturating_sub(f).as_nanos() as u64,
+        _ => 0,
+    };
+    Ok(StreamReport {
+        bytes: rx.bytes,
+        reads: rx.reads,
+        elapsed_ns: elapsed,
+        ..StreamReport::default()
+    })
+}
+
+fn read_error(e: io::Error, closed: &AtomicBool) -> String {
+    if closed.load(Ordering::SeqCst) {
+        "session ended".into()
+    } else if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    ) {
+        "peer went silent (idle timeout)".into()
+    } else {
+        format!("peer vanished: {e}")
+    }
+}

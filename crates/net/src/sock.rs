@@ -1,0 +1,274 @@
+//! Small socket helpers std does not offer: connecting with options set
+//! before the handshake (a send buffer or congestion control must be chosen
+//! before SYN for window scaling and the first cwnd to follow them), integer
+//! socket options, and per-thread CPU time.
+
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// Options applied to a TCP socket before it connects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// SO_SNDBUF in bytes (the kernel doubles it and caps it at wmem_max).
+    pub send_buffer: Option<u32>,
+    /// SO_RCVBUF in bytes.
+    pub receive_buffer: Option<u32>,
+    /// TCP_CONGESTION, e.g. `bbr`.
+    pub congestion_control: Option<String>,
+    pub nodelay: bool,
+}
+
+/// Connect to `addr` within `timeout`, with `options` applied first.
+pub fn connect(
+    addr: SocketAddr,
+    options: &ConnectOptions,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let family = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: socket() has no memory preconditions; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    if let Some(bytes) = options.send_buffer {
+        set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes as i32)
+            .map_err(|e| with_context(e, &format!("SO_SNDBUF {bytes}")))?;
+    }
+    if let Some(bytes) = options.receive_buffer {
+        set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes as i32)
+            .map_err(|e| with_context(e, &format!("SO_RCVBUF {bytes}")))?;
+    }
+    if let Some(cc) = &options.congestion_control {
+        crate::tcp_info::set_congestion_control(fd, cc)
+            .map_err(|e| with_context(e, &format!("congestion control '{cc}'")))?;
+    }
+    if options.nodelay {
+        set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+    }
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: storage holds a sockaddr of `len` bytes for this family.
+    let rc = unsafe { libc::connect(fd, (&storage as *const libc::sockaddr_storage).cast(), len) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(err);
+        }
+        wait_writable(fd, timeout)?;
+        let so_error = get_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)?;
+        if so_error != 0 {
+            return Err(io::Error::from_raw_os_error(so_error));
+        }
+    }
+    let stream = TcpStream::from(owned);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+fn with_context(err: io::Error, what: &str) -> io::Error {
+    io::Error::new(err.kind(), format!("{what}: {err}"))
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and aligned for it.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in6 and aligned for it.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// Wait until `fd` is readable (or has an error/hang-up), up to `timeout`.
+/// Returns false on timeout.
+pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    poll_one(fd, libc::POLLIN, timeout)
+}
+
+fn wait_writable(fd: RawFd, timeout: Duration) -> io::Result<()> {
+    if poll_one(fd, libc::POLLOUT, timeout)? {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer within {:.1} s", timeout.as_secs_f64()),
+        ))
+    }
+}
+
+fn poll_one(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut pfd = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: pfd is a valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(n > 0);
+    }
+}
+
+/// setsockopt with an int value.
+pub fn set_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: value lives across the call; its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// getsockopt of an int value.
+pub fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: value and len are valid for writes of the sizes given.
+    let rc =
+        unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut i32).cast(), &mut len) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(value)
+    }
+}
+
+/// Bytes in the send queue not yet acknowledged by the peer (SIOCOUTQ).
+pub fn unacked_bytes(stream: &TcpStream) -> io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (== SIOCOUTQ) writes one int.
+    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut value) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(value)
+    }
+}
+
+/// CPU time used so far by the calling thread.
+pub fn thread_cpu_time() -> Duration {
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time used so far by the whole process.
+pub fn process_cpu_time() -> Duration {
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_clock(clock: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is valid for writes; these clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    #[test]
+    fn connects_with_options_applied_before_the_handshake() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let options = ConnectOptions {
+            send_buffer: Some(256 * 1024),
+            nodelay: true,
+            ..ConnectOptions::default()
+        };
+        let mut client = connect(addr, &options, Duration::from_secs(2)).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        assert!(client.nodelay().unwrap());
+        // The kernel doubles SO_SNDBUF for its bookkeeping.
+        let sndbuf = get_int(client.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap();
+        assert!(sndbuf >= 256 * 1024, "{sndbuf}");
+        client.write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        server.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ping");
+    }
+
+    #[test]
+    fn a_refused_connection_is_an_error() {
+        // Bind then drop to find a port nobody listens on.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let err = connect(addr, &ConnectOptions::default(), Duration::from_secs(2)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+    }
+
+    #[test]
+    fn thread_cpu_time_advances_with_work() {
+        let before = thread_cpu_time();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        assert!(thread_cpu_time() > before);
+        std::hint::black_box(x);
+    }
+}
