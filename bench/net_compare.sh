@@ -482,12 +482,12 @@ write_meta() {
     fi
 }
 
-# A value as the progress line shows it.
+# A value as the progress line shows it: NAME TOOL VALUE.
 pretty() {
-    case "$1" in
-    *retransmits) echo "$2" ;;
-    rtt.*) awk -v v="$2" 'BEGIN { printf "%.2f us", v / 1e3 }' ;;
-    *) awk -v v="$2" 'BEGIN { printf "%.3f GB/s", v / 1e9 }' ;;
+    case "$1/$2" in
+    */*retransmits) echo "$3" ;;
+    rtt.*) awk -v v="$3" 'BEGIN { printf "%.2f us", v / 1e3 }' ;;
+    *) awk -v v="$3" 'BEGIN { printf "%.3f GB/s", v / 1e9 }' ;;
     esac
 }
 
@@ -511,7 +511,7 @@ measure() {
                 # Assigned first: set -e sees a failure of $(...) only there.
                 out="$(run_tool "$group" "$tool")"
                 while read -r name what value; do
-                    log "round $run/$RUNS  $name  $what  $(pretty "$what" "$value")"
+                    log "round $run/$RUNS  $name  $what  $(pretty "$name" "$what" "$value")"
                     record sample "$name" "$what" "$run" "$value"
                     if [[ "$name" == bw.single && "$what" == osprobe ]]; then memory="$value"; fi
                     if [[ "$name" == bw.single && "$what" == iperf3 ]]; then iperf3_single="$value"; fi

@@ -10,7 +10,7 @@ use osprobe_net::client::Peer;
 use osprobe_net::send::{SendError, SendRequest};
 use osprobe_net::server::{Server, ServerConfig, ServerEvent};
 use osprobe_net::transfer::{SendMethod, TransferError};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,7 +48,14 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
     let events: osprobe_net::server::EventSink = if quiet {
         Arc::new(|_: &ServerEvent| {})
     } else {
-        Arc::new(|event: &ServerEvent| println!("{} {event}", osprobe_core::now_rfc3339()))
+        // A closed stdout (a log pipe gone) must not stop the server.
+        Arc::new(|event: &ServerEvent| {
+            let _ = writeln!(
+                std::io::stdout().lock(),
+                "{} {event}",
+                osprobe_core::now_rfc3339()
+            );
+        })
     };
     interrupt::install();
     let server = Server::bind(bind, config, events)?;
@@ -65,14 +72,15 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
             "at most {} clients, {} s per test",
             args.max_clients, args.max_duration
         ));
-        println!(
+        let _ = writeln!(
+            std::io::stdout().lock(),
             "osprobe serve: listening on {addr} (TCP, and UDP echo); {}; Ctrl-C to stop",
             extras.join(", ")
         );
     }
     server.serve(interrupt::flag())?;
     if !quiet {
-        println!("osprobe serve: stopped");
+        let _ = writeln!(std::io::stdout().lock(), "osprobe serve: stopped");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -113,7 +121,8 @@ pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
             eprintln!("osprobe: interrupted; the server discards the partial file");
             return Ok(ExitCode::from(130));
         }
-        Err(e) => return Err(e.into()),
+        // The message already holds its causes; anyhow's chain would repeat them.
+        Err(e) => return Err(anyhow::anyhow!(e.to_string())),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);

@@ -44,9 +44,9 @@ pub struct SendOutcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    #[error("{0}")]
+    #[error(transparent)]
     Net(#[from] NetError),
-    #[error("{0}")]
+    #[error(transparent)]
     Transfer(#[from] transfer::TransferError),
     #[error("{file}: {why}")]
     BadFile { file: PathBuf, why: String },
