@@ -1,8 +1,10 @@
 //! net.ack_stall: seed 003's stall. A sender that keeps one segment in
 //! flight (like uIP: send, wait for the ACK, send the next) against a
-//! receiver whose window is clamped to one segment and that delays its
-//! ACKs, then the same with the receiver re-arming TCP_QUICKACK after every
-//! read. The receiver is the server (the "Linux workstation" of the seed).
+//! receiver that delays its ACKs, then the same with the receiver re-arming
+//! TCP_QUICKACK after every read. The receiver is the server (the "Linux
+//! workstation" of the seed). The window is not clamped: on a current
+//! kernel TCP_WINDOW_CLAMP does not hold on an established socket, and the
+//! sender withholds PSH, which a current receiver would answer at once.
 //! Reported: both rates, their ratio, and the ACK delay the sender saw.
 //! The mechanics and the kernel behaviour behind them are in
 //! [`crate::ack_stall`].

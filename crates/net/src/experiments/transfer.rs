@@ -105,10 +105,11 @@ impl Transfer {
                 .into_iter()
                 .map(|p| p.with("file_size", M))
                 .collect(),
+            // Quick keeps to 20 MB: 50 MB in 100-byte packets alone takes seconds.
             (Transfer::PacketSize, Profile::Quick) => {
                 cross(paths, "packet", &[100, 1000, 1400, 64 * K])
                     .into_iter()
-                    .map(|p| p.with("file_size", 50 * M))
+                    .map(|p| p.with("file_size", 20 * M))
                     .collect()
             }
             (Transfer::PacketSize, Profile::Full) => cross(
@@ -299,7 +300,7 @@ fn repeat_transfers(
 ) -> Result<(Vec<f64>, Vec<f64>), ExperimentError> {
     let (min_repeats, max_repeats, budget) = match ctx.profile {
         Profile::Smoke => (1, 1, Duration::ZERO),
-        Profile::Quick => (3, 20, Duration::from_millis(300)),
+        Profile::Quick => (2, 20, Duration::from_millis(300)),
         Profile::Full => (5, 50, Duration::from_secs(2)),
     };
     let started = std::time::Instant::now();
