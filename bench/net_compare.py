@@ -23,6 +23,8 @@ Subcommands:
                             of the loopback point with that many streams
   osprobe-rtt               stdin: `osprobe bench net.rtt --json`; prints the
                             P50 and MEAN of metric tcp (loopback), in ns
+  dd-rate                   stdin: GNU dd's closing lines (LC_ALL=C); prints
+                            the bytes/s it wrote
   send-rates                stdin: `osprobe send --json`; prints RX TX BYTES
                             (rates in bytes/s); fails unless verified
   report FILE [--json]      FILE: the records net_compare.sh wrote; prints
@@ -134,6 +136,16 @@ def osprobe_rtt():
     print(f"{m['summary']['p50']:.1f} {m['summary']['mean']:.1f}")
 
 
+def dd_rate():
+    text = sys.stdin.read()
+    # GNU dd (LC_ALL=C): "1073741824 bytes (1.1 GB, 1.0 GiB) copied, 1.12 s,
+    # 953 MB/s"; the rate is recomputed from bytes and seconds, not rounded.
+    match = re.search(r"^(\d+) bytes .*copied, ([0-9.]+(?:e[+-]?\d+)?) s", text, re.MULTILINE)
+    if not match or float(match.group(2)) <= 0:
+        fail("no 'N bytes ... copied, T s' line in dd's output:\n" + text)
+    print(f"{int(match.group(1)) / float(match.group(2)):.1f}")
+
+
 def send_rates():
     text = sys.stdin.read()
     try:
@@ -158,13 +170,13 @@ COMPARISONS = {
     "bw.single": {
         "unit": "bytes/s", "peer": "iperf3", "osprobe": "osprobe", "kind": "min",
         "target": "bw_target", "peer_label": "iperf3 -P 1 (received)",
-        "info": [("sent", "osprobe_sent", "iperf3_sent"),
+        "info": [("sent/sent", "osprobe_sent", "iperf3_sent"),
                  ("sender p50/iperf3 sent", "osprobe_sender_p50", "iperf3_sent")],
     },
     "bw.multi": {
         "unit": "bytes/s", "peer": "iperf3", "osprobe": "osprobe", "kind": "min",
         "target": "multi_target", "peer_label": "iperf3 -P {streams} (received)",
-        "info": [("sent", "osprobe_sent", "iperf3_sent"),
+        "info": [("sent/sent", "osprobe_sent", "iperf3_sent"),
                  ("sender p50/iperf3 sent", "osprobe_sender_p50", "iperf3_sent")],
     },
     "rtt.qperf": {
@@ -180,7 +192,8 @@ COMPARISONS = {
     "transfer": {
         "unit": "bytes/s", "peer": "memory", "osprobe": "osprobe", "kind": "min",
         "target": "transfer_target", "peer_label": "net.bandwidth 1 stream",
-        "info": [("rx/iperf3 -P 1", "osprobe", "iperf3"),
+        "info": [("rx/page-cache write", "osprobe", "page_cache_write"),
+                 ("rx/iperf3 -P 1", "osprobe", "iperf3"),
                  ("tx/memory", "osprobe_tx", "memory")],
     },
 }
@@ -337,6 +350,8 @@ def main(argv):
         osprobe_bandwidth(args[0])
     elif cmd == "osprobe-rtt":
         osprobe_rtt()
+    elif cmd == "dd-rate":
+        dd_rate()
     elif cmd == "send-rates":
         send_rates()
     elif cmd == "report" and args:

@@ -343,6 +343,10 @@ osprobe_rtt_cmd() {
     echo "$(pin_prefix "${1:-}")$OSPROBE bench net.rtt --param path=loopback --param proto=tcp --param size=$RTT_SIZE --profile full --json --no-store --quiet"
 }
 
+dd_cmd() {
+    echo "env LC_ALL=C dd if=$SEND_FILE of=$SERVE_DIR/dd.bin bs=256K"
+}
+
 send_cmd() {
     echo "$OSPROBE send $SEND_FILE --to 127.0.0.1:$SERVE_PORT --json --quiet"
 }
@@ -418,6 +422,18 @@ run_tool() {
         echo "rtt.sockperf$suffix osprobe $p50"
         echo "rtt.sockperf$suffix osprobe_mean $mean"
         ;;
+    transfer/peer)
+        # For information: how fast this file system takes the same bytes
+        # into its page cache (dd, 256 KiB writes like osprobe send's
+        # default packet, no fsync: the rate the receiver could reach if
+        # the network cost nothing).
+        cat "$SEND_FILE" >/dev/null
+        # shellcheck disable=SC2046
+        run_checked "dd" $(dd_cmd) >/dev/null || exit 1
+        parsed="$("$PYTHON" "$HELPER" dd-rate <"$WORK/tool.err")" || die 1 "cannot read dd's output"
+        rm -f "$SERVE_DIR/dd.bin"
+        echo "transfer page_cache_write $parsed"
+        ;;
     transfer/osprobe)
         # The sender reads a warm page cache: read the file once first, so
         # that the disk's read speed does not decide the rate.
@@ -473,7 +489,7 @@ write_meta() {
     record pair bw.multi "$(iperf3_cmd "$MULTI_STREAMS")" "$(osprobe_bw_cmd "$MULTI_STREAMS")"
     record pair rtt.qperf "$(qperf_cmd)" "$(osprobe_rtt_cmd)"
     record pair rtt.sockperf "$(sockperf_cmd)" "$(osprobe_rtt_cmd)"
-    record pair transfer "$(osprobe_bw_cmd 1) (bw.single's osprobe run)" "$(send_cmd)"
+    record pair transfer "$(osprobe_bw_cmd 1) (bw.single's osprobe run; and $(dd_cmd))" "$(send_cmd)"
     if ((PINNED)); then
         record pair bw.single+pin "$(iperf3_cmd 1 pin)" "$(osprobe_bw_cmd 1 pin)"
         record pair bw.multi+pin "$(iperf3_cmd "$MULTI_STREAMS" pin)" "$(osprobe_bw_cmd "$MULTI_STREAMS" pin)"
@@ -507,7 +523,6 @@ measure() {
                 record sample transfer iperf3 "$run" "$iperf3_single"
             fi
             for tool in $order; do
-                if [[ "$group" == transfer && "$tool" == peer ]]; then continue; fi
                 # Assigned first: set -e sees a failure of $(...) only there.
                 out="$(run_tool "$group" "$tool")"
                 while read -r name what value; do

@@ -157,6 +157,7 @@ pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
         "  Rx (receiver):      {}",
         rate(outcome.rx_bytes_per_s, outcome.rx_seconds)
     );
+    println!("  {}", outcome.diagnosis);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -57,6 +57,7 @@ fn smoke_run_of_every_network_experiment() {
         .output()
         .unwrap();
     let run = json_of(&out);
+    common::assert_follows_schema(&run);
     for (experiment, metrics) in [
         ("net.rtt", &["tcp", "udp"][..]),
         ("net.connect", &["connect", "close"][..]),
@@ -458,4 +459,41 @@ fn ctrl_c_during_a_netns_test_removes_the_namespace() {
         .filter(|n| n.starts_with(&prefix))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_full_disk_on_the_server_is_reported_and_leaves_nothing() {
+    if !need_root("a_full_disk_on_the_server_is_reported_and_leaves_nothing") {
+        return;
+    }
+    let root = scratch("full");
+    let small = root.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m",
+            "tmpfs",
+            small.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a 1 MiB tmpfs");
+    let file = root.join("big.bin");
+    pseudo_random_file(&file, 3 << 20);
+    let serve = ServeProcess::start(&["--dir", small.to_str().unwrap()]);
+    let out = osprobe()
+        .args(["send", file.to_str().unwrap(), "--to", &serve.addr])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let left: Vec<_> = std::fs::read_dir(&small).unwrap().collect();
+    drop(serve);
+    let _ = Command::new("umount").arg(&small).status();
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("space"), "{err}");
+    assert!(left.is_empty(), "nothing may be left in the full directory");
 }

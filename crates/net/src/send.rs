@@ -5,11 +5,14 @@
 //! seed 002's Tx (sender) and Rx (receiver) rates.
 
 use crate::client::{NetError, Peer};
+use crate::diagnosis::{diagnose_with_sysctls, DiagnosisInput};
 use crate::protocol::TestSpec;
 use crate::sock::ConnectOptions;
+use crate::tcp_info;
 use crate::transfer::{self, SendMethod, TxReport};
 use serde::Serialize;
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -40,6 +43,8 @@ pub struct SendOutcome {
     pub rx_bytes_per_s: Option<f64>,
     pub hash: String,
     pub verified: bool,
+    /// What limited the transfer, from TCP_INFO at both ends.
+    pub diagnosis: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +112,8 @@ pub fn send(
         stop,
         &mut |sent| progress(sent, total),
     )?;
+    let sender_info = tcp_info::tcp_info(stream.as_raw_fd()).ok();
+    let send_buffer = tcp_info::send_buffer(stream.as_raw_fd()).ok();
     let _ = stream.shutdown(Shutdown::Write);
     let reports = session.finish(vec![Some(tx.hash.clone())], expected)?;
     let report = reports
@@ -119,6 +126,20 @@ pub fn send(
         ));
     }
     let rx_seconds = report.elapsed_ns as f64 / 1e9;
+    let diagnosis = diagnose_with_sysctls(
+        &DiagnosisInput {
+            duration_s: tx.elapsed.as_secs_f64(),
+            goodput_bytes_per_s: tx.rate_bytes_per_second().unwrap_or(0.0),
+            sender: sender_info,
+            receiver: report
+                .tcp_info
+                .clone()
+                .and_then(|v| serde_json::from_value(v).ok()),
+            send_buffer_bytes: send_buffer,
+            app_limited_hint: false,
+        },
+        &tcp_info::tcp_mem_sysctls(),
+    );
     Ok(SendOutcome {
         file: request.file.clone(),
         name,
@@ -132,5 +153,6 @@ pub fn send(
         rx_bytes_per_s: (rx_seconds > 0.0).then(|| report.bytes as f64 / rx_seconds),
         hash: tx.hash,
         verified: report.hash.is_some(),
+        diagnosis: diagnosis.line(),
     })
 }

@@ -57,3 +57,20 @@ pub fn interrupt(child: std::process::Child, what: &str) -> std::process::Output
     );
     out
 }
+
+/// The documented JSON schema of runs.
+pub fn schema() -> Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schema/osprobe.schema.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Panic with the first violation if `run` does not follow the schema.
+pub fn assert_follows_schema(run: &Value) {
+    if let Err(e) = jsonschema::validate(&schema(), run) {
+        panic!(
+            "run JSON does not follow the schema: {e} at {}",
+            e.instance_path
+        );
+    }
+}

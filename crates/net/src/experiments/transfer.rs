@@ -17,9 +17,11 @@
 //! seed did beside its own program.
 
 use super::{cross, default_paths, failed, value_measurement, COMMON};
+use crate::diagnosis::{diagnose_with_sysctls, Diagnosis, DiagnosisInput};
 use crate::path::{Endpoint, PathKind};
 use crate::protocol::TestSpec;
 use crate::sock::ConnectOptions;
+use crate::tcp_info::{self, TcpInfo};
 use crate::transfer::{self, SendMethod, TxReport};
 use osprobe_core::scratch::ScratchDir;
 use osprobe_core::{
@@ -207,7 +209,7 @@ impl Experiment for Transfer {
             .map_err(|e| ExperimentError::io("creating the file to send", e))?;
         let endpoint = Endpoint::open(ctx, params)?;
 
-        let (tx, rx) = repeat_transfers(
+        let Rates { tx, rx, diagnosis } = repeat_transfers(
             ctx,
             &endpoint,
             &source,
@@ -232,6 +234,10 @@ impl Experiment for Transfer {
             "the source file was flushed and dropped from the page cache before each transfer"
                 .into(),
         );
+        if let Some(d) = diagnosis {
+            tx_m.notes
+                .push(format!("connection 0 of the last transfer: {}", d.line()));
+        }
         tx_m.notes.push(path.clone());
         let mut rx_m = value_measurement(id, "rx", params.clone(), Unit::BitsPerSecond, &rx)?;
         rx_m.notes.push("Rx: file size / receiver's time from the first byte received to the last byte written to its file (page cache, no fsync); contents verified by xxh3-128".into());
@@ -297,26 +303,36 @@ fn repeat_transfers(
     packet: usize,
     connections: u32,
     method: SendMethod,
-) -> Result<(Vec<f64>, Vec<f64>), ExperimentError> {
+) -> Result<Rates, ExperimentError> {
     let (min_repeats, max_repeats, budget) = match ctx.profile {
         Profile::Smoke => (1, 1, Duration::ZERO),
         Profile::Quick => (2, 20, Duration::from_millis(300)),
         Profile::Full => (5, 50, Duration::from_secs(2)),
     };
     let started = std::time::Instant::now();
-    let (mut tx, mut rx) = (Vec::new(), Vec::new());
+    let mut all = Rates::default();
     for repeat in 0.. {
         if repeat >= max_repeats || (repeat >= min_repeats && started.elapsed() >= budget) {
             break;
         }
         ctx.check_interrupt()?;
         evict(source)?;
-        for (t, r) in transfer_once(endpoint, source, file_size, packet, connections, method)? {
-            tx.push(t * 8.0);
-            rx.push(r * 8.0);
-        }
+        let once = transfer_once(endpoint, source, file_size, packet, connections, method)?;
+        all.tx.extend(once.tx.iter().map(|r| r * 8.0));
+        all.rx.extend(once.rx.iter().map(|r| r * 8.0));
+        all.diagnosis = once.diagnosis;
     }
-    Ok((tx, rx))
+    Ok(all)
+}
+
+/// Tx and Rx rates of each connection (bytes/s from one transfer, bit/s
+/// once gathered), and the diagnosis of the last transfer's first
+/// connection.
+#[derive(Default)]
+struct Rates {
+    tx: Vec<f64>,
+    rx: Vec<f64>,
+    diagnosis: Option<Diagnosis>,
 }
 
 /// Write back and drop the file's cached pages.
@@ -344,7 +360,7 @@ fn transfer_once(
     packet: usize,
     connections: u32,
     method: SendMethod,
-) -> Result<Vec<(f64, f64)>, ExperimentError> {
+) -> Result<Rates, ExperimentError> {
     let spec = TestSpec::File {
         streams: connections,
         bytes: file_size,
@@ -358,7 +374,8 @@ fn transfer_once(
         .map(|i| session.attach(i, &ConnectOptions::default()))
         .collect::<Result<_, _>>()
         .map_err(failed)?;
-    let sent: Vec<Result<TxReport, String>> = std::thread::scope(|scope| {
+    type Sent = Result<(TxReport, Option<TcpInfo>, Option<u64>), String>;
+    let sent: Vec<Sent> = std::thread::scope(|scope| {
         let workers: Vec<_> = streams
             .iter()
             .map(|stream| {
@@ -372,8 +389,11 @@ fn transfer_once(
                         &mut |_| {},
                     )
                     .map_err(|e| e.to_string());
+                    // Before the FIN: what the connection looked like while sending.
+                    let info = tcp_info::tcp_info(stream.as_raw_fd()).ok();
+                    let sndbuf = tcp_info::send_buffer(stream.as_raw_fd()).ok();
                     let _ = stream.shutdown(Shutdown::Write);
-                    report
+                    report.map(|r| (r, info, sndbuf))
                 })
             })
             .collect();
@@ -388,17 +408,37 @@ fn transfer_once(
     if interrupt::requested() {
         return Err(ExperimentError::Interrupted);
     }
-    let sent: Vec<TxReport> = sent
+    let sent: Vec<(TxReport, Option<TcpInfo>, Option<u64>)> = sent
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
             r.map_err(|e| ExperimentError::Failed(format!("sending on connection {i}: {e}")))
         })
         .collect::<Result<_, _>>()?;
-    let hashes = sent.iter().map(|t| Some(t.hash.clone())).collect();
+    let hashes = sent.iter().map(|(t, _, _)| Some(t.hash.clone())).collect();
     let reports = session.finish(hashes, allowance).map_err(failed)?;
-    let mut rates = Vec::with_capacity(sent.len());
-    for (i, (tx, report)) in sent.iter().zip(&reports).enumerate() {
+    let diagnosis = sent
+        .first()
+        .zip(reports.first())
+        .map(|((tx, info, sndbuf), report)| {
+            let input = DiagnosisInput {
+                duration_s: tx.elapsed.as_secs_f64(),
+                goodput_bytes_per_s: tx.rate_bytes_per_second().unwrap_or(0.0),
+                sender: info.clone(),
+                receiver: report
+                    .tcp_info
+                    .clone()
+                    .and_then(|v| serde_json::from_value(v).ok()),
+                send_buffer_bytes: *sndbuf,
+                app_limited_hint: false,
+            };
+            diagnose_with_sysctls(&input, &tcp_info::tcp_mem_sysctls())
+        });
+    let mut rates = Rates {
+        diagnosis,
+        ..Rates::default()
+    };
+    for (i, ((tx, _, _), report)) in sent.iter().zip(&reports).enumerate() {
         if let Some(e) = &report.error {
             return Err(ExperimentError::Failed(format!(
                 "receiving connection {i}: {e}"
@@ -416,7 +456,8 @@ fn transfer_once(
         } else {
             0.0
         };
-        rates.push((tx_rate, rx_rate));
+        rates.tx.push(tx_rate);
+        rates.rx.push(rx_rate);
     }
     Ok(rates)
 }
