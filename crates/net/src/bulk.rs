@@ -27,6 +27,10 @@ pub struct BulkConfig {
     pub interval: Duration,
     /// Intervals at the start left out of the samples (slow start).
     pub omit: Duration,
+    /// Run every sending thread on this CPU.
+    pub sender_cpu: Option<usize>,
+    /// Ask the server to run every receiving thread on this CPU.
+    pub receiver_cpu: Option<u32>,
 }
 
 /// What one bulk test measured.
@@ -120,6 +124,7 @@ pub fn run(
     let spec = TestSpec::Sink {
         streams: config.streams,
         read_size: config.write_size.min(u32::MAX as usize) as u32,
+        cpu: config.receiver_cpu,
     };
     let session = peer
         .open(spec, config.duration + Duration::from_secs(30))
@@ -146,7 +151,12 @@ pub fn run(
             .zip(&counters)
             .map(|(stream, counter)| {
                 let done = &done;
+                let cpu = config.sender_cpu;
                 scope.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        osprobe_core::affinity::pin_current_thread(cpu)
+                            .map_err(|e| format!("pinning the sender to CPU {cpu}: {e}"))?;
+                    }
                     send_until(stream, config.write_size, deadline, counter, stop, done)
                 })
             })
@@ -205,7 +215,7 @@ fn send_until(
     done: &AtomicBool,
 ) -> Result<Sent, String> {
     let cpu_start = sock::thread_cpu_time();
-    let buf = vec![0xa5u8; write_size];
+    let buf = sock::PageAligned::filled(write_size, 0xa5);
     // A write blocks while the send buffer is full; a timeout keeps a dead
     // path from hanging the test past its deadline.
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));

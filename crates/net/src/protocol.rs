@@ -95,8 +95,15 @@ pub enum TestSpec {
     /// that carry the session id.
     Echo { streams: u32, size: u32 },
     /// Read and discard until EOF, in `read_size` reads; report bytes,
-    /// timing, CPU and the receiver's TCP_INFO.
-    Sink { streams: u32, read_size: u32 },
+    /// timing, CPU and the receiver's TCP_INFO. With `cpu`, the server runs
+    /// the receiving threads on that CPU (like iperf3 -A's server half),
+    /// when it is allowed there.
+    Sink {
+        streams: u32,
+        read_size: u32,
+        #[serde(default)]
+        cpu: Option<u32>,
+    },
     /// Receive `bytes` per stream into a file on the server's disk, in
     /// `packet`-byte reads. `name` is set by `osprobe send` (kept in the
     /// server's `--dir`); without it the file is a scratch file, deleted
@@ -388,7 +395,9 @@ impl TestSpec {
                 check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
                 check_range("size", *size as u64, 1, MAX_ECHO_SIZE as u64)
             }
-            TestSpec::Sink { streams, read_size } => {
+            TestSpec::Sink {
+                streams, read_size, ..
+            } => {
                 check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
                 check_range("read_size", *read_size as u64, 1, MAX_IO_SIZE as u64)
             }
@@ -467,8 +476,11 @@ mod tests {
         prop_oneof![
             (1..=MAX_STREAMS, 1..=MAX_ECHO_SIZE)
                 .prop_map(|(streams, size)| TestSpec::Echo { streams, size }),
-            (1..=MAX_STREAMS, 1..=MAX_IO_SIZE)
-                .prop_map(|(streams, read_size)| TestSpec::Sink { streams, read_size }),
+            (1..=MAX_STREAMS, 1..=MAX_IO_SIZE).prop_map(|(streams, read_size)| TestSpec::Sink {
+                streams,
+                read_size,
+                cpu: None
+            }),
             (
                 1..=MAX_STREAMS,
                 0..=MAX_FILE_BYTES,
@@ -636,6 +648,7 @@ mod tests {
                 TestSpec::Sink {
                     streams: 0,
                     read_size: 1,
+                    cpu: None,
                 },
                 5,
             ),
@@ -643,6 +656,7 @@ mod tests {
                 TestSpec::Sink {
                     streams: MAX_STREAMS + 1,
                     read_size: 1,
+                    cpu: None,
                 },
                 5,
             ),
@@ -650,6 +664,7 @@ mod tests {
                 TestSpec::Sink {
                     streams: 1,
                     read_size: 0,
+                    cpu: None,
                 },
                 5,
             ),
@@ -657,6 +672,7 @@ mod tests {
                 TestSpec::Sink {
                     streams: 1,
                     read_size: MAX_IO_SIZE + 1,
+                    cpu: None,
                 },
                 5,
             ),
@@ -678,6 +694,7 @@ mod tests {
                 TestSpec::Sink {
                     streams: 1,
                     read_size: 1,
+                    cpu: None,
                 },
                 0,
             ),

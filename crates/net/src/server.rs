@@ -773,6 +773,22 @@ impl Shared {
         if protocol::write_message(&mut stream, &Message::Attached {}).is_err() {
             return;
         }
+        if matches!(session.spec, TestSpec::Sink { .. } | TestSpec::File { .. }) {
+            // Answering Attach right after receiving it put the socket in
+            // "ping-pong" (interactive) mode, in which the kernel delays ACKs
+            // and skips the ACK on reading; a bulk receiver must not stay in
+            // it. Setting TCP_QUICKACK leaves that mode.
+            let _ =
+                crate::sock::set_int(stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+        }
+        if let TestSpec::Sink { cpu: Some(cpu), .. } = session.spec {
+            // A CPU this process may not use is ignored: the client asked
+            // for a placement, not for the test to fail.
+            let allowed = osprobe_core::affinity::allowed_cpus().unwrap_or_default();
+            if allowed.contains(&(cpu as usize)) {
+                let _ = osprobe_core::affinity::pin_current_thread(cpu as usize);
+            }
+        }
         let cpu_start = crate::sock::thread_cpu_time();
         let mut report = self.run_role(&stream, &session, index);
         report.stream = index;
@@ -936,7 +952,9 @@ struct OpenRequest {
 fn describe(spec: &TestSpec) -> String {
     match spec {
         TestSpec::Echo { streams, size } => format!("echo ({streams} streams, {size} B)"),
-        TestSpec::Sink { streams, read_size } => {
+        TestSpec::Sink {
+            streams, read_size, ..
+        } => {
             format!("sink ({streams} streams, {read_size} B reads)")
         }
         TestSpec::File {
@@ -1009,7 +1027,7 @@ fn sink(
     read_size: usize,
     closed: &AtomicBool,
 ) -> Result<StreamReport, String> {
-    let mut buf = vec![0u8; read_size.min(MAX_SERVER_BUFFER)];
+    let mut buf = crate::sock::PageAligned::zeroed(read_size.min(MAX_SERVER_BUFFER));
     let mut report = StreamReport::default();
     let (mut first, mut last) = (None, None);
     loop {

@@ -251,7 +251,7 @@ fn hex(hasher: &Xxh3) -> String {
 pub fn hash_file(path: &Path) -> io::Result<String> {
     let mut file = File::open(path).map_err(|e| with_path(e, "cannot open", path))?;
     let mut hasher = Box::new(Xxh3::new());
-    let mut buf = vec![0u8; BULK_CHUNK];
+    let mut buf = crate::sock::PageAligned::zeroed(BULK_CHUNK);
     loop {
         let n = match file.read(&mut buf) {
             Ok(0) => break,
@@ -495,7 +495,7 @@ impl Sending<'_> {
         packet: usize,
         progress: &mut Progress,
     ) -> Result<(Duration, String), TransferError> {
-        let mut buf = vec![0u8; packet];
+        let mut buf = crate::sock::PageAligned::zeroed(packet);
         let mut hasher = Box::new(Xxh3::new());
         let mut idle = Idle::new(self.idle_limit);
         let mut sent = 0u64;
@@ -618,7 +618,7 @@ impl Sending<'_> {
         let reading = |e| io_error(format!("reading {} to hash it", self.file.display()), e);
         source.seek(SeekFrom::Start(0)).map_err(reading)?;
         let mut hasher = Box::new(Xxh3::new());
-        let mut buf = vec![0u8; BULK_CHUNK];
+        let mut buf = crate::sock::PageAligned::zeroed(BULK_CHUNK);
         let mut hashed = 0u64;
         while hashed < self.size {
             if stop_requested(self.stop) {
@@ -766,7 +766,7 @@ pub fn receive_file(
             peer_name(stream)
         )
     };
-    let mut buf = vec![0u8; packet];
+    let mut buf = crate::sock::PageAligned::zeroed(packet);
     let mut hasher = Box::new(Xxh3::new());
     let mut idle = Idle::new(idle_timeout);
     let mut reader = stream;
@@ -1098,7 +1098,7 @@ pub fn create_source_file(dir: &Path, size: u64, seed: u64) -> io::Result<PathBu
         .open(&path)
         .map_err(|e| with_path(e, "cannot create", &path))?;
     let mut rng = SplitMix64::new(seed);
-    let mut buf = vec![0u8; BULK_CHUNK];
+    let mut buf = crate::sock::PageAligned::zeroed(BULK_CHUNK);
     let mut written = 0u64;
     while written < size {
         let n = (size - written).min(BULK_CHUNK as u64) as usize;
@@ -1615,71 +1615,5 @@ mod tests {
             create_source_file(scratch.path(), 5, 1).is_err(),
             "no following a link"
         );
-    }
-
-    #[test]
-    #[ignore]
-    fn zz_measure_rates() {
-        let scratch = ScratchDir::new().unwrap();
-        for size in [1000u64, 100_000, 64 << 20] {
-            let src = create_source_file(scratch.path(), size, 1).unwrap();
-            for (packet, method) in [
-                (30, SendMethod::Packets),
-                (1000, SendMethod::Packets),
-                (65536, SendMethod::Packets),
-                (65536, SendMethod::Sendfile),
-            ] {
-                if size < 1 << 20 && packet != 1000 {
-                    continue;
-                }
-                for rep in 0..3 {
-                    let dest = scratch
-                        .path()
-                        .join(format!("c{size}-{packet}-{rep}-{}", method.as_str()));
-                    let (tx, rx) = transfer(&src, &dest, packet, method);
-                    let (tx, rx) = (tx.unwrap(), rx.unwrap());
-                    let t = tx.rate_bytes_per_second().unwrap() * 8e-6;
-                    let r = rx.rate_bytes_per_second().unwrap() * 8e-6;
-                    eprintln!("RATE size {size} packet {packet} {} rep {rep}: Tx {t:.0} Rx {r:.0} bits/us  (tx {:?} rx {:?})", method.as_str(), tx.elapsed, rx.elapsed);
-                    commit(&rx, &tx.hash, &dest, false).unwrap();
-                    std::fs::remove_file(&dest).unwrap();
-                }
-            }
-        }
-    }
-
-    #[test]
-    #[ignore]
-    fn zz_measure_sink() {
-        let scratch = ScratchDir::new().unwrap();
-        let src = create_source_file(scratch.path(), 256 << 20, 1).unwrap();
-        for (packet, method) in [
-            (65536, SendMethod::Packets),
-            (65536, SendMethod::Sendfile),
-            (1 << 20, SendMethod::Packets),
-        ] {
-            for rep in 0..3 {
-                let (tx_stream, mut rx_stream) = connected_pair();
-                let sink = thread::spawn(move || {
-                    let mut b = vec![0u8; 1 << 20];
-                    let mut n = 0u64;
-                    loop {
-                        let k = rx_stream.read(&mut b).unwrap();
-                        if k == 0 {
-                            break n;
-                        }
-                        n += k as u64;
-                    }
-                });
-                let never = AtomicBool::new(false);
-                let wall = Instant::now();
-                let tx = send_file(&tx_stream, &src, packet, method, &never, &mut |_| {}).unwrap();
-                let wall = wall.elapsed();
-                drop(tx_stream);
-                assert_eq!(sink.join().unwrap(), 256 << 20);
-                let t = tx.rate_bytes_per_second().unwrap() * 8e-6;
-                eprintln!("SINK packet {packet} {} rep {rep}: Tx {t:.0} bits/us, elapsed {:?}, wall incl. hash pass {:?}", method.as_str(), tx.elapsed, wall);
-            }
-        }
     }
 }

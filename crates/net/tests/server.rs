@@ -114,6 +114,7 @@ fn echo_sink_and_report() {
             TestSpec::Sink {
                 streams: 2,
                 read_size: 65536,
+                cpu: None,
             },
             Duration::from_secs(5),
         )
@@ -219,6 +220,7 @@ fn a_stream_cannot_be_attached_twice_or_out_of_range() {
             TestSpec::Sink {
                 streams: 1,
                 read_size: 1024,
+                cpu: None,
             },
             Duration::from_secs(5),
         )
@@ -335,6 +337,7 @@ fn a_client_vanishing_mid_test_is_survived() {
                 TestSpec::Sink {
                     streams: 1,
                     read_size: 4096,
+                    cpu: None,
                 },
                 Duration::from_secs(5),
             )

@@ -4,7 +4,9 @@
 //! the receiver's rate from the server, CPU load on both ends, and the
 //! retransmissions and limits TCP_INFO shows.
 
-use super::{cross, default_paths, duration, value_measurement, COMMON, DURATION_PARAM};
+use super::{
+    cross, default_paths, duration, value_measurement, Placement, COMMON, DURATION_PARAM, PIN_PARAM,
+};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
 use crate::sock::ConnectOptions;
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 pub struct Bandwidth;
 
-const PARAMS: [ParamSpec; 5] = [
+const PARAMS: [ParamSpec; 6] = [
     COMMON[0],
     COMMON[1],
     ParamSpec {
@@ -33,6 +35,7 @@ const PARAMS: [ParamSpec; 5] = [
         },
     },
     DURATION_PARAM,
+    PIN_PARAM,
 ];
 
 pub fn default_duration_ms(profile: Profile) -> u64 {
@@ -67,12 +70,14 @@ impl Experiment for Bandwidth {
             .map(|p| {
                 p.with("write_size", 128i64 << 10)
                     .with("duration_ms", default_duration_ms(profile) as i64)
+                    .with("pin", "auto")
             })
             .collect()
     }
 
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let endpoint = Endpoint::open(ctx, params)?;
+        let placement = Placement::choose(params, endpoint.kind);
         let config = BulkConfig {
             streams: params.int("streams").unwrap_or(1) as u32,
             write_size: params.int("write_size").unwrap_or(128 << 10) as usize,
@@ -80,9 +85,15 @@ impl Experiment for Bandwidth {
             options: ConnectOptions::default(),
             interval: Duration::from_millis(100),
             omit: Duration::from_millis(200),
+            sender_cpu: placement.sender_cpu,
+            receiver_cpu: placement.receiver_cpu,
         };
         let result = bulk::run(&endpoint.peer, &config, interrupt::flag())?;
-        bulk_measurements(self.id(), params, &endpoint, &config, &result)
+        let mut measurements = bulk_measurements(self.id(), params, &endpoint, &config, &result)?;
+        if let Some(sender) = measurements.first_mut() {
+            sender.notes.push(placement.note);
+        }
+        Ok(measurements)
     }
 }
 
@@ -137,9 +148,11 @@ pub fn bulk_measurements(
         Unit::BytesPerSecond,
         &[result.receiver_rate()],
     )?;
+    let reads: u64 = result.reports.iter().map(|r| r.reads).sum();
     receiver.notes.push(format!(
-        "one value: each stream's bytes received ({} in all) over its first-to-last-byte time at the server, summed over streams",
-        result.received_bytes()
+        "one value: each stream's bytes received ({} in all, {reads} reads of {:.0} B on average) over its first-to-last-byte time at the server, summed over streams",
+        result.received_bytes(),
+        result.received_bytes() as f64 / reads.max(1) as f64
     ));
     receiver.notes.push(path.clone());
 

@@ -11,7 +11,7 @@
 //! how seed 001's "raise tcp_wmem" is tried per socket.
 
 use super::bandwidth::{bulk_measurements, default_duration_ms};
-use super::{default_paths, duration, COMMON, DURATION_PARAM};
+use super::{default_paths, duration, Placement, COMMON, DURATION_PARAM, PIN_PARAM};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
 use crate::sock::ConnectOptions;
@@ -26,7 +26,7 @@ pub struct CongestionControl;
 
 const ALGORITHMS: &[&str] = &["bbr", "cubic", "reno"];
 
-const PARAMS: [ParamSpec; 5] = [
+const PARAMS: [ParamSpec; 6] = [
     COMMON[0],
     COMMON[1],
     ParamSpec {
@@ -43,6 +43,7 @@ const PARAMS: [ParamSpec; 5] = [
         },
     },
     DURATION_PARAM,
+    PIN_PARAM,
 ];
 
 impl Experiment for CongestionControl {
@@ -67,6 +68,7 @@ impl Experiment for CongestionControl {
                         .with("cc", *cc)
                         .with("sndbuf", 0i64)
                         .with("duration_ms", default_duration_ms(profile) as i64)
+                        .with("pin", "auto")
                 })
             })
             .collect()
@@ -83,6 +85,7 @@ impl Experiment for CongestionControl {
         }
         let sndbuf = params.int("sndbuf").unwrap_or(0);
         let endpoint = Endpoint::open(ctx, params)?;
+        let placement = Placement::choose(params, endpoint.kind);
         let config = BulkConfig {
             streams: 1,
             write_size: 128 << 10,
@@ -94,6 +97,8 @@ impl Experiment for CongestionControl {
             },
             interval: Duration::from_millis(100),
             omit: Duration::from_millis(200),
+            sender_cpu: placement.sender_cpu,
+            receiver_cpu: placement.receiver_cpu,
         };
         let result = match bulk::run(&endpoint.peer, &config, interrupt::flag()) {
             Err(ExperimentError::Failed(msg)) if msg.contains("congestion control") => {
@@ -105,7 +110,8 @@ impl Experiment for CongestionControl {
             other => other?,
         };
         let mut measurements = bulk_measurements(self.id(), params, &endpoint, &config, &result)?;
-        let notes = tcp_info_notes(&result, sndbuf);
+        let mut notes = tcp_info_notes(&result, sndbuf);
+        notes.push(placement.note);
         if let Some(sender) = measurements.first_mut() {
             sender.notes.extend(notes);
         }

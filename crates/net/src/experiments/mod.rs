@@ -41,6 +41,52 @@ pub const DURATION_PARAM: ParamSpec = ParamSpec {
     },
 };
 
+/// The `pin` parameter of bulk tests.
+pub const PIN_PARAM: ParamSpec = ParamSpec {
+    name: "pin",
+    help: "auto: on a local path, senders on one CPU and receivers on another (like iperf3 -A); none: the scheduler decides",
+    kind: ParamKind::Choice(&["auto", "none"]),
+};
+
+/// Where the sending and receiving threads of a bulk test run, and why.
+pub struct Placement {
+    pub sender_cpu: Option<usize>,
+    pub receiver_cpu: Option<u32>,
+    pub note: String,
+}
+
+impl Placement {
+    /// `pin=auto` on a local path with two CPUs or more: senders on the
+    /// second allowed CPU, receivers on the first. On a VM the scheduler
+    /// sometimes puts both ends on one vCPU and sometimes not, and the rate
+    /// changes by a third between the two; a fixed placement makes runs
+    /// comparable (iperf3 -A does the same on request).
+    pub fn choose(params: &Params, path: crate::path::PathKind) -> Placement {
+        let unpinned = |why: &str| Placement {
+            sender_cpu: None,
+            receiver_cpu: None,
+            note: format!("threads not pinned ({why})"),
+        };
+        if params.text("pin") == Some("none") {
+            return unpinned("pin=none");
+        }
+        if path == crate::path::PathKind::Remote {
+            return unpinned("the receiver is on another host");
+        }
+        match osprobe_core::affinity::allowed_cpus() {
+            Ok(cpus) if cpus.len() >= 2 => Placement {
+                sender_cpu: Some(cpus[1]),
+                receiver_cpu: Some(cpus[0] as u32),
+                note: format!(
+                    "sending threads pinned to CPU {}, receiving threads to CPU {} (pin=auto; pin=none leaves placement to the scheduler)",
+                    cpus[1], cpus[0]
+                ),
+            },
+            _ => unpinned("fewer than two CPUs allowed"),
+        }
+    }
+}
+
 /// The parameters every network experiment shares.
 pub const COMMON: [ParamSpec; 2] = [PATH_PARAM, TO_PARAM];
 
