@@ -113,6 +113,10 @@ pub enum TestSpec {
         bytes: u64,
         packet: u32,
         name: Option<String>,
+        /// Receive with splice (socket -> pipe -> file, one copy) instead
+        /// of `packet`-byte reads and writes.
+        #[serde(default)]
+        zero_copy: bool,
     },
     /// The receiver of `net.ack_stall`: window clamped to one `segment`,
     /// delayed ACKs or TCP_QUICKACK re-armed after every read.
@@ -406,6 +410,7 @@ impl TestSpec {
                 bytes,
                 packet,
                 name,
+                ..
             } => {
                 check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
                 check_range("bytes", *bytes, 0, MAX_FILE_BYTES)?;
@@ -491,7 +496,8 @@ mod tests {
                     streams,
                     bytes,
                     packet,
-                    name
+                    name,
+                    zero_copy: false
                 }),
             (1..=MAX_ECHO_SIZE, any::<bool>())
                 .prop_map(|(segment, quickack)| TestSpec::AckStall { segment, quickack }),

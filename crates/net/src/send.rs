@@ -99,6 +99,7 @@ pub fn send(
         bytes: total,
         packet: request.packet as u32,
         name: Some(name.clone()),
+        zero_copy: request.method == SendMethod::Sendfile,
     };
     // At 10 MB/s or better, plus slack; the server may allow less.
     let expected = Duration::from_secs(60 + total / (10 << 20));

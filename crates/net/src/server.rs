@@ -211,6 +211,13 @@ impl Server {
                 ));
             }
         }
+        let swept = config.dir.as_deref().map_or(0, transfer::sweep_partials);
+        if swept > 0 {
+            events(&ServerEvent::Failed {
+                peer: tcp_addr,
+                error: format!("removed {swept} partial file(s) an earlier server left behind"),
+            });
+        }
         Ok(Server {
             listener,
             udp,
@@ -870,15 +877,16 @@ impl Shared {
                 bytes,
                 packet,
                 name,
+                zero_copy,
                 ..
-            } => self.receive_file(
-                stream,
-                session,
-                index,
-                *bytes,
-                *packet as usize,
-                name.as_deref(),
-            ),
+            } => {
+                let how = if *zero_copy {
+                    Receive::Spliced
+                } else {
+                    Receive::Packets(*packet as usize)
+                };
+                self.receive_file(stream, session, index, *bytes, how, name.as_deref())
+            }
             TestSpec::AckStall { quickack, .. } => ack_stall_receiver(stream, *quickack, session),
         };
         match result {
@@ -907,7 +915,7 @@ impl Shared {
         session: &Session,
         index: u32,
         bytes: u64,
-        packet: usize,
+        how: Receive,
         name: Option<&str>,
     ) -> Result<StreamReport, String> {
         let dest = match (name, &self.config.dir) {
@@ -917,14 +925,20 @@ impl Shared {
                 .map_err(|e| e.to_string())?
                 .join(format!("stream-{}-{index}", session.id)),
         };
-        let rx = transfer::receive_file(
-            stream,
-            &dest,
-            bytes,
-            packet.min(MAX_SERVER_BUFFER),
-            &session.closed,
-            self.config.idle_timeout,
-        )
+        let idle = self.config.idle_timeout;
+        let rx = match how {
+            Receive::Packets(packet) => transfer::receive_file(
+                stream,
+                &dest,
+                bytes,
+                packet.min(MAX_SERVER_BUFFER),
+                &session.closed,
+                idle,
+            ),
+            Receive::Spliced => {
+                transfer::receive_file_spliced(stream, &dest, bytes, &session.closed, idle)
+            }
+        }
         .map_err(|e| e.to_string())?;
         let report = StreamReport {
             bytes: rx.bytes,
@@ -940,6 +954,14 @@ impl Shared {
         }
         Ok(report)
     }
+}
+
+/// How a file stream is received.
+enum Receive {
+    /// Reads of this many bytes, each written to the file.
+    Packets(usize),
+    /// splice(2) from the socket through a pipe into the file.
+    Spliced,
 }
 
 struct OpenRequest {
@@ -962,6 +984,7 @@ fn describe(spec: &TestSpec) -> String {
             bytes,
             packet,
             name,
+            ..
         } => match name {
             Some(name) => format!("file '{}' ({bytes} B)", name.escape_debug()),
             None => format!("file test ({streams} x {bytes} B, {packet} B packets)"),

@@ -77,7 +77,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::TcpStream;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -904,6 +904,182 @@ pub fn discard(rx: &RxReport) {
     let _ = rx.partial.remove();
 }
 
+/// Like [`receive_file`], but the bytes go socket -> pipe -> file with
+/// splice(2), so the receiver copies each byte once (into the page cache)
+/// instead of twice (socket to buffer, buffer to file): the receiving end
+/// of `osprobe send`, whose sender uses sendfile. The hash is computed
+/// after the last byte is written, by reading the file back from the page
+/// cache; that pass is outside `elapsed` (Rx is the time to receive and
+/// store, as in [`receive_file`]).
+pub fn receive_file_spliced(
+    stream: &TcpStream,
+    dest: &Path,
+    expected_bytes: u64,
+    stop: &AtomicBool,
+    idle_timeout: Duration,
+) -> Result<RxReport, TransferError> {
+    let partial = create_partial(dest)?;
+    let _slice = SliceTimeout::set(stream, false, POLL_SLICE.min(idle_timeout))
+        .map_err(|e| io_error("cannot set a receive timeout on the connection", e))?;
+    let pipe = Pipe::new().map_err(|e| io_error("cannot create a pipe for splice", e))?;
+    let socket_fd = stream.as_raw_fd();
+    let file_fd = partial.file.as_raw_fd();
+    if expected_bytes > 0 {
+        // Reserve the blocks up front: fewer allocations while data flows,
+        // and a full disk shows at once. Not every file system can.
+        // SAFETY: fallocate on our own file descriptor.
+        let rc = unsafe { libc::fallocate(file_fd, 0, 0, expected_bytes as libc::off_t) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+                return Err(storage_error(e, &partial.dir, "reserving space"));
+            }
+        }
+    }
+    let mut idle = Idle::new(idle_timeout);
+    let mut got = 0u64;
+    let mut started: Option<Instant> = None;
+    while got < expected_bytes {
+        if stop_requested(stop) {
+            return Err(TransferError::Interrupted);
+        }
+        // Never ask for more than is expected: extra bytes stay in the
+        // socket, where the check below finds them.
+        let want = (expected_bytes - got).min(pipe.capacity as u64) as usize;
+        // SAFETY: splice between two descriptors we own; no user memory.
+        let n = unsafe {
+            libc::splice(
+                socket_fd,
+                std::ptr::null_mut(),
+                pipe.write,
+                std::ptr::null_mut(),
+                want,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE,
+            )
+        };
+        if n == 0 {
+            return Err(TransferError::Truncated {
+                expected: expected_bytes,
+                got,
+            });
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if is_timeout(&e) {
+                idle.waited(stop)?;
+                continue;
+            }
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            let context = format!("receiving {} from {}", dest.display(), peer_name(stream));
+            return Err(io_error(context, e));
+        }
+        started.get_or_insert_with(Instant::now);
+        idle.progressed();
+        let mut in_pipe = n as usize;
+        while in_pipe > 0 {
+            // SAFETY: as above; the file offset advances with each call.
+            let m = unsafe {
+                libc::splice(
+                    pipe.read,
+                    std::ptr::null_mut(),
+                    file_fd,
+                    std::ptr::null_mut(),
+                    in_pipe,
+                    libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE,
+                )
+            };
+            if m <= 0 {
+                let e = io::Error::last_os_error();
+                if m < 0 && e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                let what = format!("writing {}", partial.path.display());
+                return Err(storage_error(e, &partial.dir, what));
+            }
+            in_pipe -= m as usize;
+        }
+        got += n as u64;
+    }
+    let elapsed = started.map(|s| s.elapsed()).unwrap_or_default();
+    if bytes_waiting(stream) {
+        return Err(TransferError::TooLong {
+            expected: expected_bytes,
+        });
+    }
+    let hash = hash_file(&partial.path)
+        .map_err(|e| io_error(format!("hashing {}", partial.path.display()), e))?;
+    Ok(RxReport {
+        bytes: got,
+        elapsed,
+        hash,
+        partial_path: partial.path.clone(),
+        partial,
+    })
+}
+
+/// A pipe for splice, closed on drop.
+struct Pipe {
+    read: RawFd,
+    write: RawFd,
+    capacity: usize,
+}
+
+impl Pipe {
+    /// 1 MiB when the system allows (pipe-max-size), else the default 64 KiB.
+    fn new() -> io::Result<Pipe> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: F_SETPIPE_SZ/F_GETPIPE_SZ on the pipe we just made.
+        let capacity = unsafe {
+            libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 1 << 20);
+            libc::fcntl(fds[1], libc::F_GETPIPE_SZ)
+        };
+        Ok(Pipe {
+            read: fds[0],
+            write: fds[1],
+            capacity: if capacity > 0 {
+                capacity as usize
+            } else {
+                64 << 10
+            },
+        })
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        // SAFETY: both descriptors are ours and closed exactly once.
+        unsafe {
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+    }
+}
+
+/// Remove the partial files a receiver killed outright left in `dir`
+/// (hidden names carrying the partial mark); returns how many. A server
+/// calls it when it starts, before anyone can be receiving into `dir`.
+pub fn sweep_partials(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with('.') && name.contains(PARTIAL_MARK)
+        })
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
 fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
     std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
@@ -1110,6 +1286,80 @@ pub fn create_source_file(dir: &Path, size: u64, seed: u64) -> io::Result<PathBu
     file.sync_all()
         .map_err(|e| with_path(e, "cannot flush", &path))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod spliced_and_sweep_tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Send `data` from a thread (closing after `send` bytes) and receive
+    /// it spliced into `dir`.
+    fn spliced(dir: &Path, data: Vec<u8>, send: usize) -> Result<RxReport, TransferError> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sender = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&data[..send]).unwrap();
+        });
+        let (stream, _) = listener.accept().unwrap();
+        let stop = AtomicBool::new(false);
+        let expected = 3 << 20;
+        let rx = receive_file_spliced(
+            &stream,
+            &dir.join("f.bin"),
+            expected,
+            &stop,
+            Duration::from_secs(5),
+        );
+        sender.join().unwrap();
+        rx
+    }
+
+    fn data() -> Vec<u8> {
+        let mut rng = osprobe_core::random::SplitMix64::new(7);
+        (0..3 << 20).map(|_| rng.next_u64() as u8).collect()
+    }
+
+    #[test]
+    fn spliced_receive_arrives_identical_and_commits() {
+        let dir = osprobe_core::scratch::ScratchDir::new().unwrap();
+        let data = data();
+        let rx = spliced(dir.path(), data.clone(), data.len()).unwrap();
+        assert_eq!(rx.bytes, data.len() as u64);
+        let expected_hash = {
+            let mut h = Xxh3::new();
+            h.update(&data);
+            hex(&h)
+        };
+        assert_eq!(rx.hash, expected_hash);
+        commit(&rx, &expected_hash, &dir.path().join("f.bin"), false).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("f.bin")).unwrap(), data);
+    }
+
+    #[test]
+    fn spliced_receive_of_a_truncated_stream_leaves_nothing() {
+        let dir = osprobe_core::scratch::ScratchDir::new().unwrap();
+        let err = spliced(dir.path(), data(), 1 << 20).err().unwrap();
+        assert!(
+            matches!(err, TransferError::Truncated { got, .. } if got == 1 << 20),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn sweep_removes_partials_only() {
+        let dir = osprobe_core::scratch::ScratchDir::new().unwrap();
+        let p = dir.path();
+        std::fs::write(p.join(".data.bin.osprobe-partial-01ABC"), b"x").unwrap();
+        std::fs::write(p.join("data.bin"), b"kept").unwrap();
+        std::fs::write(p.join(".hidden"), b"kept").unwrap();
+        assert_eq!(sweep_partials(p), 1);
+        assert!(p.join("data.bin").exists() && p.join(".hidden").exists());
+        assert_eq!(sweep_partials(p), 0);
+        assert_eq!(sweep_partials(&p.join("missing")), 0);
+    }
 }
 
 #[cfg(test)]

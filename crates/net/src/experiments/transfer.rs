@@ -366,6 +366,7 @@ fn transfer_once(
         bytes: file_size,
         packet: packet as u32,
         name: None,
+        zero_copy: false,
     };
     // Generous: a slow disk or a slow link must not be cut off.
     let allowance = Duration::from_secs(60) + Duration::from_secs(file_size / (10 << 20));
