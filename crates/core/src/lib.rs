@@ -19,7 +19,9 @@ pub mod model;
 pub mod random;
 pub mod runner;
 pub mod scratch;
+pub mod sleep;
 pub mod stats;
+pub mod timers;
 
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
 pub use environment::Environment;

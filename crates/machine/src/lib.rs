@@ -12,6 +12,7 @@ pub mod fs;
 pub mod mem;
 pub mod page_cache;
 pub mod process;
+pub mod time;
 pub mod tiny_elf;
 
 use osprobe_core::Registry;
@@ -28,4 +29,5 @@ pub fn register(registry: &mut Registry) {
     registry.register(Box::new(ctx_switch::ContextSwitch));
     mem::register(registry);
     fs::register(registry);
+    time::register(registry);
 }

@@ -15,7 +15,7 @@ pub mod client;
 pub mod diagnosis;
 pub mod experiments;
 pub mod icmp;
-pub mod netns;
+pub use osprobe_link::netns;
 pub mod path;
 pub mod protocol;
 pub mod send;
