@@ -44,7 +44,7 @@ pub struct BulkResult {
     pub interval_rates: Vec<f64>,
     /// Each stream's TCP_INFO at the sender, after its last write.
     pub sender_info: Vec<Option<TcpInfo>>,
-    /// SO_SNDBUF of each stream as the kernel reports it.
+    /// SO_SNDBUF of each stream after its last write, as the kernel reports it.
     pub send_buffers: Vec<Option<u64>>,
     /// The congestion control the streams used.
     pub congestion_control: Option<String>,
@@ -136,10 +136,6 @@ pub fn run(
     let congestion_control = streams
         .first()
         .and_then(|s| tcp_info::congestion_control(s.as_raw_fd()).ok());
-    let send_buffers = streams
-        .iter()
-        .map(|s| tcp_info::send_buffer(s.as_raw_fd()).ok())
-        .collect();
     let counters: Vec<AtomicU64> = (0..config.streams).map(|_| AtomicU64::new(0)).collect();
     let done = AtomicBool::new(false);
     let started = Instant::now();
@@ -180,10 +176,12 @@ pub fn run(
         return Err(ExperimentError::Interrupted);
     }
     let mut sender_info = Vec::new();
+    let mut send_buffers = Vec::new();
     let mut sender_cpu = Duration::ZERO;
     for (i, outcome) in outcomes.into_iter().enumerate() {
         let sent = outcome.map_err(|e| ExperimentError::Failed(format!("stream {i}: {e}")))?;
         sender_info.push(sent.info);
+        send_buffers.push(sent.send_buffer);
         sender_cpu += sent.cpu;
     }
     let reports = session
@@ -203,6 +201,8 @@ pub fn run(
 
 struct Sent {
     info: Option<TcpInfo>,
+    /// SO_SNDBUF after the last write: what autotuning grew it to.
+    send_buffer: Option<u64>,
     cpu: Duration,
 }
 
@@ -242,6 +242,7 @@ fn send_until(
     }
     Ok(Sent {
         info: tcp_info::tcp_info(stream.as_raw_fd()).ok(),
+        send_buffer: tcp_info::send_buffer(stream.as_raw_fd()).ok(),
         cpu: sock::thread_cpu_time().saturating_sub(cpu_start),
     })
 }

@@ -10,7 +10,8 @@
 //! tcp_wmem's maximum, reported); `sndbuf` fixes SO_SNDBUF instead, which is
 //! how seed 001's "raise tcp_wmem" is tried per socket.
 
-use super::bandwidth::{bulk_measurements, default_duration_ms};
+use super::bandwidth::default_duration_ms;
+use super::value_measurement;
 use super::{default_paths, duration, Placement, COMMON, DURATION_PARAM, PIN_PARAM};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
@@ -18,7 +19,7 @@ use crate::sock::ConnectOptions;
 use crate::tcp_info;
 use osprobe_core::interrupt;
 use osprobe_core::{
-    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
+    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Unit,
 };
 use std::time::Duration;
 
@@ -109,14 +110,135 @@ impl Experiment for CongestionControl {
             }
             other => other?,
         };
-        let mut measurements = bulk_measurements(self.id(), params, &endpoint, &config, &result)?;
+        let mut measurements = cc_measurements(self.id(), params, &result, &config)?;
         let mut notes = tcp_info_notes(&result, sndbuf);
+        notes.push(bulk::diagnosis(&result, &config).line());
         notes.push(placement.note);
-        if let Some(sender) = measurements.first_mut() {
-            sender.notes.extend(notes);
+        notes.push(format!("path: {}", endpoint.description));
+        if let Some(throughput) = measurements.first_mut() {
+            throughput.notes.extend(notes);
         }
         Ok(measurements)
     }
+}
+
+/// throughput (the sender's rate per interval, bit/s), then the sender's
+/// TCP_INFO at the end as metrics of their own: min_rtt, rtt, retransmits,
+/// cwnd, delivery and pacing rate, time limited by the receive window and
+/// by the send buffer, and the send buffer.
+fn cc_measurements(
+    id: &str,
+    params: &Params,
+    result: &bulk::BulkResult,
+    config: &BulkConfig,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    let errors = result.errors();
+    if !errors.is_empty() {
+        return Err(ExperimentError::Failed(format!(
+            "the server reported: {}",
+            errors.join("; ")
+        )));
+    }
+    let bits: Vec<f64> = result.interval_rates.iter().map(|r| r * 8.0).collect();
+    let mut throughput =
+        value_measurement(id, "throughput", params.clone(), Unit::BitsPerSecond, &bits)?;
+    throughput.notes.push(format!(
+        "samples: sending rate of each {} ms interval after the first {} ms; whole test: sent {}, received {} ({} B over {:.1} s)",
+        config.interval.as_millis(),
+        config.omit.as_millis(),
+        super::bits_per_second_text(result.sender_rate()),
+        super::bits_per_second_text(result.receiver_rate()),
+        result.received_bytes(),
+        result.send_elapsed.as_secs_f64()
+    ));
+    let mut out = vec![throughput];
+    let one = |metric: &str,
+               unit: Unit,
+               value: f64,
+               note: &str|
+     -> Result<Measurement, ExperimentError> {
+        let mut m = value_measurement(id, metric, params.clone(), unit, &[value])?;
+        m.notes.push(note.to_string());
+        Ok(m)
+    };
+    let from = "the sender's TCP_INFO at the end of the test";
+    out.push(one(
+        "retransmits",
+        Unit::Count,
+        result.retransmits() as f64,
+        &format!("total_retrans, {from}"),
+    )?);
+    let Some(Some(info)) = result.sender_info.first() else {
+        return Ok(out);
+    };
+    if let Some(min_rtt) = info.min_rtt_us {
+        out.push(one(
+            "min_rtt",
+            Unit::Nanoseconds,
+            min_rtt as f64 * 1e3,
+            &format!("min_rtt, {from}"),
+        )?);
+    }
+    out.push(one(
+        "rtt",
+        Unit::Nanoseconds,
+        info.rtt_us as f64 * 1e3,
+        &format!("smoothed rtt, {from}"),
+    )?);
+    out.push(one(
+        "cwnd",
+        Unit::Count,
+        info.snd_cwnd as f64,
+        &format!(
+            "congestion window in segments of {} B, {from}",
+            info.snd_mss
+        ),
+    )?);
+    if let Some(rate) = info.delivery_rate {
+        out.push(one(
+            "delivery_rate",
+            Unit::BitsPerSecond,
+            rate as f64 * 8.0,
+            &format!("delivery_rate, {from}"),
+        )?);
+    }
+    if let Some(rate) = info.pacing_rate {
+        out.push(one(
+            "pacing_rate",
+            Unit::BitsPerSecond,
+            rate as f64 * 8.0,
+            &format!("pacing_rate, {from}"),
+        )?);
+    }
+    if let (Some(busy), Some(rwnd), Some(sndbuf)) = (
+        info.busy_time_us,
+        info.rwnd_limited_us,
+        info.sndbuf_limited_us,
+    ) {
+        if busy > 0 {
+            out.push(one(
+                "rwnd_limited",
+                Unit::Ratio,
+                rwnd as f64 / busy as f64,
+                &format!("share of busy time limited by the receive window, {from}"),
+            )?);
+            out.push(one(
+                "sndbuf_limited",
+                Unit::Ratio,
+                sndbuf as f64 / busy as f64,
+                &format!("share of busy time limited by the send buffer, {from}"),
+            )?);
+        }
+    }
+    if let Some(Some(buffer)) = result.send_buffers.first() {
+        out.push(one(
+            "send_buffer",
+            Unit::Bytes,
+            *buffer as f64,
+            "SO_SNDBUF as the kernel reported it after the last write (autotuned unless sndbuf was set; the kernel reports twice what was set)",
+        )?);
+    }
+    Ok(out)
 }
 
 /// Root may load a congestion-control module on first use.
