@@ -101,10 +101,17 @@ fn smoke_run_of_every_network_experiment() {
         })));
     // net.cc: one point per congestion control the kernel offers.
     let cc = measurements(&run, "net.cc");
-    assert!(
-        cc.iter().any(|m| m["metric"] == "sender"),
-        "net.cc measured nothing"
-    );
+    for metric in ["throughput", "min_rtt", "retransmits", "cwnd"] {
+        assert!(
+            cc.iter().any(|m| m["metric"] == metric),
+            "net.cc has no {metric}"
+        );
+    }
+    // Its diagnosis line is on the throughput.
+    assert!(cc
+        .iter()
+        .filter(|m| m["metric"] == "throughput")
+        .all(|m| m["notes"].to_string().contains("limit")));
 }
 
 #[test]
