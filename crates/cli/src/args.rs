@@ -40,6 +40,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Send a file to an `osprobe serve --dir DIR`, verified end to end, with the Tx/Rx rates
     Send(SendArgs),
+    /// Run a command behind an emulated link: delay, jitter, loss, rate, queue, traces (root)
+    Link(crate::link::LinkArgs),
 }
 
 #[derive(Debug, Args)]

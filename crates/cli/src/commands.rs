@@ -41,6 +41,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Net(args) => net(args, db, cli.quiet),
         Command::Serve(args) => crate::net::serve(args, cli.quiet),
         Command::Send(args) => crate::net::send(args, cli.quiet),
+        Command::Link(args) => crate::link::link(args, cli.quiet),
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod args;
 mod commands;
+mod link;
 mod net;
 mod progress;
 

@@ -1,4 +1,34 @@
 //! osprobe-link: network namespaces joined by veth (the `--netns` host of
 //! the network experiments) and the user-space link emulator.
+//!
+//! The emulator ([`Link`]) builds two namespaces joined through TUN devices
+//! and forwards packets between them in user space, one thread per
+//! direction, applying delay and jitter ([`delay`]), loss ([`loss`]), a rate
+//! or a Mahimahi trace behind a drop-tail queue ([`bottleneck`], [`trace`]),
+//! and releasing each packet within microseconds of its due time
+//! ([`forwarder`]). The models are pure and tested on their own;
+//! [`impairment`] composes them per direction.
 
+pub mod bottleneck;
+pub mod delay;
+pub mod emulator;
+pub mod forwarder;
+pub mod histogram;
+pub mod impairment;
+mod iproute;
+pub mod loss;
 pub mod netns;
+pub mod parse;
+pub mod segment;
+pub mod trace;
+pub mod tun;
+
+pub use delay::JitterDistribution;
+pub use emulator::{
+    check_requirements, DirectionCounters, DirectionReport, Link, LinkConfig, LinkCounters,
+    LinkError, LinkReport, Side,
+};
+pub use histogram::LogHistogram;
+pub use impairment::DirectionConfig;
+pub use parse::{LossSpec, ParseError, QueueLimit};
+pub use trace::Trace;

@@ -1,0 +1,537 @@
+//! `osprobe link`: run a command behind an emulated link (like Mahimahi's
+//! mm-delay / mm-link / mm-loss shells), then print what the link did.
+//! Wiring only: the emulator is osprobe-link's `Link`.
+
+use crate::commands::UsageError;
+use anyhow::{Context as _, Result};
+use osprobe_core::interrupt;
+use osprobe_link::emulator::{ENV_PEER, ENV_REFERENCE_PEER};
+use osprobe_link::{
+    parse, DirectionConfig, DirectionReport, JitterDistribution, Link, LinkConfig, LinkReport,
+    LogHistogram, QueueLimit, Trace,
+};
+use osprobe_net::server::{Server, ServerConfig};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, ExitCode, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The port `--serve` listens on in namespace B (`osprobe serve`'s default,
+/// so `osprobe net ... --to $OSPROBE_LINK_PEER` needs no port).
+const SERVE_PORT: u16 = 5301;
+/// How long a command gets to exit after Ctrl-C before it is killed.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+CMD runs in namespace A with its peer's address in $OSPROBE_LINK_PEER (also $MAHIMAHI_BASE); \
+B is reachable only through the emulator. Quote variables so that your shell leaves them to \
+osprobe: `osprobe link --delay 50ms --serve -- osprobe net rtt --to '$OSPROBE_LINK_PEER'` \
+(osprobe replaces $OSPROBE_LINK_PEER in CMD's arguments), or run a shell: \
+`-- sh -c 'ping -c 3 $OSPROBE_LINK_PEER'`. Something must listen in B: --serve, or \
+`ip netns exec $OSPROBE_LINK_NS_B ...` from within CMD.\n\
+Delay, jitter, loss, rate and queue apply to both directions (uplink: A->B, downlink: B->A); \
+a trace replaces the rate for its direction. Needs root.")]
+pub struct LinkArgs {
+    /// One-way delay each way, e.g. 50ms, 250us
+    #[arg(long, value_name = "DELAY", default_value = "0ms")]
+    pub delay: String,
+    /// Jitter around the delay, e.g. 1ms (packets are never reordered)
+    #[arg(long, value_name = "JITTER")]
+    pub jitter: Option<String>,
+    /// Distribution of the jitter: uniform (+-JITTER) or normal (sd JITTER)
+    #[arg(long, value_name = "DIST", default_value = "uniform")]
+    pub jitter_dist: String,
+    /// Loss each way: 1%, 0.5%, or ge:p=1%,r=25%[,bad=100%][,good=0%] (Gilbert-Elliott bursts)
+    #[arg(long, value_name = "LOSS")]
+    pub loss: Option<String>,
+    /// Loss from A to B only (overrides --loss)
+    #[arg(long, value_name = "LOSS")]
+    pub uplink_loss: Option<String>,
+    /// Loss from B to A only (overrides --loss)
+    #[arg(long, value_name = "LOSS")]
+    pub downlink_loss: Option<String>,
+    /// Capacity each way, e.g. 100mbit, 1gbit, 10kbit
+    #[arg(long, value_name = "RATE")]
+    pub rate: Option<String>,
+    /// Drop-tail queue in front of the rate or trace: 1000p, 64kb, 1mb, unlimited (default)
+    #[arg(long, value_name = "SIZE")]
+    pub queue: Option<String>,
+    /// Mahimahi trace for A->B: one ms timestamp per 1500-byte delivery opportunity
+    #[arg(long, value_name = "FILE")]
+    pub uplink_trace: Option<PathBuf>,
+    /// Mahimahi trace for B->A
+    #[arg(long, value_name = "FILE")]
+    pub downlink_trace: Option<PathBuf>,
+    /// Seed of the loss and jitter draws (default: from the clock; printed)
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Run an osprobe server in B on $OSPROBE_LINK_PEER:5301 while CMD runs
+    #[arg(long)]
+    pub serve: bool,
+    /// Also join A and B by a plain veth pair (peer address in $OSPROBE_LINK_REFERENCE_PEER), for comparisons
+    #[arg(long)]
+    pub reference_veth: bool,
+    /// MTU of the emulated link
+    #[arg(long, value_name = "BYTES", default_value_t = 1500)]
+    pub mtu: u32,
+    /// Make the kernel hand over every wire packet separately (no 64 KB TCP batches; slower)
+    #[arg(long)]
+    pub no_offload: bool,
+    /// Forward at normal priority (default: SCHED_FIFO at the lowest real-time priority, for timing)
+    #[arg(long)]
+    pub no_realtime: bool,
+    /// Also write the report as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// The command to run in namespace A, and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+fn usage<T>(flag: &str, result: Result<T, impl std::fmt::Display>) -> Result<T> {
+    result.map_err(|e| UsageError(format!("--{flag}: {e}")).into())
+}
+
+/// The link's configuration from the flags; usage errors name the flag.
+fn config_of(args: &LinkArgs) -> Result<LinkConfig> {
+    let delay = usage("delay", parse::duration(&args.delay))?;
+    let jitter = match &args.jitter {
+        Some(j) => usage("jitter", parse::duration(j))?,
+        None => Duration::ZERO,
+    };
+    let jitter_distribution = usage("jitter-dist", JitterDistribution::parse(&args.jitter_dist))?;
+    let loss_of = |flag: &str, value: &Option<String>| -> Result<Option<parse::LossSpec>> {
+        value
+            .as_deref()
+            .map(|v| usage(flag, parse::loss(v)))
+            .transpose()
+    };
+    let both_loss = loss_of("loss", &args.loss)?.unwrap_or_default();
+    let uplink_loss = loss_of("uplink-loss", &args.uplink_loss)?.unwrap_or(both_loss);
+    let downlink_loss = loss_of("downlink-loss", &args.downlink_loss)?.unwrap_or(both_loss);
+    let rate = args
+        .rate
+        .as_deref()
+        .map(|r| usage("rate", parse::rate(r)))
+        .transpose()?;
+    let queue = match &args.queue {
+        Some(q) => usage("queue", parse::queue_limit(q))?,
+        None => QueueLimit::Unlimited,
+    };
+    let trace_of = |flag: &str, path: &Option<PathBuf>| -> Result<Option<Arc<Trace>>> {
+        path.as_deref()
+            .map(|p| usage(flag, Trace::load(p)).map(Arc::new))
+            .transpose()
+    };
+    let uplink_trace = trace_of("uplink-trace", &args.uplink_trace)?;
+    let downlink_trace = trace_of("downlink-trace", &args.downlink_trace)?;
+    let direction = |loss, trace: Option<Arc<Trace>>| {
+        let rate_bps = if trace.is_some() { None } else { rate };
+        let has_bottleneck = trace.is_some() || rate_bps.is_some();
+        DirectionConfig {
+            delay,
+            jitter,
+            jitter_distribution,
+            loss,
+            rate_bps,
+            trace,
+            queue: if has_bottleneck {
+                queue
+            } else {
+                QueueLimit::Unlimited
+            },
+        }
+    };
+    let uplink = direction(uplink_loss, uplink_trace);
+    let downlink = direction(downlink_loss, downlink_trace);
+    if queue != QueueLimit::Unlimited && !uplink.has_bottleneck() && !downlink.has_bottleneck() {
+        return Err(UsageError(format!(
+            "--queue {queue}: a queue needs --rate or a trace to drain it"
+        ))
+        .into());
+    }
+    let config = LinkConfig {
+        uplink,
+        downlink,
+        seed: args.seed,
+        mtu: args.mtu,
+        offload: !args.no_offload,
+        reference_veth: args.reference_veth,
+        realtime: !args.no_realtime,
+        ..LinkConfig::default()
+    };
+    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    Ok(config)
+}
+
+pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
+    let config = config_of(&args)?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
+    interrupt::install();
+    let link = Link::start(config).context("osprobe link")?;
+    let server = if args.serve {
+        Some(start_server(&link)?)
+    } else {
+        None
+    };
+    let peer = link.addr_b().to_string();
+    let reference_peer = link.reference_veth().map(|(_, b)| b.to_string());
+    let expand = |arg: &OsString| -> OsString {
+        let Some(text) = arg.to_str() else {
+            return arg.clone();
+        };
+        let mut text = text.replace(&format!("${{{ENV_PEER}}}"), &peer);
+        text = text.replace(&format!("${ENV_PEER}"), &peer);
+        if let Some(r) = &reference_peer {
+            text = text.replace(&format!("${{{ENV_REFERENCE_PEER}}}"), r);
+            text = text.replace(&format!("${ENV_REFERENCE_PEER}"), r);
+        }
+        text.into()
+    };
+    let rest: Vec<OsString> = rest.iter().map(expand).collect();
+    if !quiet {
+        eprintln!("{}", describe(&link, server.is_some()));
+    }
+    let outcome = link
+        .command_in_a(program, &rest)
+        .spawn()
+        .with_context(|| format!("starting {} in namespace A", program.to_string_lossy()))
+        .and_then(wait_for);
+    if let Some((stop, handle)) = server {
+        stop.store(true, Ordering::SeqCst);
+        let _ = handle.join();
+    }
+    let report = link.stop();
+    if !quiet {
+        eprint!("{}", render(&report));
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report_json(&report))?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
+    if let Some(e) = &report.cleanup_error {
+        eprintln!("osprobe link: removing the namespaces: {e}");
+    }
+    let status = outcome?;
+    if interrupt::requested() {
+        return Ok(ExitCode::from(130));
+    }
+    Ok(exit_code(status))
+}
+
+type ServerHandle = (
+    Arc<AtomicBool>,
+    std::thread::JoinHandle<std::io::Result<()>>,
+);
+
+/// An osprobe server on B's address, port 5301, until the flag is set.
+fn start_server(link: &Link) -> Result<ServerHandle> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let bind = SocketAddr::from((link.addr_b(), SERVE_PORT));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = link
+        .spawn_in_b(move || {
+            let events: osprobe_net::server::EventSink = Arc::new(|_| {});
+            let server = match Server::bind(bind, ServerConfig::default(), events) {
+                Ok(s) => {
+                    tx.send(Ok(())).ok();
+                    s
+                }
+                Err(e) => {
+                    tx.send(Err(e.to_string())).ok();
+                    return Err(e);
+                }
+            };
+            server.serve(&flag)
+        })
+        .context("starting the server in namespace B")?;
+    match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(Ok(())) => Ok((stop, handle)),
+        Ok(Err(e)) => Err(anyhow::anyhow!("--serve: {e}")),
+        Err(_) => Err(anyhow::anyhow!(
+            "--serve: the server did not start within 5 s"
+        )),
+    }
+}
+
+/// Wait for the command; on Ctrl-C give it KILL_GRACE to exit (it got the
+/// signal too, being in our process group), then kill it.
+fn wait_for(mut child: Child) -> Result<ExitStatus> {
+    let mut interrupted_at: Option<Instant> = None;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if interrupt::requested() {
+            let since = *interrupted_at.get_or_insert_with(Instant::now);
+            if since.elapsed() > KILL_GRACE {
+                let _ = child.kill();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn exit_code(status: ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
+        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
+        _ => ExitCode::FAILURE,
+    }
+}
+
+fn describe(link: &Link, serving: bool) -> String {
+    let c = link.config();
+    let direction = |d: &DirectionConfig| {
+        let mut parts = vec![format!("delay {:?}", d.delay)];
+        if !d.jitter.is_zero() {
+            parts.push(format!(
+                "jitter {:?} {}",
+                d.jitter,
+                d.jitter_distribution.name()
+            ));
+        }
+        match d.loss {
+            parse::LossSpec::None => {}
+            parse::LossSpec::Bernoulli(p) => parts.push(format!("loss {}%", p * 100.0)),
+            parse::LossSpec::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            } => parts.push(format!(
+                "loss ge:p={}%,r={}%,bad={}%,good={}%",
+                p * 100.0,
+                r * 100.0,
+                loss_bad * 100.0,
+                loss_good * 100.0
+            )),
+        }
+        if let Some(bps) = d.rate_bps {
+            parts.push(format!("rate {} Mbit/s", bps as f64 / 1e6));
+        }
+        if let Some(t) = &d.trace {
+            parts.push(format!(
+                "trace {} ({:.1} Mbit/s mean)",
+                t.source(),
+                t.mean_rate_bps() / 1e6
+            ));
+        }
+        if d.has_bottleneck() {
+            parts.push(format!("queue {}", d.queue));
+        }
+        parts.join(", ")
+    };
+    let mut text = format!(
+        "osprobe link: A {} ({}) <-> B {} ({}), seed {}\n  uplink A->B: {}\n  downlink B->A: {}",
+        link.namespace_a(),
+        link.addr_a(),
+        link.namespace_b(),
+        link.addr_b(),
+        link.seed(),
+        direction(&c.uplink),
+        direction(&c.downlink)
+    );
+    if serving {
+        text.push_str(&format!(
+            "\n  osprobe server in B on {}:{SERVE_PORT}",
+            link.addr_b()
+        ));
+    }
+    if let Some((a, b)) = link.reference_veth() {
+        text.push_str(&format!("\n  reference veth {a} <-> {b}"));
+    }
+    text
+}
+
+fn ns(v: u64) -> String {
+    let v = v as f64;
+    if v < 1e3 {
+        format!("{v:.0} ns")
+    } else if v < 1e6 {
+        format!("{:.1} us", v / 1e3)
+    } else if v < 1e9 {
+        format!("{:.2} ms", v / 1e6)
+    } else {
+        format!("{:.2} s", v / 1e9)
+    }
+}
+
+fn percentiles(h: &LogHistogram) -> String {
+    match (h.percentile(50.0), h.percentile(99.0), h.max()) {
+        (Some(p50), Some(p99), Some(max)) => {
+            format!("p50 {} p99 {} max {}", ns(p50), ns(p99), ns(max))
+        }
+        _ => "none".into(),
+    }
+}
+
+fn render(report: &LinkReport) -> String {
+    let mut text = format!(
+        "osprobe link: {:.1} s, seed {}\n",
+        report.duration.as_secs_f64(),
+        report.seed
+    );
+    for (name, d) in [
+        ("uplink   A->B", &report.uplink),
+        ("downlink B->A", &report.downlink),
+    ] {
+        let c = &d.counters;
+        text.push_str(&format!(
+            "  {name}: in {} pkts {} B, out {} pkts {} B, dropped {} by loss, {} by queue",
+            c.packets_in, c.bytes_in, c.packets_out, c.bytes_out, c.dropped_loss, c.dropped_queue
+        ));
+        if c.dropped_error > 0 {
+            text.push_str(&format!(", {} by write errors", c.dropped_error));
+        }
+        if let Some(k) = d.kernel_drops.filter(|&k| k > 0) {
+            text.push_str(&format!(", {k} in the kernel before the emulator"));
+        }
+        text.push('\n');
+        if d.queueing_delay.count() > 0 {
+            text.push_str(&format!(
+                "    queueing delay {}\n",
+                percentiles(&d.queueing_delay)
+            ));
+        }
+        text.push_str(&format!(
+            "    release error {}\n",
+            percentiles(&d.release_error)
+        ));
+        if let Some(e) = &d.error {
+            text.push_str(&format!("    forwarder stopped early: {e}\n"));
+        }
+        if let Err(e) = &d.realtime {
+            text.push_str(&format!("    forwarded at normal priority: {e}\n"));
+        }
+    }
+    text
+}
+
+fn histogram_json(h: &LogHistogram) -> serde_json::Value {
+    let p = |q| h.percentile(q);
+    serde_json::json!({
+        "unit": "ns",
+        "count": h.count(),
+        "min": h.min(),
+        "p50": p(50.0),
+        "p90": p(90.0),
+        "p99": p(99.0),
+        "p999": p(99.9),
+        "max": h.max(),
+        "mean": h.mean(),
+        "histogram": h.octaves(),
+    })
+}
+
+fn direction_json(d: &DirectionReport) -> serde_json::Value {
+    let c = &d.counters;
+    serde_json::json!({
+        "packets_in": c.packets_in,
+        "bytes_in": c.bytes_in,
+        "packets_out": c.packets_out,
+        "bytes_out": c.bytes_out,
+        "dropped_loss": c.dropped_loss,
+        "dropped_queue": c.dropped_queue,
+        "dropped_error": c.dropped_error,
+        "kernel_drops": d.kernel_drops,
+        "left_pending": d.left_pending,
+        "queueing_delay": histogram_json(&d.queueing_delay),
+        "release_error": histogram_json(&d.release_error),
+        "error": d.error,
+        "realtime": d.realtime.as_ref().copied().unwrap_or(false),
+    })
+}
+
+fn report_json(report: &LinkReport) -> serde_json::Value {
+    serde_json::json!({
+        "seed": report.seed,
+        "duration_s": report.duration.as_secs_f64(),
+        "uplink": direction_json(&report.uplink),
+        "downlink": direction_json(&report.downlink),
+        "cleanup_error": report.cleanup_error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: LinkArgs,
+    }
+
+    fn parse_args(argv: &[&str]) -> LinkArgs {
+        Wrapper::try_parse_from(std::iter::once("link").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn flags_make_a_config() {
+        let args = parse_args(&[
+            "--delay",
+            "50ms",
+            "--loss",
+            "1%",
+            "--downlink-loss",
+            "ge:p=1%,r=25%",
+            "--rate",
+            "100mbit",
+            "--queue",
+            "1000p",
+            "--seed",
+            "7",
+            "--",
+            "true",
+        ]);
+        let c = config_of(&args).unwrap();
+        assert_eq!(c.uplink.delay, Duration::from_millis(50));
+        assert_eq!(c.uplink.loss, parse::LossSpec::Bernoulli(0.01));
+        assert!(matches!(
+            c.downlink.loss,
+            parse::LossSpec::GilbertElliott { .. }
+        ));
+        assert_eq!(c.downlink.rate_bps, Some(100_000_000));
+        assert_eq!(c.uplink.queue, QueueLimit::Packets(1000));
+        assert_eq!(c.seed, Some(7));
+        assert_eq!(args.command, vec![OsString::from("true")]);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_flag() {
+        for (argv, needle) in [
+            (vec!["--delay", "50"], "--delay"),
+            (vec!["--rate", "100mb"], "--rate"),
+            (vec!["--loss", "5"], "--loss"),
+            (vec!["--queue", "100p"], "--queue"),
+            (vec!["--queue", "lots", "--rate", "1mbit"], "--queue"),
+            (vec!["--jitter-dist", "pareto"], "--jitter-dist"),
+            (vec!["--mtu", "100"], "MTU"),
+        ] {
+            let mut all = argv.clone();
+            all.extend(["--", "true"]);
+            let err = config_of(&parse_args(&all)).unwrap_err();
+            assert!(err.is::<UsageError>(), "{argv:?}: {err}");
+            assert!(err.to_string().contains(needle), "{argv:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_command_is_required() {
+        assert!(Wrapper::try_parse_from(["link", "--delay", "1ms"]).is_err());
+    }
+}
