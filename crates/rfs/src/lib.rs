@@ -1,3 +1,56 @@
-//! osprobe-rfs: the remote file service (seed 000 sections 5, 6 and 10):
-//! a server exporting one directory and a client that keeps a window of
-//! requests in flight.
+//! osprobe-rfs: the remote file service of seed 000 (sections 5, 6 and
+//! 10), re-created in user space: a server that exports one directory
+//! over UDP and TCP, and a client that keeps a window of requests in
+//! flight, with SOS's file system calls as its API.
+//!
+//! SOS read and wrote files on an NFS server by keeping up to
+//! MAX_IN_FLIGHT requests outstanding, one packet each, and found that
+//! throughput depends on that window and on the packet size. This crate
+//! makes both knobs explicit ([`ClientOptions::window`],
+//! [`ClientOptions::packet`]) so that the experiments built on it can
+//! sweep them, and it is a real file service: `get` and `put` move files
+//! with an end-to-end checksum.
+//!
+//! Layers, bottom up:
+//!
+//! - [`protocol`]: the binary wire format, strict bounded parsing.
+//! - [`auth`]: the token handshake (HMAC, the token never on the wire).
+//! - `export` and `handles` (private): confinement of every path to the
+//!   exported directory (openat2 `RESOLVE_BENEATH`, or a component walk
+//!   with `O_NOFOLLOW`), file handles that go STALE instead of following a
+//!   replaced file.
+//! - [`drc`]: the duplicate-request cache that keeps retransmitted writes,
+//!   creates and removes from running twice.
+//! - [`service`]: one request in, one reply out, independent of sockets
+//!   (also the entry point for fuzzing); [`server`]: UDP workers and TCP
+//!   connections around it.
+//! - [`pipeline`]: the client's window, request ids, retransmission with
+//!   exponential backoff; [`client`]: the SOS calls, `get` and `put` on
+//!   top.
+//! - [`relay`]: a lossy, delaying UDP relay for tests.
+//!
+//! The traps the design has to respect are described where they live:
+//! retransmission against the duplicate cache in [`drc`] and [`pipeline`],
+//! window and reassembly in [`client`], confinement in `export`.
+
+pub mod auth;
+pub mod client;
+pub mod drc;
+pub mod error;
+pub(crate) mod export;
+pub(crate) mod handles;
+pub mod pipeline;
+pub mod protocol;
+pub mod relay;
+pub mod server;
+pub mod service;
+pub(crate) mod sock;
+
+pub use client::{Client, ClientOptions, Fd, OpenMode, Progress, TransferSummary, MAX_WINDOW};
+pub use error::ClientError;
+pub use export::Resolver;
+pub use pipeline::ClientStats;
+pub use protocol::{Attr, CreateHow, DirEntry, ErrorCode, Kind, Transport};
+pub use relay::{LossyRelay, RelayOptions, RelayStats};
+pub use server::{Server, ServerError, ServerEvent, ServerOptions, Transports};
+pub use service::{EventSink, ServerStats};

@@ -1,0 +1,602 @@
+//! The client's request pipeline: up to `window` requests in flight, each
+//! matched to its reply by request id, retransmitted over UDP with
+//! exponential backoff.
+//!
+//! A job produces requests one at a time (`Job::next`) and consumes
+//! replies (`Job::reply`) in whatever order they arrive; the pipeline
+//! keeps the window full, which is what SOS did with MAX_IN_FLIGHT NFS
+//! packets: with one request in flight every request costs a round trip,
+//! with `w` in flight the round trip is shared by `w` packets until the
+//! link, the server or a socket buffer becomes the limit.
+//!
+//! Retransmission (UDP only; TCP is reliable and a silent TCP server is
+//! simply an error after `timeout`):
+//!
+//! - Each request gets a retransmission timeout (RTO) from a smoothed
+//!   round-trip estimate (Jacobson/Karels: srtt + 4 x rttvar, clamped to
+//!   [min_rto, max_rto]). Only replies to requests sent once are sampled
+//!   (Karn: a reply to a retransmitted request could answer either copy).
+//! - An expired request is sent again with its RTO doubled (capped at
+//!   max_rto), and the estimate is backed off too, so new requests do not
+//!   keep timing out if the path got slower. After `max_tries` sends the
+//!   job fails with [`ClientError::TimedOut`], naming the operation.
+//! - Slow operations (hash, commit) are sent "patient": a longer first
+//!   RTO and a higher cap, so a server hashing a large file is not flooded
+//!   with duplicates (which its duplicate cache would drop anyway).
+//! - A late reply to a request already answered (the original and a
+//!   retransmission both got through) is counted and ignored.
+//!
+//! Traps:
+//!
+//! - The duplicate-request cache on the server covers a bounded number of
+//!   recent request ids (`drc_span`, from `Welcome`). The pipeline never
+//!   lets the newest id run more than `horizon` (half the span) ahead of
+//!   the oldest unanswered one, so every retransmission it can make is
+//!   still covered: a request whose reply keeps getting lost stalls new
+//!   requests rather than risking being executed twice.
+//! - Socket buffers: `window x packet` bytes of replies can arrive at once.
+//!   If the receive buffer is smaller, the kernel drops datagrams and the
+//!   window "works" only through retransmissions: throughput falls off a
+//!   cliff at some window size (a candidate for SOS's zig-zag). The client
+//!   asks for a buffer of twice that size.
+//! - Request ids are never reused within a session, so a stray reply can
+//!   never be taken for the answer to a newer request.
+
+use crate::error::ClientError;
+use crate::protocol::{
+    decode_reply, encode_request, Op, RemoteError, Reply, Request, HEADER_LEN, MAX_MESSAGE,
+};
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// First RTO of a patient request.
+const PATIENT_RTO: Duration = Duration::from_secs(1);
+/// RTO cap of a patient request.
+const PATIENT_MAX_RTO: Duration = Duration::from_secs(8);
+
+/// Retransmission and timeout settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// RTO before any round trip was measured.
+    pub initial_rto: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+    /// Sends of one request (the first one included) before giving up.
+    pub max_tries: u32,
+    /// TCP: how long to wait for a reply.
+    pub timeout: Duration,
+}
+
+/// Counters of a client.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClientStats {
+    /// Requests sent (each once; retransmissions are counted apart).
+    pub requests: u64,
+    pub retransmissions: u64,
+    /// Replies to requests already answered.
+    pub late_replies: u64,
+    /// Datagrams that were not a reply to this session.
+    pub stray: u64,
+    /// Smoothed round trip, once measured.
+    pub srtt: Option<Duration>,
+    /// The current retransmission timeout.
+    pub rto: Duration,
+}
+
+/// The socket under a pipeline.
+pub(crate) enum Conn {
+    Udp(UdpSocket),
+    Tcp(TcpStream),
+}
+
+/// Where a [`Job`] writes its next request.
+pub(crate) struct Encoder<'a> {
+    buf: &'a mut Vec<u8>,
+    session: u64,
+    xid: u64,
+    framed: bool,
+    op: Option<Op>,
+    patient: bool,
+}
+
+impl Encoder<'_> {
+    /// Encode `req` as the next request.
+    pub fn request(&mut self, req: &Request<'_>) -> Result<(), ClientError> {
+        self.buf.clear();
+        if self.framed {
+            self.buf.extend_from_slice(&[0u8; 4]);
+        }
+        encode_request(self.session, self.xid, req, self.buf)?;
+        if self.framed {
+            let len = (self.buf.len() - 4) as u32;
+            self.buf[..4].copy_from_slice(&len.to_be_bytes());
+        }
+        self.op = Some(req.op());
+        Ok(())
+    }
+
+    /// Give this request a long timeout (slow operations).
+    pub fn patient(&mut self) {
+        self.patient = true;
+    }
+}
+
+/// A sequence of requests and what to do with their replies.
+pub(crate) trait Job {
+    /// Encode the next request and return a tag for it, or None when there
+    /// is nothing to send now (the pipeline asks again after each reply and
+    /// ends when nothing is in flight and nothing is to be sent).
+    fn next(&mut self, enc: &mut Encoder<'_>) -> Result<Option<u64>, ClientError>;
+    /// The reply to the request tagged `tag`. An error ends the job; the
+    /// requests still in flight are abandoned.
+    fn reply(
+        &mut self,
+        tag: u64,
+        result: Result<Reply<'_>, RemoteError>,
+    ) -> Result<(), ClientError>;
+}
+
+struct Outstanding {
+    tag: u64,
+    op: Op,
+    msg: Vec<u8>,
+    first_sent: Instant,
+    last_sent: Instant,
+    tries: u32,
+    rto: Duration,
+    patient: bool,
+}
+
+struct Rtt {
+    srtt: Option<f64>,
+    rttvar: f64,
+    rto: Duration,
+}
+
+impl Rtt {
+    fn sample(&mut self, r: Duration, t: &Timing) {
+        let r = r.as_secs_f64();
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2.0;
+            }
+            Some(s) => {
+                self.rttvar = 0.75 * self.rttvar + 0.25 * (s - r).abs();
+                self.srtt = Some(0.875 * s + 0.125 * r);
+            }
+        }
+        let rto = self.srtt.unwrap_or(r) + 4.0 * self.rttvar;
+        self.rto = Duration::from_secs_f64(rto).clamp(t.min_rto, t.max_rto);
+    }
+}
+
+pub(crate) struct Pipeline {
+    conn: Conn,
+    server: SocketAddr,
+    session: u64,
+    next_xid: u64,
+    window: usize,
+    horizon: u64,
+    timing: Timing,
+    rtt: Rtt,
+    outstanding: BTreeMap<u64, Outstanding>,
+    pool: Vec<Vec<u8>>,
+    recv: Vec<u8>,
+    stats: ClientStats,
+    /// An ICMP port unreachable came back (UDP): for the timeout message.
+    refused: bool,
+    /// Why a TCP stream can no longer be used.
+    broken: Option<String>,
+    read_timeout: Option<Duration>,
+}
+
+impl Pipeline {
+    pub fn new(conn: Conn, server: SocketAddr, window: usize, timing: Timing) -> Pipeline {
+        Pipeline {
+            conn,
+            server,
+            session: 0,
+            next_xid: 1,
+            window,
+            horizon: u64::MAX,
+            timing,
+            rtt: Rtt {
+                srtt: None,
+                rttvar: 0.0,
+                rto: timing.initial_rto,
+            },
+            outstanding: BTreeMap::new(),
+            pool: Vec::new(),
+            recv: vec![0u8; MAX_MESSAGE + 1],
+            stats: ClientStats::default(),
+            refused: false,
+            broken: None,
+            read_timeout: None,
+        }
+    }
+
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    pub fn set_window(&mut self, window: usize) {
+        self.window = window;
+    }
+
+    pub fn set_horizon(&mut self, horizon: u64) {
+        self.horizon = horizon.max(1);
+    }
+
+    pub fn is_udp(&self) -> bool {
+        matches!(self.conn, Conn::Udp(_))
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            srtt: self.rtt.srtt.map(Duration::from_secs_f64),
+            rto: self.rtt.rto,
+            ..self.stats
+        }
+    }
+
+    /// Run `job` to the end.
+    pub fn run(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
+        if let Some(reason) = &self.broken {
+            return Err(ClientError::ConnectionLost {
+                server: self.server,
+                reason: reason.clone(),
+            });
+        }
+        let result = self.run_inner(job);
+        if result.is_err() {
+            for (_, o) in std::mem::take(&mut self.outstanding) {
+                self.pool.push(o.msg);
+            }
+        }
+        result
+    }
+
+    fn run_inner(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
+        loop {
+            while self.outstanding.len() < self.window && self.within_horizon() {
+                if !self.issue(job)? {
+                    break;
+                }
+            }
+            if self.outstanding.is_empty() {
+                return Ok(());
+            }
+            self.wait(job)?;
+        }
+    }
+
+    fn within_horizon(&self) -> bool {
+        match self.outstanding.first_key_value() {
+            Some((&oldest, _)) => self.next_xid - oldest < self.horizon,
+            None => true,
+        }
+    }
+
+    /// Ask the job for one request and send it; false if it had none.
+    fn issue(&mut self, job: &mut dyn Job) -> Result<bool, ClientError> {
+        let mut buf = self.pool.pop().unwrap_or_default();
+        let xid = self.next_xid;
+        let mut enc = Encoder {
+            buf: &mut buf,
+            session: self.session,
+            xid,
+            framed: !self.is_udp(),
+            op: None,
+            patient: false,
+        };
+        let Some(tag) = job.next(&mut enc)? else {
+            self.pool.push(buf);
+            return Ok(false);
+        };
+        let (Some(op), patient) = (enc.op, enc.patient) else {
+            return Err(ClientError::Unexpected {
+                server: self.server,
+                what: "internal error: a job returned a tag without a request".into(),
+            });
+        };
+        self.next_xid += 1;
+        self.send(&buf)?;
+        let now = Instant::now();
+        let rto = if patient {
+            self.rtt.rto.max(PATIENT_RTO)
+        } else {
+            self.rtt.rto
+        };
+        self.outstanding.insert(
+            xid,
+            Outstanding {
+                tag,
+                op,
+                msg: buf,
+                first_sent: now,
+                last_sent: now,
+                tries: 1,
+                rto,
+                patient,
+            },
+        );
+        self.stats.requests += 1;
+        Ok(true)
+    }
+
+    fn send(&mut self, msg: &[u8]) -> Result<(), ClientError> {
+        match &mut self.conn {
+            Conn::Udp(s) => match s.send(msg) {
+                Ok(_) => Ok(()),
+                // Lost like a dropped datagram; the retransmission covers it.
+                Err(e) if udp_send_loss(&e) => {
+                    if e.kind() == io::ErrorKind::ConnectionRefused {
+                        self.refused = true;
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(ClientError::io(format!("sending to {}", self.server), e)),
+            },
+            Conn::Tcp(s) => s.write_all(msg).map_err(|e| {
+                let reason = format!("sending a request failed: {e}");
+                self.broken = Some(reason.clone());
+                ClientError::ConnectionLost {
+                    server: self.server,
+                    reason,
+                }
+            }),
+        }
+    }
+
+    /// Wait for one reply (or a timeout) and act on it.
+    fn wait(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
+        if !self.is_udp() {
+            let n = self.read_frame()?;
+            return self.dispatch(n, job);
+        }
+        let now = Instant::now();
+        let deadline = self
+            .outstanding
+            .values()
+            .map(|o| o.last_sent + o.rto)
+            .min()
+            .unwrap_or(now);
+        if deadline <= now {
+            return self.retransmit_expired(now);
+        }
+        self.set_read_timeout(deadline - now)?;
+        let Conn::Udp(sock) = &self.conn else {
+            unreachable!("checked above")
+        };
+        match sock.recv(&mut self.recv) {
+            Ok(n) => self.dispatch(n, job),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                self.retransmit_expired(Instant::now())
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                self.refused = true;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(ClientError::io(
+                format!("receiving from {}", self.server),
+                e,
+            )),
+        }
+    }
+
+    fn set_read_timeout(&mut self, t: Duration) -> Result<(), ClientError> {
+        // SO_RCVTIMEO has microsecond resolution; never zero (that means
+        // "block forever" to the kernel and is refused by std).
+        let t = t.max(Duration::from_micros(100));
+        if self.read_timeout == Some(t) {
+            return Ok(());
+        }
+        let Conn::Udp(sock) = &self.conn else {
+            return Ok(());
+        };
+        sock.set_read_timeout(Some(t))
+            .map_err(|e| ClientError::io("setting a receive timeout", e))?;
+        self.read_timeout = Some(t);
+        Ok(())
+    }
+
+    fn retransmit_expired(&mut self, now: Instant) -> Result<(), ClientError> {
+        let Conn::Udp(sock) = &self.conn else {
+            return Ok(());
+        };
+        let t = self.timing;
+        for o in self.outstanding.values_mut() {
+            if o.last_sent + o.rto > now {
+                continue;
+            }
+            if o.tries >= t.max_tries {
+                return Err(ClientError::TimedOut {
+                    server: self.server,
+                    op: o.op,
+                    tries: o.tries,
+                    waited: now.duration_since(o.first_sent),
+                    hint: if self.refused {
+                        " (the port is closed: is the rfs server running there?)"
+                    } else {
+                        " (server down, or the path drops too much?)"
+                    },
+                });
+            }
+            match sock.send(&o.msg) {
+                Ok(_) => {}
+                Err(e) if udp_send_loss(&e) => {}
+                Err(e) => return Err(ClientError::io(format!("sending to {}", self.server), e)),
+            }
+            o.tries += 1;
+            o.last_sent = now;
+            let cap = if o.patient {
+                PATIENT_MAX_RTO
+            } else {
+                t.max_rto
+            };
+            o.rto = (o.rto * 2).min(cap);
+            if !o.patient {
+                // Back the estimate off too (until a clean sample).
+                self.rtt.rto = self.rtt.rto.max(o.rto);
+            }
+            self.stats.retransmissions += 1;
+        }
+        Ok(())
+    }
+
+    /// Read one TCP frame into `recv`; its length.
+    fn read_frame(&mut self) -> Result<usize, ClientError> {
+        let oldest = self
+            .outstanding
+            .values()
+            .next()
+            .map(|o| (o.op, o.first_sent));
+        let Conn::Tcp(stream) = &mut self.conn else {
+            unreachable!("TCP only")
+        };
+        let server = self.server;
+        let timeout = self.timing.timeout;
+        let fail = |e: io::Error, what: &str| -> (String, ClientError) {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                let (op, since) = oldest.unwrap_or((Op::Hello, Instant::now()));
+                (
+                    format!("no reply within {timeout:?}"),
+                    ClientError::TimedOut {
+                        server,
+                        op,
+                        tries: 1,
+                        waited: since.elapsed(),
+                        hint: " (server stuck or path down?)",
+                    },
+                )
+            } else {
+                let reason = if e.kind() == io::ErrorKind::UnexpectedEof {
+                    format!("the server closed the connection {what}")
+                } else {
+                    format!("{what}: {e}")
+                };
+                (
+                    reason.clone(),
+                    ClientError::ConnectionLost { server, reason },
+                )
+            }
+        };
+        let mut len = [0u8; 4];
+        if let Err(e) = stream.read_exact(&mut len) {
+            let (reason, err) = fail(e, "while a reply was awaited");
+            self.broken = Some(reason);
+            return Err(err);
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        if !(HEADER_LEN..=MAX_MESSAGE).contains(&len) {
+            let reason =
+                format!("a reply frame of {len} bytes (accepted: {HEADER_LEN}..={MAX_MESSAGE})");
+            self.broken = Some(reason.clone());
+            return Err(ClientError::ConnectionLost { server, reason });
+        }
+        if let Err(e) = stream.read_exact(&mut self.recv[..len]) {
+            let (reason, err) = fail(e, "in the middle of a reply");
+            self.broken = Some(reason);
+            return Err(err);
+        }
+        Ok(len)
+    }
+
+    fn dispatch(&mut self, n: usize, job: &mut dyn Job) -> Result<(), ClientError> {
+        let recv = std::mem::take(&mut self.recv);
+        let result = self.dispatch_inner(&recv[..n], job);
+        self.recv = recv;
+        result
+    }
+
+    fn dispatch_inner(&mut self, msg: &[u8], job: &mut dyn Job) -> Result<(), ClientError> {
+        let udp = self.is_udp();
+        let (header, op, result) = match decode_reply(msg) {
+            Ok(r) => r,
+            Err(error) if udp => {
+                let _ = error;
+                self.stats.stray += 1;
+                return Ok(());
+            }
+            Err(error) => {
+                self.broken = Some(format!("malformed reply: {error}"));
+                return Err(ClientError::Protocol {
+                    server: self.server,
+                    error,
+                });
+            }
+        };
+        let matches = self
+            .outstanding
+            .get(&header.xid)
+            .map(|o| o.op == op && (op == Op::Hello || header.session == self.session));
+        match matches {
+            Some(true) => {}
+            None if header.xid < self.next_xid && header.session == self.session => {
+                self.stats.late_replies += 1;
+                return Ok(());
+            }
+            _ if udp => {
+                self.stats.stray += 1;
+                return Ok(());
+            }
+            _ => {
+                let reason = format!(
+                    "a {op} reply to request {} that is not in flight",
+                    header.xid
+                );
+                self.broken = Some(reason.clone());
+                return Err(ClientError::ConnectionLost {
+                    server: self.server,
+                    reason,
+                });
+            }
+        }
+        let Some(o) = self.outstanding.remove(&header.xid) else {
+            return Ok(());
+        };
+        if o.tries == 1 {
+            self.rtt.sample(o.last_sent.elapsed(), &self.timing);
+        }
+        if op == Op::Hello && result.is_ok() {
+            self.session = header.session;
+        }
+        self.pool.push(o.msg);
+        job.reply(o.tag, result)
+    }
+
+    /// Send one datagram without waiting for anything (a goodbye).
+    pub fn send_once(&mut self, req: &Request<'_>) {
+        let mut buf = Vec::new();
+        let framed = !self.is_udp();
+        if framed {
+            buf.extend_from_slice(&[0u8; 4]);
+        }
+        if encode_request(self.session, self.next_xid, req, &mut buf).is_err() {
+            return;
+        }
+        if framed {
+            let len = (buf.len() - 4) as u32;
+            buf[..4].copy_from_slice(&len.to_be_bytes());
+        }
+        self.next_xid += 1;
+        let _ = self.send(&buf);
+    }
+}
+
+fn udp_send_loss(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionRefused
+        || matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN))
+}

@@ -1,0 +1,721 @@
+//! `rfs serve`: the sockets around [`crate::service`].
+//!
+//! UDP: a few worker threads block in `recv_from` on one socket (the
+//! kernel hands each datagram to one of them), handle it and send the
+//! reply to its source. Requests of one client may run on several workers
+//! at once and be answered out of order; the client matches replies by
+//! request id. A retransmission that arrives while the original is still
+//! running is dropped by the duplicate-request cache.
+//!
+//! Trap: a request runs to its end on the worker that took it, so a slow
+//! one (hashing a large file, an fsync) holds that worker; with the default
+//! of min(4, CPUs) workers, other clients are slowed, not stopped, and the
+//! client sends such requests "patient" (long retransmission timeout).
+//!
+//! TCP: one thread per connection, at most `max_clients + 4` connections
+//! at once (more are closed as soon as they are accepted; a connection
+//! beyond `max_clients` sessions gets BUSY in answer to its hello). Each
+//! message is framed by a 4-byte big-endian length that is checked against
+//! [`MAX_MESSAGE`] before anything else. Requests on a connection are
+//! handled in order; the client's window keeps the connection busy. A
+//! connection that sends a frame the server cannot parse, goes silent for
+//! `session_idle`, or closes in the middle of a frame is closed, and its
+//! session ends; a partly received request is never executed.
+//!
+//! Memory: per client, the duplicate-request cache (bounded by
+//! `max_client_memory` less the connection buffers) and, for TCP, an input
+//! buffer of two frames and an output buffer of one. UDP workers share one
+//! datagram buffer each. So the server's memory is bounded by
+//! `(max_clients + 4) x max_client_memory` plus the handle table, whatever the
+//! clients send.
+//!
+//! Every socket operation has a timeout so that `serve` notices `stop`
+//! within a fraction of a second.
+//!
+//! Trap (UDP on a host with several addresses): replies leave from the
+//! address the kernel picks for the route back, and a client whose socket
+//! is connected to another of the server's addresses drops them (the old
+//! NFS-over-UDP problem). Bind the server to the address clients use.
+
+use crate::drc;
+use crate::export::Resolver;
+use crate::protocol::{Transport, MAX_MESSAGE};
+use crate::service::{EventSink, Outcome, Peer, ServerStats, Service, ServiceConfig};
+use crate::sock;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use crate::service::ServerEvent;
+
+/// How often blocked threads look at the stop flag.
+const POLL: Duration = Duration::from_millis(100);
+/// Socket buffer the server asks for (UDP): a window of 64 x 64 KiB.
+const UDP_BUFFER: usize = 8 << 20;
+/// How long a TCP reply may take to be written before the client is
+/// considered gone.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections accepted beyond `max_clients` only to be closed.
+const EXTRA_CONNECTIONS: usize = 4;
+/// What a TCP connection's buffers take.
+pub const CONNECTION_BUFFERS: usize = 3 * (MAX_MESSAGE + 4);
+/// Duplicate-cache entries a client gets at least.
+pub const MIN_DRC_ENTRIES: usize = 64;
+/// The smallest per-client memory bound.
+pub const MIN_CLIENT_MEMORY: usize = CONNECTION_BUFFERS + MIN_DRC_ENTRIES * drc::ENTRY_COST;
+
+/// Which transports to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transports {
+    pub udp: bool,
+    pub tcp: bool,
+}
+
+impl Transports {
+    pub const UDP: Transports = Transports {
+        udp: true,
+        tcp: false,
+    };
+    pub const TCP: Transports = Transports {
+        udp: false,
+        tcp: true,
+    };
+    pub const BOTH: Transports = Transports {
+        udp: true,
+        tcp: true,
+    };
+}
+
+/// Limits and settings of a server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Refuse every change (create, write, remove) with ROFS.
+    pub read_only: bool,
+    /// Clients must prove they know this token (it never crosses the wire;
+    /// see [`crate::auth`]).
+    pub token: Option<String>,
+    /// Sessions (clients) at once.
+    pub max_clients: usize,
+    /// Memory one client may hold on the server: its duplicate-request
+    /// cache and, over TCP, its connection buffers.
+    pub max_client_memory: usize,
+    /// UDP worker threads; 0 picks min(4, CPUs).
+    pub udp_workers: usize,
+    /// A client silent this long is forgotten (UDP) or disconnected (TCP).
+    pub session_idle: Duration,
+    /// How paths are resolved beneath the export; None picks openat2 where
+    /// the kernel has it.
+    pub resolver: Option<Resolver>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            read_only: false,
+            token: None,
+            max_clients: 16,
+            max_client_memory: 1 << 20,
+            udp_workers: 0,
+            session_idle: Duration::from_secs(120),
+            resolver: None,
+        }
+    }
+}
+
+/// Why a server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{what} {value} is not accepted ({accepted})")]
+    Option {
+        what: &'static str,
+        value: String,
+        accepted: String,
+    },
+    #[error("cannot export {}: {source}", path.display())]
+    Export {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot bind {transport} on {addr}: {source}")]
+    Bind {
+        transport: Transport,
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A bound server, ready to [`serve`](Server::serve).
+pub struct Server {
+    tcp: Option<TcpListener>,
+    udp: Option<UdpSocket>,
+    addr: SocketAddr,
+    service: Arc<Service>,
+    udp_workers: usize,
+    session_idle: Duration,
+    max_clients: usize,
+    connections: AtomicUsize,
+    next_conn: AtomicU64,
+}
+
+impl Server {
+    /// Bind `addr` (port 0 picks a free port, the same for UDP and TCP)
+    /// and open `export` for serving.
+    pub fn bind(
+        addr: SocketAddr,
+        transports: Transports,
+        export: &Path,
+        options: ServerOptions,
+    ) -> Result<Server, ServerError> {
+        Server::bind_with_events(addr, transports, export, options, None)
+    }
+
+    /// [`bind`](Server::bind), with a sink for [`ServerEvent`]s.
+    pub fn bind_with_events(
+        addr: SocketAddr,
+        transports: Transports,
+        export: &Path,
+        options: ServerOptions,
+        events: Option<EventSink>,
+    ) -> Result<Server, ServerError> {
+        validate(&transports, &options)?;
+        let drc_budget = options.max_client_memory - CONNECTION_BUFFERS;
+        let service = Service::new(
+            export,
+            ServiceConfig {
+                read_only: options.read_only,
+                token: options.token.clone(),
+                max_clients: options.max_clients,
+                drc_budget,
+                session_idle: options.session_idle,
+                resolver: options.resolver,
+            },
+            events,
+        )
+        .map_err(|source| ServerError::Export {
+            path: export.to_path_buf(),
+            source,
+        })?;
+        let (tcp, udp, addr) = bind_sockets(addr, transports)?;
+        let workers = match options.udp_workers {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
+            n => n,
+        };
+        Ok(Server {
+            tcp,
+            udp,
+            addr,
+            service: Arc::new(service),
+            udp_workers: workers,
+            session_idle: options.session_idle,
+            max_clients: options.max_clients,
+            connections: AtomicUsize::new(0),
+            next_conn: AtomicU64::new(1),
+        })
+    }
+
+    /// The bound address (UDP and TCP share the port).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The exported directory.
+    pub fn export(&self) -> &Path {
+        self.service.export_path()
+    }
+
+    /// How paths are resolved beneath the export.
+    pub fn resolver(&self) -> Resolver {
+        self.service.resolver()
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        self.service.stats()
+    }
+
+    /// Serve until `stop` is set; returns after every thread ended (within
+    /// a fraction of a second of `stop`).
+    pub fn serve(&self, stop: &AtomicBool) -> Result<(), ServerError> {
+        std::thread::scope(|scope| {
+            if let Some(udp) = &self.udp {
+                for _ in 0..self.udp_workers {
+                    scope.spawn(move || self.udp_worker(udp, stop));
+                }
+            }
+            let accept = self
+                .tcp
+                .as_ref()
+                .map(|listener| scope.spawn(move || self.accept_loop(scope, listener, stop)));
+            let mut last = Instant::now();
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(POLL);
+                if last.elapsed() > Duration::from_secs(1) {
+                    self.service.expire_sessions();
+                    last = Instant::now();
+                }
+            }
+            match accept.map(|h| h.join()) {
+                Some(Ok(result)) => result,
+                Some(Err(_)) => Err(ServerError::Io {
+                    context: "the TCP accept thread failed".into(),
+                    source: io::Error::other("thread panicked"),
+                }),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn udp_worker(&self, udp: &UdpSocket, stop: &AtomicBool) {
+        let mut buf = vec![0u8; 65_536];
+        let mut out = Vec::with_capacity(MAX_MESSAGE);
+        while !stop.load(Ordering::Relaxed) {
+            let (n, from) = match udp.recv_from(&mut buf) {
+                Ok(got) => got,
+                // Timeouts, and ICMP errors left by earlier sends.
+                Err(_) => continue,
+            };
+            out.clear();
+            if self
+                .service
+                .handle(Peer::Udp(from), Transport::Udp, &buf[..n], &mut out)
+                == Outcome::Reply
+            {
+                // A full socket buffer or an unreachable client loses the
+                // reply; the client retransmits.
+                let _ = udp.send_to(&out, from);
+            }
+        }
+    }
+
+    fn accept_loop<'scope>(
+        &'scope self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        listener: &'scope TcpListener,
+        stop: &'scope AtomicBool,
+    ) -> Result<(), ServerError> {
+        while !stop.load(Ordering::SeqCst) {
+            if !sock::wait_readable(listener.as_raw_fd(), POLL) {
+                continue;
+            }
+            let (stream, peer) = match listener.accept() {
+                Ok(pair) => pair,
+                Err(e) if is_transient_accept_error(&e) => continue,
+                Err(source) => {
+                    return Err(ServerError::Io {
+                        context: format!("accepting TCP connections on {}", self.addr),
+                        source,
+                    })
+                }
+            };
+            let open = self.connections.fetch_add(1, Ordering::SeqCst) + 1;
+            let slot = ConnectionSlot(&self.connections);
+            if open > self.max_clients + EXTRA_CONNECTIONS {
+                drop(stream);
+                drop(slot);
+                continue;
+            }
+            let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+            let spawned = std::thread::Builder::new()
+                .name("rfs-conn".into())
+                .stack_size(256 * 1024)
+                .spawn_scoped(scope, move || {
+                    let _slot = slot;
+                    self.serve_connection(stream, peer, conn, stop);
+                    self.service.end_connection(conn);
+                });
+            if spawned.is_err() {
+                // Out of threads: the connection is dropped with the closure.
+                continue;
+            }
+        }
+        Ok(())
+    }
+
+    fn serve_connection(
+        &self,
+        mut stream: TcpStream,
+        addr: SocketAddr,
+        conn: u64,
+        stop: &AtomicBool,
+    ) {
+        let peer = Peer::Tcp { conn, addr };
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_nodelay(true);
+        if stream.set_read_timeout(Some(POLL)).is_err()
+            || stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err()
+        {
+            return;
+        }
+        let mut frames = FrameBuffer::new();
+        let mut out = Vec::with_capacity(MAX_MESSAGE + 4);
+        let mut last_frame = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            match frames.fill(&mut stream) {
+                Ok(0) => return, // closed (maybe mid-frame: that request is dropped)
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if last_frame.elapsed() > self.session_idle {
+                        return;
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            }
+            loop {
+                let frame = match frames.next_frame() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(()) => return, // a length we cannot trust: close
+                };
+                last_frame = Instant::now();
+                out.clear();
+                out.extend_from_slice(&[0u8; 4]);
+                match self.service.handle(peer, Transport::Tcp, frame, &mut out) {
+                    Outcome::Reply => {
+                        let len = (out.len() - 4) as u32;
+                        out[..4].copy_from_slice(&len.to_be_bytes());
+                        if stream.write_all(&out).is_err() {
+                            return;
+                        }
+                    }
+                    Outcome::Drop => {}
+                    Outcome::Close => return,
+                }
+                frames.consume();
+            }
+        }
+    }
+}
+
+fn validate(transports: &Transports, options: &ServerOptions) -> Result<(), ServerError> {
+    if !transports.udp && !transports.tcp {
+        return Err(ServerError::Option {
+            what: "transports",
+            value: "none".into(),
+            accepted: "UDP, TCP or both".into(),
+        });
+    }
+    if options.max_clients == 0 || options.max_clients > 4096 {
+        return Err(ServerError::Option {
+            what: "max_clients",
+            value: options.max_clients.to_string(),
+            accepted: "1..=4096".into(),
+        });
+    }
+    if options.max_client_memory < MIN_CLIENT_MEMORY {
+        return Err(ServerError::Option {
+            what: "max_client_memory",
+            value: options.max_client_memory.to_string(),
+            accepted: format!(
+                "at least {MIN_CLIENT_MEMORY} bytes: TCP buffers of {CONNECTION_BUFFERS} bytes and {MIN_DRC_ENTRIES} cached replies"
+            ),
+        });
+    }
+    if options.udp_workers > 64 {
+        return Err(ServerError::Option {
+            what: "udp_workers",
+            value: options.udp_workers.to_string(),
+            accepted: "0 (automatic) ..= 64".into(),
+        });
+    }
+    if options.token.as_ref().is_some_and(|t| t.is_empty()) {
+        return Err(ServerError::Option {
+            what: "token",
+            value: "\"\"".into(),
+            accepted: "a non-empty secret, or no token".into(),
+        });
+    }
+    if options.session_idle.is_zero() {
+        return Err(ServerError::Option {
+            what: "session_idle",
+            value: "0".into(),
+            accepted: "a positive duration".into(),
+        });
+    }
+    Ok(())
+}
+
+#[allow(clippy::type_complexity)]
+fn bind_sockets(
+    addr: SocketAddr,
+    transports: Transports,
+) -> Result<(Option<TcpListener>, Option<UdpSocket>, SocketAddr), ServerError> {
+    let bind_err = |transport, addr, source| ServerError::Bind {
+        transport,
+        addr,
+        source,
+    };
+    // With port 0 and both transports, the port the kernel picks for TCP
+    // may be taken for UDP: try a few times.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let tcp = if transports.tcp {
+            Some(TcpListener::bind(addr).map_err(|e| bind_err(Transport::Tcp, addr, e))?)
+        } else {
+            None
+        };
+        let udp_addr = match &tcp {
+            Some(l) => l
+                .local_addr()
+                .map_err(|e| bind_err(Transport::Tcp, addr, e))?,
+            None => addr,
+        };
+        let udp = if transports.udp {
+            match UdpSocket::bind(udp_addr) {
+                Ok(s) => Some(s),
+                Err(e) if addr.port() == 0 && tcp.is_some() && tries < 8 => {
+                    let _ = e;
+                    continue;
+                }
+                Err(e) => return Err(bind_err(Transport::Udp, udp_addr, e)),
+            }
+        } else {
+            None
+        };
+        let local = match (&tcp, &udp) {
+            (Some(l), _) => l.local_addr(),
+            (None, Some(u)) => u.local_addr(),
+            (None, None) => unreachable!("validate() requires a transport"),
+        }
+        .map_err(|e| bind_err(Transport::Tcp, addr, e))?;
+        if let Some(l) = &tcp {
+            l.set_nonblocking(true)
+                .map_err(|e| bind_err(Transport::Tcp, local, e))?;
+        }
+        if let Some(u) = &udp {
+            u.set_read_timeout(Some(POLL))
+                .map_err(|e| bind_err(Transport::Udp, local, e))?;
+            sock::set_buffers(u.as_raw_fd(), UDP_BUFFER);
+        }
+        return Ok((tcp, udp, local));
+    }
+}
+
+fn is_transient_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EPROTO)
+    )
+}
+
+/// Counts a connection while it lives.
+struct ConnectionSlot<'a>(&'a AtomicUsize);
+
+impl Drop for ConnectionSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Input buffer of a TCP connection: room for two frames, so a read can
+/// take a frame and the start of the next. Frames are parsed in place.
+pub(crate) struct FrameBuffer {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Length of the frame at `start` once `next_frame` returned it.
+    current: Option<usize>,
+}
+
+impl FrameBuffer {
+    pub(crate) fn new() -> FrameBuffer {
+        FrameBuffer {
+            buf: vec![0u8; 2 * (MAX_MESSAGE + 4)],
+            start: 0,
+            end: 0,
+            current: None,
+        }
+    }
+
+    /// Read what the stream has into the free space; Ok(0) is EOF.
+    pub(crate) fn fill(&mut self, r: &mut impl Read) -> io::Result<usize> {
+        if self.end == self.buf.len() {
+            // Only reachable with a whole frame pending; callers consume it.
+            self.compact();
+        }
+        let n = r.read(&mut self.buf[self.end..])?;
+        self.end += n;
+        Ok(n)
+    }
+
+    fn compact(&mut self) {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+    }
+
+    /// The next complete frame's body, None if more bytes are needed,
+    /// Err if the length prefix is out of range.
+    pub(crate) fn next_frame(&mut self) -> Result<Option<&[u8]>, ()> {
+        debug_assert!(self.current.is_none(), "consume() the previous frame first");
+        let avail = self.end - self.start;
+        if avail < 4 {
+            self.compact();
+            return Ok(None);
+        }
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&self.buf[self.start..self.start + 4]);
+        let len = u32::from_be_bytes(len) as usize;
+        if !(crate::protocol::HEADER_LEN..=MAX_MESSAGE).contains(&len) {
+            return Err(());
+        }
+        if avail < 4 + len {
+            self.compact();
+            return Ok(None);
+        }
+        self.current = Some(len);
+        Ok(Some(&self.buf[self.start + 4..self.start + 4 + len]))
+    }
+
+    /// Drop the frame `next_frame` returned.
+    pub(crate) fn consume(&mut self) {
+        if let Some(len) = self.current.take() {
+            self.start += 4 + len;
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    /// A reader that hands out its bytes in pieces of at most `piece`.
+    struct Trickle {
+        bytes: Vec<u8>,
+        pos: usize,
+        piece: usize,
+    }
+
+    impl Trickle {
+        fn new(bytes: Vec<u8>, piece: usize) -> Trickle {
+            Trickle {
+                bytes,
+                pos: 0,
+                piece,
+            }
+        }
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.piece.min(buf.len()).min(self.bytes.len() - self.pos);
+            buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn frames_are_split_whatever_the_read_sizes() {
+        let bodies: Vec<Vec<u8>> = (0..20)
+            .map(|i| vec![i as u8; 24 + i * 3000])
+            .chain(std::iter::once(vec![9u8; MAX_MESSAGE]))
+            .collect();
+        let stream: Vec<u8> = bodies.iter().flat_map(|b| frame(b)).collect();
+        for piece in [1, 7, 4096, 1 << 20] {
+            let mut r = Trickle::new(stream.clone(), piece);
+            let mut fb = FrameBuffer::new();
+            let mut got = Vec::new();
+            loop {
+                while let Some(f) = fb.next_frame().unwrap() {
+                    got.push(f.to_vec());
+                    fb.consume();
+                }
+                if fb.fill(&mut r).unwrap() == 0 {
+                    break;
+                }
+            }
+            assert_eq!(got, bodies, "pieces of {piece}");
+        }
+    }
+
+    #[test]
+    fn bad_lengths_are_refused() {
+        for len in [0u32, 23, MAX_MESSAGE as u32 + 1, u32::MAX] {
+            let mut fb = FrameBuffer::new();
+            let mut r = Trickle::new(len.to_be_bytes().to_vec(), 100);
+            fb.fill(&mut r).unwrap();
+            assert!(fb.next_frame().is_err(), "{len}");
+        }
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let bad = [
+            ServerOptions {
+                max_clients: 0,
+                ..Default::default()
+            },
+            ServerOptions {
+                max_client_memory: 1000,
+                ..Default::default()
+            },
+            ServerOptions {
+                token: Some(String::new()),
+                ..Default::default()
+            },
+        ];
+        for options in bad {
+            let e = Server::bind(addr, Transports::BOTH, dir.path(), options)
+                .err()
+                .unwrap();
+            assert!(matches!(e, ServerError::Option { .. }), "{e}");
+        }
+        let e = Server::bind(
+            addr,
+            Transports {
+                udp: false,
+                tcp: false,
+            },
+            dir.path(),
+            ServerOptions::default(),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("UDP, TCP or both"), "{e}");
+        let e = Server::bind(
+            addr,
+            Transports::BOTH,
+            &dir.path().join("missing"),
+            ServerOptions::default(),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+}

@@ -1,0 +1,1868 @@
+//! The request handler, apart from sockets: one message in, at most one
+//! message out. The UDP workers and TCP connections of [`crate::server`]
+//! call [`Service::handle`]; tests call it directly.
+//!
+//! Order of checks for every message, so that nothing a peer sends is
+//! acted on before it is understood and allowed:
+//!
+//! 1. The header decodes (size, magic, reserved bytes). Otherwise the
+//!    message is dropped (UDP) or the connection closed (TCP): there is no
+//!    request id to answer.
+//! 2. Version and operation code are known, the body decodes strictly.
+//!    Otherwise an error reply (PROTOCOL, UNSUPPORTED, INVAL) names the
+//!    problem.
+//! 3. `Hello` opens a session (bounded by `max_clients`). Everything else
+//!    names a session that exists, belongs to the sender's address (UDP) or
+//!    connection (TCP), and has authenticated when the server has a token.
+//! 4. Non-idempotent operations pass the session's duplicate-request cache
+//!    ([`crate::drc`]).
+//! 5. The operation runs against the export (module `export`), with
+//!    handles from module `handles`; every error becomes a code and a
+//!    detail naming the input.
+
+use crate::auth;
+use crate::drc::{self, Check, Drc};
+use crate::export::{self, Export, RelPath, Resolver};
+use crate::handles::{FdCache, HandleTable, Resolved};
+use crate::protocol::{
+    self, begin_read_reply, decode_header, decode_request_body, encode_error_reply, encode_reply,
+    finish_read_reply, printable, request_op, Attr, CreateHow, DecodeError, DirEntry, ErrorCode,
+    Handle, Header, Kind, Op, RemoteError, Reply, Request, Transport, REPLY_BIT,
+};
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Most handles the server remembers.
+pub const MAX_HANDLES: usize = 16_384;
+/// Most path bytes the handle table holds.
+pub const MAX_HANDLE_PATH_BYTES: usize = 8 << 20;
+/// Open files kept between requests.
+const FD_CACHE: usize = 64;
+/// How long an open file is reused before its path is checked again.
+const FD_TTL: Duration = Duration::from_secs(1);
+/// How long a session may stay unauthenticated, or unconfirmed (nothing
+/// after its hello).
+const AUTH_GRACE: Duration = Duration::from_secs(5);
+/// An unconfirmed session older than this is evicted when a new client
+/// needs its slot.
+const UNCONFIRMED_GRACE: Duration = Duration::from_secs(1);
+/// Chunk in which files are hashed.
+const HASH_CHUNK: usize = 256 * 1024;
+
+/// Who sent a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
+    Udp(SocketAddr),
+    /// A TCP connection: its number on this server and the peer's address.
+    Tcp {
+        conn: u64,
+        addr: SocketAddr,
+    },
+}
+
+impl Peer {
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Peer::Udp(a) | Peer::Tcp { addr: a, .. } => *a,
+        }
+    }
+}
+
+/// What the transport does after [`Service::handle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Send what was appended to `out`.
+    Reply,
+    /// Send nothing.
+    Drop,
+    /// Send nothing and close the connection (TCP): the stream is no
+    /// longer framed in a way we can trust.
+    Close,
+}
+
+/// Something a server operator may want to see; the library never prints.
+#[derive(Debug, Clone)]
+pub enum ServerEvent {
+    SessionOpened {
+        peer: SocketAddr,
+        transport: Transport,
+        session: u64,
+    },
+    SessionEnded {
+        peer: SocketAddr,
+        session: u64,
+        reason: &'static str,
+    },
+    Refused {
+        peer: SocketAddr,
+        reason: String,
+    },
+}
+
+impl fmt::Display for ServerEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerEvent::SessionOpened {
+                peer,
+                transport,
+                session,
+            } => write!(f, "{peer}: session {session:016x} opened over {transport}"),
+            ServerEvent::SessionEnded {
+                peer,
+                session,
+                reason,
+            } => write!(f, "{peer}: session {session:016x} ended ({reason})"),
+            ServerEvent::Refused { peer, reason } => write!(f, "{peer}: refused: {reason}"),
+        }
+    }
+}
+
+/// Where events go.
+pub type EventSink = Arc<dyn Fn(&ServerEvent) + Send + Sync>;
+
+/// Counters of a running server.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub replies: AtomicU64,
+    /// Retransmissions answered from the duplicate-request cache.
+    pub replayed: AtomicU64,
+    /// Duplicates dropped while the original was still running.
+    pub dropped_in_progress: AtomicU64,
+    /// Messages that did not decode.
+    pub malformed: AtomicU64,
+    /// Requests refused for session, token or load reasons.
+    pub refused: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub sessions_opened: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A snapshot of the server's [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub requests: u64,
+    pub replies: u64,
+    pub replayed: u64,
+    pub dropped_in_progress: u64,
+    pub malformed: u64,
+    pub refused: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub sessions_opened: u64,
+    pub sessions_open: u64,
+}
+
+/// Settings the service needs (a subset of the server's options).
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub read_only: bool,
+    pub token: Option<String>,
+    pub max_clients: usize,
+    /// Bytes of duplicate-request cache per session.
+    pub drc_budget: usize,
+    /// A UDP session silent this long is forgotten.
+    pub session_idle: Duration,
+    pub resolver: Option<Resolver>,
+}
+
+struct Session {
+    id: u64,
+    peer: Peer,
+    transport: Transport,
+    client_nonce: [u8; 16],
+    server_nonce: [u8; 32],
+    authenticated: AtomicBool,
+    /// The client sent something after its hello: its address is real
+    /// (a hello from a forged address never gets a second request).
+    confirmed: AtomicBool,
+    /// Milliseconds since the service started.
+    last_seen: AtomicU64,
+    created: Instant,
+    drc: Mutex<Drc>,
+}
+
+/// The file service of one export.
+pub struct Service {
+    export: Export,
+    config: ServiceConfig,
+    started: Instant,
+    handles: Mutex<HandleTable>,
+    fds: Mutex<FdCache>,
+    sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    pub counters: Counters,
+    events: Option<EventSink>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+type OpResult<T> = Result<T, RemoteError>;
+
+fn err(code: ErrorCode, detail: impl Into<String>) -> RemoteError {
+    RemoteError::new(code, detail)
+}
+
+fn quoted(name: &[u8]) -> String {
+    format!("\"{}\"", printable(name, 64))
+}
+
+fn show_path(p: &RelPath) -> String {
+    if p.is_root() {
+        "the export's root".to_string()
+    } else {
+        quoted(p.as_bytes())
+    }
+}
+
+/// An operating-system error as a protocol error about `what`.
+pub fn io_error(e: &io::Error, what: &str) -> RemoteError {
+    let code = match e.raw_os_error() {
+        Some(libc::ENOENT) => ErrorCode::NoEnt,
+        Some(libc::EEXIST) => ErrorCode::Exist,
+        Some(libc::EACCES | libc::EPERM) => ErrorCode::Access,
+        Some(libc::EROFS) => ErrorCode::ReadOnly,
+        Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::NoSpace,
+        Some(libc::ENOTDIR) => ErrorCode::NotDir,
+        Some(libc::EISDIR) => ErrorCode::IsDir,
+        Some(libc::ENAMETOOLONG) => ErrorCode::NameTooLong,
+        Some(libc::ENOTEMPTY) => ErrorCode::NotEmpty,
+        Some(libc::ELOOP) => {
+            return err(
+                ErrorCode::Access,
+                format!(
+                    "{what}: a symbolic link is in the way (rfs does not follow symbolic links)"
+                ),
+            )
+        }
+        Some(libc::EXDEV) => {
+            return err(
+                ErrorCode::Access,
+                format!("{what}: leads outside the export"),
+            )
+        }
+        Some(libc::EFBIG) => ErrorCode::TooBig,
+        Some(libc::EINVAL) => ErrorCode::Invalid,
+        Some(libc::ESTALE) => ErrorCode::Stale,
+        _ => ErrorCode::Io,
+    };
+    err(code, format!("{what}: {e}"))
+}
+
+/// Like [`io_error`] for a path reached through a handle: if it is gone,
+/// the handle is stale.
+fn handle_io_error(e: &io::Error, what: &str) -> RemoteError {
+    match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR) => err(
+            ErrorCode::Stale,
+            format!("{what} no longer exists (removed or renamed); look it up again"),
+        ),
+        _ => io_error(e, what),
+    }
+}
+
+fn stale(what: &str) -> RemoteError {
+    err(
+        ErrorCode::Stale,
+        format!("{what} was replaced by another file; look it up again"),
+    )
+}
+
+impl Service {
+    pub fn new(
+        export_dir: &Path,
+        config: ServiceConfig,
+        events: Option<EventSink>,
+    ) -> io::Result<Service> {
+        let export = Export::open(export_dir, config.resolver)?;
+        let root_fd = export.open_dir(&RelPath::root())?;
+        let root_st = export::stat_fd(root_fd.as_fd())?;
+        let epoch = auth::random_nonzero_u64()?;
+        Ok(Service {
+            handles: Mutex::new(HandleTable::new(
+                epoch,
+                export::identity(&root_st),
+                MAX_HANDLES,
+                MAX_HANDLE_PATH_BYTES,
+            )),
+            fds: Mutex::new(FdCache::new(FD_CACHE, FD_TTL)),
+            export,
+            config,
+            started: Instant::now(),
+            sessions: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            events,
+        })
+    }
+
+    pub fn resolver(&self) -> Resolver {
+        self.export.resolver()
+    }
+
+    pub fn export_path(&self) -> &Path {
+        self.export.path()
+    }
+
+    fn emit(&self, event: ServerEvent) {
+        if let Some(sink) = &self.events {
+            sink(&event);
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServerStats {
+            requests: get(&c.requests),
+            replies: get(&c.replies),
+            replayed: get(&c.replayed),
+            dropped_in_progress: get(&c.dropped_in_progress),
+            malformed: get(&c.malformed),
+            refused: get(&c.refused),
+            bytes_read: get(&c.bytes_read),
+            bytes_written: get(&c.bytes_written),
+            sessions_opened: get(&c.sessions_opened),
+            sessions_open: lock(&self.sessions).len() as u64,
+        }
+    }
+
+    /// Handle one message from `peer`, appending the reply (if any) to
+    /// `out`.
+    pub fn handle(
+        &self,
+        peer: Peer,
+        transport: Transport,
+        msg: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        bump(&self.counters.requests);
+        let start = out.len();
+        let outcome = self.handle_inner(peer, transport, msg, out);
+        if outcome == Outcome::Reply {
+            bump(&self.counters.replies);
+        } else {
+            out.truncate(start);
+        }
+        outcome
+    }
+
+    fn handle_inner(
+        &self,
+        peer: Peer,
+        transport: Transport,
+        msg: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let no_header = match transport {
+            Transport::Udp => Outcome::Drop,
+            Transport::Tcp => Outcome::Close,
+        };
+        let Ok((header, body)) = decode_header(msg) else {
+            bump(&self.counters.malformed);
+            return no_header;
+        };
+        if header.opcode & REPLY_BIT != 0 {
+            // Never answer a reply: two servers must not ping-pong. Over
+            // TCP the peer is confused about who is who: close.
+            bump(&self.counters.malformed);
+            return no_header;
+        }
+        let reply_error = |e: RemoteError, out: &mut Vec<u8>| {
+            encode_error_reply(header.session, header.xid, header.opcode, &e, out);
+            Outcome::Reply
+        };
+        let op = match request_op(&header) {
+            Ok(op) => op,
+            Err(e) => {
+                bump(&self.counters.malformed);
+                let code = match e {
+                    DecodeError::UnknownOp { .. } => ErrorCode::Unsupported,
+                    _ => ErrorCode::Protocol,
+                };
+                return reply_error(err(code, e.to_string()), out);
+            }
+        };
+        let req = match decode_request_body(op, body) {
+            Ok(r) => r,
+            Err(e) => {
+                bump(&self.counters.malformed);
+                let code = match e {
+                    DecodeError::Name(_) | DecodeError::BadValue { .. } => ErrorCode::Invalid,
+                    _ => ErrorCode::Protocol,
+                };
+                return reply_error(err(code, format!("{op} request: {e}")), out);
+            }
+        };
+        if let Request::Hello { nonce } = req {
+            return match self.hello(peer, transport, nonce) {
+                Ok((session, welcome)) => {
+                    self.encode(session, header.xid, op, &Ok(welcome), out);
+                    Outcome::Reply
+                }
+                Err(e) => {
+                    bump(&self.counters.refused);
+                    self.emit(ServerEvent::Refused {
+                        peer: peer.addr(),
+                        reason: e.to_string(),
+                    });
+                    reply_error(e, out)
+                }
+            };
+        }
+        let session = match self.session_for(&header, peer) {
+            Ok(s) => s,
+            Err(e) => {
+                bump(&self.counters.refused);
+                return reply_error(e, out);
+            }
+        };
+        session.last_seen.store(self.now_ms(), Ordering::Relaxed);
+        session.confirmed.store(true, Ordering::Relaxed);
+        match req {
+            Request::Auth { proof } => {
+                let result = self.auth(&session, &proof);
+                if result.is_err() {
+                    bump(&self.counters.refused);
+                }
+                self.encode(
+                    header.session,
+                    header.xid,
+                    op,
+                    &result.map(|_| Reply::Done),
+                    out,
+                );
+                return Outcome::Reply;
+            }
+            Request::Goodbye => {
+                self.end_session(session.id, "goodbye");
+                self.encode(header.session, header.xid, op, &Ok(Reply::Done), out);
+                return Outcome::Reply;
+            }
+            _ => {}
+        }
+        if !session.authenticated.load(Ordering::Acquire) {
+            bump(&self.counters.refused);
+            return reply_error(
+                err(
+                    ErrorCode::Auth,
+                    "this server requires a token: authenticate the session first",
+                ),
+                out,
+            );
+        }
+        if !op.is_cached() {
+            self.execute(&header, op, req, transport, out);
+            return Outcome::Reply;
+        }
+        let fp = drc::fingerprint(op, body);
+        let check = lock(&session.drc).check(header.xid, fp);
+        match check {
+            Check::New => {}
+            Check::Replay(bytes) => {
+                bump(&self.counters.replayed);
+                out.extend_from_slice(&bytes);
+                return Outcome::Reply;
+            }
+            Check::InProgress => {
+                bump(&self.counters.dropped_in_progress);
+                return Outcome::Drop;
+            }
+            Check::Reused => {
+                return reply_error(
+                    err(
+                        ErrorCode::Invalid,
+                        format!(
+                            "request id {} was already used for a different request; not executed",
+                            header.xid
+                        ),
+                    ),
+                    out,
+                )
+            }
+            Check::TooOld { floor } => {
+                return reply_error(
+                    err(
+                        ErrorCode::Invalid,
+                        format!(
+                            "request id {} is older than the duplicate-request cache remembers (ids up to {floor} are forgotten); not executed",
+                            header.xid
+                        ),
+                    ),
+                    out,
+                )
+            }
+            Check::Full => {
+                bump(&self.counters.refused);
+                return reply_error(
+                    err(
+                        ErrorCode::Busy,
+                        "too many requests of this client are in progress; retry",
+                    ),
+                    out,
+                );
+            }
+        }
+        let start = out.len();
+        self.execute(&header, op, req, transport, out);
+        lock(&session.drc).complete(header.xid, &out[start..]);
+        Outcome::Reply
+    }
+
+    fn encode(
+        &self,
+        session: u64,
+        xid: u64,
+        op: Op,
+        result: &OpResult<Reply<'_>>,
+        out: &mut Vec<u8>,
+    ) {
+        if let Err(e) = encode_reply(session, xid, op, result, out) {
+            // Only a bug can get here (every reply is built within limits);
+            // the client still gets an answer.
+            encode_error_reply(
+                session,
+                xid,
+                op.code(),
+                &err(
+                    ErrorCode::Io,
+                    format!("internal error encoding the reply: {e}"),
+                ),
+                out,
+            );
+        }
+    }
+
+    fn execute(
+        &self,
+        header: &Header,
+        op: Op,
+        req: Request<'_>,
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) {
+        let result = match req {
+            Request::Read {
+                file,
+                offset,
+                count,
+            } => {
+                let start = out.len();
+                match self.read(header, transport, &file, offset, count, out) {
+                    Ok(n) => {
+                        self.counters
+                            .bytes_read
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(e) => {
+                        out.truncate(start);
+                        Err(e)
+                    }
+                }
+            }
+            Request::Lookup { dir, name } => self.lookup(&dir, name),
+            Request::Create {
+                dir,
+                name,
+                mode,
+                how,
+            } => self.create(&dir, name, mode, how),
+            Request::Write { file, offset, data } => self.write(&file, offset, data),
+            Request::Getattr { handle } => self.getattr(&handle).map(Reply::Attr),
+            Request::Readdir {
+                dir,
+                cookie,
+                max_entries,
+            } => self.readdir(&dir, cookie, max_entries, transport),
+            Request::Remove { dir, name } => self.remove(&dir, name),
+            Request::Hash { file } => self.hash(&file),
+            Request::Commit { file } => self.commit(&file),
+            Request::Hello { .. } | Request::Auth { .. } | Request::Goodbye => Err(err(
+                ErrorCode::Invalid,
+                "session requests are handled earlier",
+            )),
+        };
+        self.encode(header.session, header.xid, op, &result, out);
+    }
+
+    // -- sessions ----------------------------------------------------------
+
+    fn hello(
+        &self,
+        peer: Peer,
+        transport: Transport,
+        nonce: [u8; 16],
+    ) -> OpResult<(u64, Reply<'static>)> {
+        let mut sessions = lock(&self.sessions);
+        let existing = sessions
+            .values()
+            .find(|s| s.peer == peer && s.client_nonce == nonce)
+            .cloned();
+        let session = match existing {
+            // A retransmitted hello: the same session again.
+            Some(s) => s,
+            None => {
+                if matches!(peer, Peer::Tcp { .. }) && sessions.values().any(|s| s.peer == peer) {
+                    return Err(err(
+                        ErrorCode::Invalid,
+                        "this connection has a session already; one session per TCP connection",
+                    ));
+                }
+                self.expire_locked(&mut sessions);
+                if sessions.len() >= self.config.max_clients {
+                    self.evict_unconfirmed(&mut sessions);
+                }
+                if sessions.len() >= self.config.max_clients {
+                    return Err(err(
+                        ErrorCode::Busy,
+                        format!(
+                            "the server serves at most {} clients at once; try again later",
+                            self.config.max_clients
+                        ),
+                    ));
+                }
+                let mut id =
+                    auth::random_nonzero_u64().map_err(|e| io_error(&e, "random session id"))?;
+                while sessions.contains_key(&id) {
+                    id = auth::random_nonzero_u64()
+                        .map_err(|e| io_error(&e, "random session id"))?;
+                }
+                let server_nonce =
+                    auth::random_bytes::<32>().map_err(|e| io_error(&e, "random nonce"))?;
+                let s = Arc::new(Session {
+                    id,
+                    peer,
+                    transport,
+                    client_nonce: nonce,
+                    server_nonce,
+                    authenticated: AtomicBool::new(self.config.token.is_none()),
+                    confirmed: AtomicBool::new(false),
+                    last_seen: AtomicU64::new(self.now_ms()),
+                    created: Instant::now(),
+                    drc: Mutex::new(Drc::new(self.config.drc_budget)),
+                });
+                sessions.insert(id, Arc::clone(&s));
+                bump(&self.counters.sessions_opened);
+                self.emit(ServerEvent::SessionOpened {
+                    peer: peer.addr(),
+                    transport,
+                    session: id,
+                });
+                s
+            }
+        };
+        let root = lock(&self.handles).root();
+        Ok((
+            session.id,
+            Reply::Welcome {
+                nonce: session.server_nonce,
+                auth_required: self.config.token.is_some(),
+                root,
+                max_data: session.transport.max_data() as u32,
+                drc_span: Drc::span(self.config.drc_budget),
+            },
+        ))
+    }
+
+    /// Make room by dropping the oldest session that never sent a second
+    /// message and is older than [`UNCONFIRMED_GRACE`]: hellos from forged
+    /// addresses cannot lock real clients out for longer than that.
+    fn evict_unconfirmed(&self, sessions: &mut HashMap<u64, Arc<Session>>) {
+        let victim = sessions
+            .values()
+            .filter(|s| {
+                !s.confirmed.load(Ordering::Relaxed) && s.created.elapsed() > UNCONFIRMED_GRACE
+            })
+            .min_by_key(|s| s.created)
+            .map(|s| (s.id, s.peer.addr()));
+        if let Some((id, peer)) = victim {
+            sessions.remove(&id);
+            self.emit(ServerEvent::SessionEnded {
+                peer,
+                session: id,
+                reason: "unconfirmed, evicted for a new client",
+            });
+        }
+    }
+
+    fn session_for(&self, header: &Header, peer: Peer) -> OpResult<Arc<Session>> {
+        let sessions = lock(&self.sessions);
+        let Some(s) = sessions.get(&header.session) else {
+            return Err(err(
+                ErrorCode::BadSession,
+                format!(
+                    "unknown session {:016x}: it ended or the server restarted; connect again",
+                    header.session
+                ),
+            ));
+        };
+        if s.peer != peer {
+            return Err(err(
+                ErrorCode::BadSession,
+                format!(
+                    "session {:016x} belongs to another client address or connection",
+                    header.session
+                ),
+            ));
+        }
+        Ok(Arc::clone(s))
+    }
+
+    fn auth(&self, session: &Session, proof: &[u8; 32]) -> OpResult<()> {
+        let Some(token) = &self.config.token else {
+            return Ok(()); // nothing to prove
+        };
+        if auth::verify(
+            token,
+            &session.server_nonce,
+            &session.client_nonce,
+            session.id,
+            proof,
+        ) {
+            session.authenticated.store(true, Ordering::Release);
+            Ok(())
+        } else {
+            self.end_session(session.id, "wrong token");
+            self.emit(ServerEvent::Refused {
+                peer: session.peer.addr(),
+                reason: "wrong token".into(),
+            });
+            Err(err(
+                ErrorCode::Auth,
+                "wrong token: the proof does not match the server's token; the session is closed",
+            ))
+        }
+    }
+
+    fn end_session(&self, id: u64, reason: &'static str) {
+        let removed = lock(&self.sessions).remove(&id);
+        if let Some(s) = removed {
+            self.emit(ServerEvent::SessionEnded {
+                peer: s.peer.addr(),
+                session: id,
+                reason,
+            });
+        }
+    }
+
+    /// End the sessions of a closed TCP connection.
+    pub fn end_connection(&self, conn: u64) {
+        let ids: Vec<u64> = lock(&self.sessions)
+            .values()
+            .filter(|s| matches!(s.peer, Peer::Tcp { conn: c, .. } if c == conn))
+            .map(|s| s.id)
+            .collect();
+        for id in ids {
+            self.end_session(id, "connection closed");
+        }
+    }
+
+    /// Forget idle UDP sessions and sessions that never authenticated.
+    pub fn expire_sessions(&self) {
+        let mut sessions = lock(&self.sessions);
+        self.expire_locked(&mut sessions);
+    }
+
+    fn expire_locked(&self, sessions: &mut HashMap<u64, Arc<Session>>) {
+        let now = self.now_ms();
+        let idle_ms = self.config.session_idle.as_millis() as u64;
+        let mut ended = Vec::new();
+        sessions.retain(|_, s| {
+            let idle = now.saturating_sub(s.last_seen.load(Ordering::Relaxed));
+            let unauthenticated = (!s.authenticated.load(Ordering::Acquire)
+                || !s.confirmed.load(Ordering::Relaxed))
+                && s.created.elapsed() > AUTH_GRACE;
+            let expired = matches!(s.peer, Peer::Udp(_)) && idle > idle_ms;
+            if expired || unauthenticated {
+                ended.push((
+                    s.peer.addr(),
+                    s.id,
+                    if expired {
+                        "idle"
+                    } else {
+                        "never authenticated"
+                    },
+                ));
+                false
+            } else {
+                true
+            }
+        });
+        for (peer, session, reason) in ended {
+            self.emit(ServerEvent::SessionEnded {
+                peer,
+                session,
+                reason,
+            });
+        }
+    }
+
+    // -- handles -----------------------------------------------------------
+
+    fn resolve(&self, h: &Handle) -> OpResult<Resolved> {
+        lock(&self.handles).resolve(h).ok_or_else(|| {
+            err(
+                ErrorCode::Stale,
+                "unknown file handle (the server restarted or forgot it); look the name up again",
+            )
+        })
+    }
+
+    fn resolve_dir(&self, h: &Handle) -> OpResult<Resolved> {
+        let r = self.resolve(h)?;
+        if r.kind != Kind::Dir {
+            return Err(err(
+                ErrorCode::NotDir,
+                format!(
+                    "{} is a {}, not a directory",
+                    show_path(&r.path),
+                    r.kind.name()
+                ),
+            ));
+        }
+        Ok(r)
+    }
+
+    /// An `O_PATH` descriptor of the directory `r`, checked to be the same
+    /// directory the handle was made for.
+    fn open_dir(&self, r: &Resolved) -> OpResult<std::os::fd::OwnedFd> {
+        let what = show_path(&r.path);
+        let fd = self
+            .export
+            .open_dir(&r.path)
+            .map_err(|e| handle_io_error(&e, &what))?;
+        let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
+        if export::identity(&st) != r.identity {
+            return Err(stale(&what));
+        }
+        Ok(fd)
+    }
+
+    /// The open regular file of handle `h`, for reading or writing.
+    fn open_file(&self, h: &Handle, write: bool) -> OpResult<Arc<File>> {
+        let r = self.resolve(h)?;
+        let what = show_path(&r.path);
+        match r.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(err(ErrorCode::IsDir, format!("{what} is a directory"))),
+            k => {
+                return Err(err(
+                    ErrorCode::Invalid,
+                    format!(
+                        "{what} is a {}: only regular files are read and written",
+                        k.name()
+                    ),
+                ))
+            }
+        }
+        if let Some(f) = lock(&self.fds).get(r.index, write) {
+            return Ok(f);
+        }
+        let base = libc::O_NONBLOCK | libc::O_NOCTTY;
+        let (fd, writable) = if self.config.read_only {
+            (
+                self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
+                false,
+            )
+        } else {
+            match self.export.open_at(&r.path, libc::O_RDWR | base, 0) {
+                Err(e)
+                    if !write
+                        && matches!(
+                            e.raw_os_error(),
+                            Some(libc::EACCES | libc::EPERM | libc::EROFS)
+                        ) =>
+                {
+                    (
+                        self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
+                        false,
+                    )
+                }
+                other => (other, true),
+            }
+        };
+        let fd = fd.map_err(|e| handle_io_error(&e, &what))?;
+        let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
+        if export::identity(&st) != r.identity || export::kind_of(st.st_mode) != Kind::File {
+            return Err(stale(&what));
+        }
+        let file = Arc::new(File::from(fd));
+        lock(&self.fds).put(r.index, Arc::clone(&file), writable);
+        Ok(file)
+    }
+
+    fn check_writable(&self) -> OpResult<()> {
+        if self.config.read_only {
+            Err(err(ErrorCode::ReadOnly, "the export is read-only"))
+        } else {
+            Ok(())
+        }
+    }
+
+    // -- operations ----------------------------------------------------------
+
+    fn lookup(&self, dir: &Handle, name: &[u8]) -> OpResult<Reply<'static>> {
+        let d = self.resolve_dir(dir)?;
+        let what = quoted(name);
+        let path = d.path.join(name).ok_or_else(|| {
+            err(
+                ErrorCode::NameTooLong,
+                format!("{what}: the path is too long"),
+            )
+        })?;
+        let dfd = self.open_dir(&d)?;
+        let st = export::stat_in(dfd.as_fd(), name).map_err(|e| io_error(&e, &what))?;
+        let kind = export::kind_of(st.st_mode);
+        if kind == Kind::Symlink {
+            return Err(err(
+                ErrorCode::Access,
+                format!("{what} is a symbolic link; rfs does not follow symbolic links"),
+            ));
+        }
+        let (handle, dropped) = lock(&self.handles).intern(path, kind, export::identity(&st));
+        if let Some(i) = dropped {
+            lock(&self.fds).forget(i);
+        }
+        Ok(Reply::Handle {
+            handle,
+            attr: export::attr_of(&st),
+        })
+    }
+
+    fn create(
+        &self,
+        dir: &Handle,
+        name: &[u8],
+        mode: u32,
+        how: CreateHow,
+    ) -> OpResult<Reply<'static>> {
+        self.check_writable()?;
+        let d = self.resolve_dir(dir)?;
+        let what = quoted(name);
+        let path = d.path.join(name).ok_or_else(|| {
+            err(
+                ErrorCode::NameTooLong,
+                format!("{what}: the path is too long"),
+            )
+        })?;
+        let dfd = self.open_dir(&d)?;
+        let flags = libc::O_CREAT
+            | libc::O_RDWR
+            | libc::O_NONBLOCK
+            | libc::O_NOCTTY
+            | match how {
+                CreateHow::Exclusive => libc::O_EXCL,
+                CreateHow::Truncate => libc::O_TRUNC,
+            };
+        let fd = export::open_in(dfd.as_fd(), name, flags, mode & protocol::MAX_CREATE_MODE)
+            .map_err(|e| io_error(&e, &what))?;
+        let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
+        if export::kind_of(st.st_mode) != Kind::File {
+            return Err(err(
+                ErrorCode::Invalid,
+                format!("{what} exists and is not a regular file"),
+            ));
+        }
+        let (handle, dropped) = lock(&self.handles).intern(path, Kind::File, export::identity(&st));
+        let (_, index) = handle.parts();
+        {
+            let mut fds = lock(&self.fds);
+            if let Some(i) = dropped {
+                fds.forget(i);
+            }
+            fds.put(index, Arc::new(File::from(fd)), true);
+        }
+        Ok(Reply::Handle {
+            handle,
+            attr: export::attr_of(&st),
+        })
+    }
+
+    /// A read reply built in place in `out`; returns the bytes read.
+    fn read(
+        &self,
+        header: &Header,
+        transport: Transport,
+        file: &Handle,
+        offset: u64,
+        count: u32,
+        out: &mut Vec<u8>,
+    ) -> OpResult<usize> {
+        let count = count as usize;
+        if count > transport.max_data() {
+            return Err(err(
+                ErrorCode::TooBig,
+                format!(
+                    "a read of {count} bytes exceeds the {transport} limit of {} bytes",
+                    transport.max_data()
+                ),
+            ));
+        }
+        let f = self.open_file(file, false)?;
+        let slot = begin_read_reply(header.session, header.xid, out);
+        let base = slot.data_start();
+        out.resize(base + count, 0);
+        let mut got = 0;
+        while got < count {
+            match f.read_at(&mut out[base + got..base + count], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(&e, "read")),
+            }
+        }
+        out.truncate(base + got);
+        let size = f.metadata().map_err(|e| io_error(&e, "read"))?.len();
+        let eof = offset + got as u64 >= size;
+        finish_read_reply(slot, size, eof, out)
+            .map_err(|e| err(ErrorCode::Io, format!("internal error: {e}")))?;
+        Ok(got)
+    }
+
+    fn write(&self, file: &Handle, offset: u64, data: &[u8]) -> OpResult<Reply<'static>> {
+        self.check_writable()?;
+        let f = self.open_file(file, true)?;
+        f.write_all_at(data, offset)
+            .map_err(|e| io_error(&e, "write"))?;
+        self.counters
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        let size = f.metadata().map_err(|e| io_error(&e, "write"))?.len();
+        Ok(Reply::Written {
+            count: data.len() as u32,
+            size,
+        })
+    }
+
+    fn getattr(&self, h: &Handle) -> OpResult<Attr> {
+        let r = self.resolve(h)?;
+        let what = show_path(&r.path);
+        let st = match r.path.split_last() {
+            None => {
+                let fd = self.open_dir(&r)?;
+                export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?
+            }
+            Some((parent, name)) => {
+                let pfd = self
+                    .export
+                    .open_dir(&parent)
+                    .map_err(|e| handle_io_error(&e, &what))?;
+                export::stat_in(pfd.as_fd(), name).map_err(|e| handle_io_error(&e, &what))?
+            }
+        };
+        if export::identity(&st) != r.identity {
+            return Err(stale(&what));
+        }
+        Ok(export::attr_of(&st))
+    }
+
+    fn readdir(
+        &self,
+        dir: &Handle,
+        cookie: u64,
+        max_entries: u16,
+        transport: Transport,
+    ) -> OpResult<Reply<'static>> {
+        let d = self.resolve_dir(dir)?;
+        let what = show_path(&d.path);
+        let fd = self
+            .export
+            .open_at(
+                &d.path,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NONBLOCK,
+                0,
+            )
+            .map_err(|e| handle_io_error(&e, &what))?;
+        let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
+        if export::identity(&st) != d.identity {
+            return Err(stale(&what));
+        }
+        // Header, status, eof, count; then 10 bytes plus the name per entry.
+        let budget = transport.max_message() - protocol::HEADER_LEN - 4;
+        let mut used = 0;
+        let mut entries: Vec<DirEntry> = Vec::new();
+        let eof = export::read_dir(fd, cookie, |c, kind, name| {
+            let cost = 10 + name.len();
+            if entries.len() >= usize::from(max_entries) || used + cost > budget {
+                return false;
+            }
+            if protocol::validate_name(name).is_err() {
+                return true; // cannot happen for names the kernel returns
+            }
+            used += cost;
+            entries.push(DirEntry {
+                cookie: c,
+                kind,
+                name: name.to_vec(),
+            });
+            true
+        })
+        .map_err(|e| io_error(&e, &what))?;
+        Ok(Reply::Entries { eof, entries })
+    }
+
+    fn remove(&self, dir: &Handle, name: &[u8]) -> OpResult<Reply<'static>> {
+        self.check_writable()?;
+        let d = self.resolve_dir(dir)?;
+        let what = quoted(name);
+        let dfd = self.open_dir(&d)?;
+        let st = export::stat_in(dfd.as_fd(), name).map_err(|e| io_error(&e, &what))?;
+        let is_dir = export::kind_of(st.st_mode) == Kind::Dir;
+        export::unlink_in(dfd.as_fd(), name, is_dir).map_err(|e| io_error(&e, &what))?;
+        if let Some(path) = d.path.join(name) {
+            if let Some(i) = lock(&self.handles).forget(&path) {
+                lock(&self.fds).forget(i);
+            }
+        }
+        Ok(Reply::Done)
+    }
+
+    fn hash(&self, file: &Handle) -> OpResult<Reply<'static>> {
+        let f = self.open_file(file, false)?;
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut buf = vec![0u8; HASH_CHUNK];
+        let mut offset = 0u64;
+        loop {
+            match f.read_at(&mut buf, offset) {
+                Ok(0) => break,
+                Ok(n) => {
+                    hasher.update(&buf[..n]);
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(&e, "hash")),
+            }
+        }
+        Ok(Reply::Hash {
+            size: offset,
+            hash: hasher.digest128().to_be_bytes(),
+        })
+    }
+
+    fn commit(&self, file: &Handle) -> OpResult<Reply<'static>> {
+        let f = self.open_file(file, false)?;
+        f.sync_all().map_err(|e| io_error(&e, "commit"))?;
+        Ok(Reply::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{decode_reply, encode_request, MAX_UDP_DATA};
+
+    const PEER: &str = "127.0.0.1:40000";
+
+    struct T {
+        svc: Service,
+        dir: tempfile::TempDir,
+        session: u64,
+        root: Handle,
+        xid: u64,
+        peer: Peer,
+    }
+
+    fn config() -> ServiceConfig {
+        ServiceConfig {
+            read_only: false,
+            token: None,
+            max_clients: 4,
+            drc_budget: 64 * 1024,
+            session_idle: Duration::from_secs(60),
+            resolver: None,
+        }
+    }
+
+    impl T {
+        fn new() -> T {
+            T::with(config())
+        }
+
+        fn with(config: ServiceConfig) -> T {
+            let dir = tempfile::tempdir().unwrap();
+            let svc = Service::new(dir.path(), config, None).unwrap();
+            let mut t = T {
+                svc,
+                dir,
+                session: 0,
+                root: Handle([0; 16]),
+                xid: 0,
+                peer: Peer::Udp(PEER.parse().unwrap()),
+            };
+            let (h, r) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+            match r.unwrap() {
+                Reply::Welcome { root, .. } => t.root = root,
+                other => panic!("{other:?}"),
+            }
+            t.session = h.session;
+            t
+        }
+
+        fn message(&mut self, xid: u64, req: &Request<'_>) -> Vec<u8> {
+            let mut m = Vec::new();
+            encode_request(self.session, xid, req, &mut m).unwrap();
+            m
+        }
+
+        fn send_bytes(&self, msg: &[u8]) -> Option<Vec<u8>> {
+            let mut out = Vec::new();
+            match self.svc.handle(self.peer, Transport::Udp, msg, &mut out) {
+                Outcome::Reply => Some(out),
+                _ => None,
+            }
+        }
+
+        fn send_raw(&mut self, xid: u64, req: &Request<'_>) -> (Header, OpResult<Reply<'static>>) {
+            let m = self.message(xid, req);
+            let out = self.send_bytes(&m).expect("a reply");
+            let (h, op, r) = decode_reply(&out).unwrap();
+            assert_eq!(op, req.op());
+            assert_eq!(h.xid, xid);
+            (h, r.map(owned))
+        }
+
+        fn send(&mut self, req: &Request<'_>) -> OpResult<Reply<'static>> {
+            self.xid += 1;
+            let xid = self.xid;
+            self.send_raw(xid, req).1
+        }
+
+        fn create(&mut self, name: &str) -> Handle {
+            match self
+                .send(&Request::Create {
+                    dir: self.root,
+                    name: name.as_bytes(),
+                    mode: 0o644,
+                    how: CreateHow::Exclusive,
+                })
+                .unwrap()
+            {
+                Reply::Handle { handle, .. } => handle,
+                other => panic!("{other:?}"),
+            }
+        }
+
+        fn lookup(&mut self, name: &[u8]) -> OpResult<Handle> {
+            self.send(&Request::Lookup {
+                dir: self.root,
+                name,
+            })
+            .map(|r| match r {
+                Reply::Handle { handle, .. } => handle,
+                other => panic!("{other:?}"),
+            })
+        }
+    }
+
+    /// Replies with their data copied, so tests can keep them.
+    fn owned(r: Reply<'_>) -> Reply<'static> {
+        match r {
+            Reply::Data { size, eof, data } => Reply::Data {
+                size,
+                eof,
+                data: Box::leak(data.to_vec().into_boxed_slice()),
+            },
+            Reply::Welcome {
+                nonce,
+                auth_required,
+                root,
+                max_data,
+                drc_span,
+            } => Reply::Welcome {
+                nonce,
+                auth_required,
+                root,
+                max_data,
+                drc_span,
+            },
+            Reply::Done => Reply::Done,
+            Reply::Handle { handle, attr } => Reply::Handle { handle, attr },
+            Reply::Written { count, size } => Reply::Written { count, size },
+            Reply::Attr(a) => Reply::Attr(a),
+            Reply::Entries { eof, entries } => Reply::Entries { eof, entries },
+            Reply::Hash { size, hash } => Reply::Hash { size, hash },
+        }
+    }
+
+    fn result(msg: &[u8]) -> OpResult<Reply<'static>> {
+        decode_reply(msg).unwrap().2.map(owned)
+    }
+
+    fn code(r: OpResult<impl fmt::Debug>) -> ErrorCode {
+        r.expect_err("an error").code
+    }
+
+    #[test]
+    fn create_write_read_stat_readdir_remove() {
+        let mut t = T::new();
+        let h = t.create("a.txt");
+        let w = t
+            .send(&Request::Write {
+                file: h,
+                offset: 0,
+                data: b"hello world",
+            })
+            .unwrap();
+        assert_eq!(
+            w,
+            Reply::Written {
+                count: 11,
+                size: 11
+            }
+        );
+        let r = t
+            .send(&Request::Read {
+                file: h,
+                offset: 6,
+                count: 100,
+            })
+            .unwrap();
+        assert_eq!(
+            r,
+            Reply::Data {
+                size: 11,
+                eof: true,
+                data: b"world"
+            }
+        );
+        match t.send(&Request::Getattr { handle: h }).unwrap() {
+            Reply::Attr(a) => {
+                assert_eq!(a.size, 11);
+                assert_eq!(a.kind, Kind::File);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.lookup(b"a.txt").unwrap(), h, "lookups share the handle");
+        match t
+            .send(&Request::Readdir {
+                dir: t.root,
+                cookie: 0,
+                max_entries: 10,
+            })
+            .unwrap()
+        {
+            Reply::Entries { eof, entries } => {
+                assert!(eof);
+                assert_eq!(entries.len(), 1);
+                assert_eq!(entries[0].name, b"a.txt");
+            }
+            other => panic!("{other:?}"),
+        }
+        match t.send(&Request::Hash { file: h }).unwrap() {
+            Reply::Hash { size, hash } => {
+                assert_eq!(size, 11);
+                assert_eq!(
+                    u128::from_be_bytes(hash),
+                    xxhash_rust::xxh3::xxh3_128(b"hello world")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.send(&Request::Commit { file: h }).unwrap(), Reply::Done);
+        assert_eq!(
+            t.send(&Request::Remove {
+                dir: t.root,
+                name: b"a.txt"
+            })
+            .unwrap(),
+            Reply::Done
+        );
+        assert!(!t.dir.path().join("a.txt").exists());
+        assert_eq!(
+            code(t.send(&Request::Read {
+                file: h,
+                offset: 0,
+                count: 1
+            })),
+            ErrorCode::Stale
+        );
+        assert_eq!(code(t.lookup(b"a.txt")), ErrorCode::NoEnt);
+    }
+
+    #[test]
+    fn a_replayed_write_is_not_applied_twice() {
+        let mut t = T::new();
+        let h = t.create("f");
+        let first = t.message(
+            100,
+            &Request::Write {
+                file: h,
+                offset: 0,
+                data: b"AAAA",
+            },
+        );
+        let reply1 = t.send_bytes(&first).unwrap();
+        // Someone changes the file locally after the write was answered.
+        std::fs::write(t.dir.path().join("f"), b"local").unwrap();
+        // The identical retransmission gets the cached reply, and the file
+        // keeps the local change: the write did not run again.
+        let reply2 = t.send_bytes(&first).unwrap();
+        assert_eq!(reply1, reply2);
+        assert_eq!(std::fs::read(t.dir.path().join("f")).unwrap(), b"local");
+        // The same id with different data is refused, the file unchanged.
+        let other = t.message(
+            100,
+            &Request::Write {
+                file: h,
+                offset: 0,
+                data: b"BBBBBBBB",
+            },
+        );
+        let e = result(&t.send_bytes(&other).unwrap()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Invalid);
+        assert!(e.detail.contains("already used"), "{e}");
+        assert_eq!(std::fs::read(t.dir.path().join("f")).unwrap(), b"local");
+        assert_eq!(t.svc.stats().replayed, 1);
+    }
+
+    #[test]
+    fn a_replayed_create_or_remove_returns_the_cached_reply() {
+        let mut t = T::new();
+        let create = t.message(
+            7,
+            &Request::Create {
+                dir: t.root,
+                name: b"new",
+                mode: 0o600,
+                how: CreateHow::Exclusive,
+            },
+        );
+        let r1 = t.send_bytes(&create).unwrap();
+        let r2 = t.send_bytes(&create).unwrap();
+        assert_eq!(r1, r2, "not EXIST: the cached success");
+        assert!(decode_reply(&r2).unwrap().2.is_ok());
+        let remove = t.message(
+            8,
+            &Request::Remove {
+                dir: t.root,
+                name: b"new",
+            },
+        );
+        let r1 = t.send_bytes(&remove).unwrap();
+        let r2 = t.send_bytes(&remove).unwrap();
+        assert_eq!(r1, r2, "not NOENT: the cached success");
+        assert!(decode_reply(&r2).unwrap().2.is_ok());
+        // A fresh request id runs again and now fails.
+        t.xid = 8;
+        assert_eq!(
+            code(t.send(&Request::Remove {
+                dir: t.root,
+                name: b"new"
+            })),
+            ErrorCode::NoEnt
+        );
+    }
+
+    #[test]
+    fn the_cache_floor_refuses_forgotten_ids() {
+        let mut c = config();
+        c.drc_budget = 8 * drc::ENTRY_COST;
+        let mut t = T::with(c);
+        let h = t.create("f");
+        for _ in 0..100 {
+            t.send(&Request::Write {
+                file: h,
+                offset: 0,
+                data: b"x",
+            })
+            .unwrap();
+        }
+        let old = t.message(
+            2,
+            &Request::Write {
+                file: h,
+                offset: 0,
+                data: b"y",
+            },
+        );
+        assert_eq!(
+            code(result(&t.send_bytes(&old).unwrap())),
+            ErrorCode::Invalid
+        );
+        assert_eq!(std::fs::read(t.dir.path().join("f")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn names_that_escape_are_refused() {
+        let t = T::new();
+        for bad in [&b".."[..], b".", b"/etc/passwd", b"../x", b"a\0b", b""] {
+            // The encoder refuses them, so build the message by hand.
+            let mut m = Vec::new();
+            encode_request(t.session, 900, &Request::Getattr { handle: t.root }, &mut m).unwrap();
+            m[3] = Op::Lookup.code();
+            m.push(bad.len() as u8);
+            m.extend_from_slice(bad);
+            let out = t.send_bytes(&m).unwrap();
+            let (_, _, r) = decode_reply(&out).unwrap();
+            assert_eq!(r.unwrap_err().code, ErrorCode::Invalid, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn symlinks_inside_the_export_lead_nowhere() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"secret").unwrap();
+        for resolver in [Some(Resolver::Walk), None] {
+            let mut c = config();
+            c.resolver = resolver;
+            let mut t = T::with(c);
+            let root = t.dir.path().to_path_buf();
+            std::os::unix::fs::symlink(outside.path().join("secret"), root.join("s")).unwrap();
+            std::os::unix::fs::symlink(outside.path(), root.join("d")).unwrap();
+            std::os::unix::fs::symlink(outside.path().join("new"), root.join("dangling")).unwrap();
+            assert_eq!(code(t.lookup(b"s")), ErrorCode::Access);
+            assert_eq!(code(t.lookup(b"d")), ErrorCode::Access);
+            for how in [CreateHow::Exclusive, CreateHow::Truncate] {
+                let r = t.send(&Request::Create {
+                    dir: t.root,
+                    name: b"dangling",
+                    mode: 0o644,
+                    how,
+                });
+                assert!(matches!(code(r), ErrorCode::Access | ErrorCode::Exist));
+                let r = t.send(&Request::Create {
+                    dir: t.root,
+                    name: b"s",
+                    mode: 0o644,
+                    how,
+                });
+                assert!(matches!(code(r), ErrorCode::Access | ErrorCode::Exist));
+            }
+            assert!(!outside.path().join("new").exists());
+            assert_eq!(
+                std::fs::read(outside.path().join("secret")).unwrap(),
+                b"secret"
+            );
+            // A directory swapped for a link to the outside after lookup:
+            // the handle goes stale instead of following the link.
+            std::fs::create_dir(root.join("sub")).unwrap();
+            let sub = t.lookup(b"sub").unwrap();
+            std::fs::remove_dir(root.join("sub")).unwrap();
+            std::os::unix::fs::symlink(outside.path(), root.join("sub")).unwrap();
+            let r = t.send(&Request::Lookup {
+                dir: sub,
+                name: b"secret",
+            });
+            assert!(matches!(code(r), ErrorCode::Stale | ErrorCode::Access));
+            let r = t.send(&Request::Create {
+                dir: sub,
+                name: b"planted",
+                mode: 0o644,
+                how: CreateHow::Exclusive,
+            });
+            assert!(matches!(code(r), ErrorCode::Stale | ErrorCode::Access));
+            assert!(!outside.path().join("planted").exists());
+            // A file replaced by a link after lookup: stale, not followed.
+            std::fs::write(root.join("f"), b"inside").unwrap();
+            let f = t.lookup(b"f").unwrap();
+            std::fs::remove_file(root.join("f")).unwrap();
+            std::os::unix::fs::symlink(outside.path().join("secret"), root.join("f")).unwrap();
+            std::thread::sleep(FD_TTL / 10);
+            let r = t.send(&Request::Write {
+                file: f,
+                offset: 0,
+                data: b"PWNED",
+            });
+            assert!(matches!(code(r), ErrorCode::Stale | ErrorCode::Access));
+            assert_eq!(
+                std::fs::read(outside.path().join("secret")).unwrap(),
+                b"secret"
+            );
+            // Listing shows links as links.
+            match t
+                .send(&Request::Readdir {
+                    dir: t.root,
+                    cookie: 0,
+                    max_entries: 100,
+                })
+                .unwrap()
+            {
+                Reply::Entries { entries, .. } => {
+                    let s = entries.iter().find(|e| e.name == b"s").unwrap();
+                    assert_eq!(s.kind, Kind::Symlink);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn read_only_exports_refuse_changes() {
+        let mut c = config();
+        c.read_only = true;
+        let mut t = T::with(c);
+        std::fs::write(t.dir.path().join("f"), b"data").unwrap();
+        let h = t.lookup(b"f").unwrap();
+        assert!(t
+            .send(&Request::Read {
+                file: h,
+                offset: 0,
+                count: 4
+            })
+            .is_ok());
+        assert_eq!(
+            code(t.send(&Request::Write {
+                file: h,
+                offset: 0,
+                data: b"x"
+            })),
+            ErrorCode::ReadOnly
+        );
+        assert_eq!(
+            code(t.send(&Request::Create {
+                dir: t.root,
+                name: b"g",
+                mode: 0o644,
+                how: CreateHow::Truncate
+            })),
+            ErrorCode::ReadOnly
+        );
+        assert_eq!(
+            code(t.send(&Request::Remove {
+                dir: t.root,
+                name: b"f"
+            })),
+            ErrorCode::ReadOnly
+        );
+        assert_eq!(std::fs::read(t.dir.path().join("f")).unwrap(), b"data");
+    }
+
+    #[test]
+    fn sessions_are_checked() {
+        let mut t = T::new();
+        // Unknown session.
+        let saved = t.session;
+        t.session = 12345;
+        assert_eq!(
+            code(t.send(&Request::Getattr { handle: t.root })),
+            ErrorCode::BadSession
+        );
+        t.session = saved;
+        // Another address with a valid session id.
+        t.peer = Peer::Udp("127.0.0.1:40001".parse().unwrap());
+        assert_eq!(
+            code(t.send(&Request::Getattr { handle: t.root })),
+            ErrorCode::BadSession
+        );
+        t.peer = Peer::Udp(PEER.parse().unwrap());
+        // A retransmitted hello gets the same session.
+        let (h, _) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+        assert_eq!(h.session, t.session);
+        // max_clients.
+        for i in 0..3u8 {
+            let (h, r) = t.send_raw(
+                0,
+                &Request::Hello {
+                    nonce: [10 + i; 16],
+                },
+            );
+            assert!(r.is_ok());
+            assert_ne!(h.session, t.session);
+        }
+        assert_eq!(
+            code(t.send_raw(0, &Request::Hello { nonce: [99; 16] }).1),
+            ErrorCode::Busy
+        );
+        // Goodbye frees the slot.
+        assert!(t.send(&Request::Goodbye).is_ok());
+        assert!(t.send_raw(0, &Request::Hello { nonce: [99; 16] }).1.is_ok());
+    }
+
+    #[test]
+    fn hellos_from_forged_addresses_cannot_lock_clients_out() {
+        let mut t = T::with(ServiceConfig {
+            max_clients: 2,
+            ..config()
+        });
+        assert!(
+            t.send(&Request::Getattr { handle: t.root }).is_ok(),
+            "confirmed"
+        );
+        let me = t.peer;
+        // A "client" that only ever says hello (its address was forged).
+        t.peer = Peer::Udp("127.0.0.1:50001".parse().unwrap());
+        assert!(t.send_raw(0, &Request::Hello { nonce: [7; 16] }).1.is_ok());
+        t.peer = Peer::Udp("127.0.0.1:50002".parse().unwrap());
+        assert_eq!(
+            code(t.send_raw(0, &Request::Hello { nonce: [8; 16] }).1),
+            ErrorCode::Busy
+        );
+        std::thread::sleep(UNCONFIRMED_GRACE + Duration::from_millis(100));
+        assert!(t.send_raw(0, &Request::Hello { nonce: [8; 16] }).1.is_ok());
+        // The confirmed session was not the one evicted.
+        t.peer = me;
+        assert!(t.send(&Request::Getattr { handle: t.root }).is_ok());
+    }
+
+    #[test]
+    fn tokens_are_required_and_checked() {
+        let mut c = config();
+        c.token = Some("s3cret".into());
+        let mut t = T::with(c);
+        assert_eq!(
+            code(t.send(&Request::Getattr { handle: t.root })),
+            ErrorCode::Auth
+        );
+        // The right proof.
+        let (_, r) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+        let Reply::Welcome {
+            nonce,
+            auth_required,
+            ..
+        } = r.unwrap()
+        else {
+            panic!()
+        };
+        assert!(auth_required);
+        let proof = auth::proof("s3cret", &nonce, &[1; 16], t.session);
+        assert_eq!(t.send(&Request::Auth { proof }).unwrap(), Reply::Done);
+        assert!(t.send(&Request::Getattr { handle: t.root }).is_ok());
+        // A wrong proof ends the session.
+        let mut t2 = T::with(ServiceConfig {
+            token: Some("s3cret".into()),
+            ..config()
+        });
+        assert_eq!(
+            code(t2.send(&Request::Auth { proof: [0; 32] })),
+            ErrorCode::Auth
+        );
+        assert_eq!(
+            code(t2.send(&Request::Getattr { handle: t2.root })),
+            ErrorCode::BadSession
+        );
+    }
+
+    #[test]
+    fn malformed_messages_get_errors_or_silence() {
+        let mut t = T::new();
+        // No header: silence over UDP, close over TCP.
+        let mut out = Vec::new();
+        assert_eq!(
+            t.svc.handle(t.peer, Transport::Udp, b"garbage", &mut out),
+            Outcome::Drop
+        );
+        let tcp = Peer::Tcp {
+            conn: 1,
+            addr: PEER.parse().unwrap(),
+        };
+        assert_eq!(
+            t.svc.handle(tcp, Transport::Tcp, b"garbage", &mut out),
+            Outcome::Close
+        );
+        assert!(out.is_empty());
+        // Unknown opcode: UNSUPPORTED under that code.
+        let mut m = t.message(5, &Request::Getattr { handle: t.root });
+        m[3] = 0x3f;
+        let reply = t.send_bytes(&m).unwrap();
+        assert_eq!(reply[3], 0x3f | REPLY_BIT);
+        assert_eq!(reply[protocol::HEADER_LEN], ErrorCode::Unsupported as u8);
+        // Truncated body: PROTOCOL.
+        let m = t.message(6, &Request::Getattr { handle: t.root });
+        let r = result(&t.send_bytes(&m[..m.len() - 1]).unwrap());
+        assert_eq!(code(r), ErrorCode::Protocol);
+        // A reply sent to the server is dropped (UDP) or ends the
+        // connection (TCP).
+        let mut m = t.message(7, &Request::Getattr { handle: t.root });
+        m[3] |= REPLY_BIT;
+        assert!(t.send_bytes(&m).is_none());
+        assert_eq!(
+            t.svc.handle(tcp, Transport::Tcp, &m, &mut out),
+            Outcome::Close
+        );
+        // Too big for UDP reads.
+        let h = t.create("f");
+        let r = t.send(&Request::Read {
+            file: h,
+            offset: 0,
+            count: MAX_UDP_DATA as u32 + 1,
+        });
+        assert_eq!(code(r), ErrorCode::TooBig);
+        // A handle from another server (epoch).
+        let r = t.send(&Request::Getattr {
+            handle: Handle::from_parts(1, 0),
+        });
+        assert_eq!(code(r), ErrorCode::Stale);
+        assert!(t.svc.stats().malformed >= 4);
+    }
+
+    #[test]
+    fn io_errors_map_to_codes() {
+        let e = io::Error::from_raw_os_error(libc::ENOSPC);
+        let r = io_error(&e, "write");
+        assert_eq!(r.code, ErrorCode::NoSpace);
+        assert!(r.detail.starts_with("write: "), "{}", r.detail);
+        assert_eq!(
+            io_error(&io::Error::from_raw_os_error(libc::EDQUOT), "w").code,
+            ErrorCode::NoSpace
+        );
+        assert_eq!(
+            io_error(&io::Error::from_raw_os_error(libc::EROFS), "w").code,
+            ErrorCode::ReadOnly
+        );
+        assert_eq!(
+            io_error(&io::Error::from_raw_os_error(libc::ELOOP), "w").code,
+            ErrorCode::Access
+        );
+        assert_eq!(
+            io_error(&io::Error::from_raw_os_error(libc::EIO), "w").code,
+            ErrorCode::Io
+        );
+    }
+
+    #[test]
+    fn directories_are_read_in_pages() {
+        let mut t = T::new();
+        for i in 0..300 {
+            std::fs::write(t.dir.path().join(format!("file-{i:03}")), b"").unwrap();
+        }
+        let mut names = Vec::new();
+        let mut cookie = 0;
+        let mut pages = 0;
+        loop {
+            pages += 1;
+            match t
+                .send(&Request::Readdir {
+                    dir: t.root,
+                    cookie,
+                    max_entries: 64,
+                })
+                .unwrap()
+            {
+                Reply::Entries { eof, entries } => {
+                    assert!(entries.len() <= 64);
+                    if let Some(last) = entries.last() {
+                        cookie = last.cookie;
+                    }
+                    names.extend(entries.into_iter().map(|e| e.name));
+                    if eof {
+                        break;
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(pages < 100);
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 300);
+        assert!(pages >= 5);
+    }
+}
