@@ -37,6 +37,7 @@ pub mod auth;
 pub mod client;
 pub mod drc;
 pub mod error;
+pub mod experiments;
 pub(crate) mod export;
 pub(crate) mod handles;
 pub mod pipeline;
@@ -48,6 +49,7 @@ pub(crate) mod sock;
 
 pub use client::{Client, ClientOptions, Fd, OpenMode, Progress, TransferSummary, MAX_WINDOW};
 pub use error::ClientError;
+pub use experiments::register;
 pub use export::Resolver;
 pub use pipeline::ClientStats;
 pub use protocol::{Attr, CreateHow, DirEntry, ErrorCode, Kind, Transport};

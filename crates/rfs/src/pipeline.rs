@@ -56,6 +56,9 @@ const PATIENT_RTO: Duration = Duration::from_secs(1);
 /// RTO cap of a patient request.
 const PATIENT_MAX_RTO: Duration = Duration::from_secs(8);
 
+/// Sends of a hello whose port answers "unreachable" before giving up.
+const REFUSED_HELLO_TRIES: u32 = 3;
+
 /// Retransmission and timeout settings.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -418,7 +421,10 @@ impl Pipeline {
             if o.last_sent + o.rto > now {
                 continue;
             }
-            if o.tries >= t.max_tries {
+            // A hello refused again and again (ICMP port unreachable) means
+            // no server: say so in a second instead of after every try.
+            let no_server = self.refused && o.op == Op::Hello && o.tries >= REFUSED_HELLO_TRIES;
+            if o.tries >= t.max_tries || no_server {
                 return Err(ClientError::TimedOut {
                     server: self.server,
                     op: o.op,

@@ -1,0 +1,616 @@
+//! The experiments built on the file service: `rfs.throughput` (SOS's
+//! figure 5: throughput against requests in flight and packet size) and
+//! `fs.remote_read` (seed 004 section 6.3: a 4 KiB block read from a file
+//! on a remote server).
+//!
+//! Both run a server of this crate in a thread and the client in the
+//! experiment's thread, over one of three paths (the `path` parameter):
+//!
+//! - `loopback`: the server on 127.0.0.1.
+//! - `netns`: the server inside a network namespace joined by veth (root).
+//! - `emulated`: the server in side B of osprobe-link's emulated link and
+//!   the client's sockets in side A, with `delay_ms` each way (root).
+//!
+//! Whatever a path builds is removed when its [`TestPath`] is dropped: on
+//! success, on error, and on Ctrl-C (the experiment stops at its next
+//! interrupt check and unwinds).
+
+pub mod remote_read;
+pub mod throughput;
+
+use crate::protocol::{decode_reply, encode_request, Reply, Request};
+use crate::service::{Outcome, Peer, Service, ServiceConfig};
+use crate::{Client, ClientError, ClientOptions, OpenMode, Server, ServerOptions, Transports};
+use osprobe_core::harness::quality_notes;
+use osprobe_core::scratch::ScratchDir;
+use osprobe_core::stats::Summary;
+use osprobe_core::{
+    Context, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Registry, Unit,
+};
+use osprobe_link::netns::NetnsPair;
+use osprobe_link::{DirectionConfig, Link, LinkConfig};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Add this crate's experiments to `registry`.
+pub fn register(registry: &mut Registry) {
+    registry.register(Box::new(throughput::Throughput));
+    registry.register(Box::new(remote_read::RemoteRead));
+}
+
+pub const PATHS: &[&str] = &["loopback", "netns", "emulated"];
+
+pub const PATH_PARAM: ParamSpec = ParamSpec {
+    name: "path",
+    help: "loopback (127.0.0.1), netns (the server in a network namespace joined by veth; root) or emulated (osprobe's link emulator with delay_ms each way; root)",
+    kind: ParamKind::Choice(PATHS),
+};
+
+pub const DELAY_PARAM: ParamSpec = ParamSpec {
+    name: "delay_ms",
+    help: "path=emulated: one-way delay of each direction in milliseconds (the round trip is twice this)",
+    kind: ParamKind::Int { min: 0, max: 1000 },
+};
+
+pub const WINDOW_PARAM: ParamSpec = ParamSpec {
+    name: "window",
+    help: "requests in flight (SOS's MAX_IN_FLIGHT)",
+    kind: ParamKind::Int { min: 1, max: 64 },
+};
+
+/// Which path, from the `path` parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    Loopback,
+    Netns,
+    Emulated,
+}
+
+impl PathKind {
+    pub fn of(params: &Params) -> Result<PathKind, ExperimentError> {
+        match params.text("path").unwrap_or("loopback") {
+            "loopback" => Ok(PathKind::Loopback),
+            "netns" => Ok(PathKind::Netns),
+            "emulated" => Ok(PathKind::Emulated),
+            other => Err(ExperimentError::Failed(format!(
+                "path '{other}': expected one of {}",
+                PATHS.join(", ")
+            ))),
+        }
+    }
+}
+
+/// Whether this machine can build the netns and emulated paths; the
+/// reason when not.
+pub fn namespaces_available() -> Result<(), String> {
+    osprobe_link::netns::available()
+}
+
+pub fn emulator_available() -> Result<(), String> {
+    osprobe_link::check_requirements().map_err(|e| e.to_string())
+}
+
+/// A thread serving something until its flag is raised; stopped and
+/// joined on drop.
+struct ServingThread {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl Drop for ServingThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An rfs server and a TCP bandwidth sink on one path, with an export
+/// directory holding the files the experiment reads and writes.
+pub struct TestPath {
+    pub kind: PathKind,
+    /// In words, for notes.
+    pub description: String,
+    /// The rfs server (UDP and TCP on one port).
+    pub server: SocketAddr,
+    /// A plain TCP sink beside the server, for the path's bandwidth.
+    sink: SocketAddr,
+    // Field order is drop order: the threads stop before their namespaces
+    // go, and the files go last.
+    threads: Vec<ServingThread>,
+    netns: Option<NetnsPair>,
+    link: Option<Link>,
+    export: ScratchDir,
+}
+
+impl TestPath {
+    /// Build the path `params` names.
+    pub fn open(params: &Params) -> Result<TestPath, ExperimentError> {
+        let export = ScratchDir::new().map_err(|e| ExperimentError::io("export directory", e))?;
+        match PathKind::of(params)? {
+            PathKind::Loopback => {
+                let mut path = TestPath {
+                    kind: PathKind::Loopback,
+                    description: "loopback 127.0.0.1".into(),
+                    server: unspecified(),
+                    sink: unspecified(),
+                    threads: Vec::new(),
+                    netns: None,
+                    link: None,
+                    export,
+                };
+                path.start_servers(Ipv4Addr::LOCALHOST, |f| {
+                    std::thread::Builder::new()
+                        .name("osprobe-rfs-server".into())
+                        .spawn(f)
+                })?;
+                Ok(path)
+            }
+            PathKind::Netns => {
+                namespaces_available().map_err(ExperimentError::Unsupported)?;
+                osprobe_link::netns::sweep_stale();
+                let pair = NetnsPair::create().map_err(|e| {
+                    ExperimentError::Failed(format!("building the netns host: {e}"))
+                })?;
+                let peer = pair.peer_addr();
+                let description = format!(
+                    "netns {} via veth {} -> {}",
+                    pair.name(),
+                    pair.host_addr(),
+                    peer
+                );
+                let mut path = TestPath {
+                    kind: PathKind::Netns,
+                    description,
+                    server: unspecified(),
+                    sink: unspecified(),
+                    threads: Vec::new(),
+                    netns: Some(pair),
+                    link: None,
+                    export,
+                };
+                let pair = path.netns.take();
+                let started = match &pair {
+                    Some(p) => path.start_servers(peer, |f| p.spawn_in(f)),
+                    None => Ok(()),
+                };
+                path.netns = pair;
+                started?;
+                Ok(path)
+            }
+            PathKind::Emulated => {
+                emulator_available().map_err(ExperimentError::Unsupported)?;
+                let delay = Duration::from_millis(params.int("delay_ms").unwrap_or(5) as u64);
+                let link = Link::start(LinkConfig::symmetric(DirectionConfig::delay(delay)))?;
+                let server_ip = link.addr_b();
+                let description = format!(
+                    "emulated link {} -> {}, {} ms each way (round trip {} ms), namespaces {} and {}",
+                    link.addr_a(),
+                    server_ip,
+                    delay.as_millis(),
+                    2 * delay.as_millis(),
+                    link.namespace_a(),
+                    link.namespace_b()
+                );
+                let mut path = TestPath {
+                    kind: PathKind::Emulated,
+                    description,
+                    server: unspecified(),
+                    sink: unspecified(),
+                    threads: Vec::new(),
+                    netns: None,
+                    link: Some(link),
+                    export,
+                };
+                let link = path.link.take();
+                let started = match &link {
+                    Some(l) => path.start_servers(server_ip, |f| l.spawn_in_b(f)),
+                    None => Ok(()),
+                };
+                path.link = link;
+                started?;
+                Ok(path)
+            }
+        }
+    }
+
+    /// The directory the server exports.
+    pub fn export(&self) -> &Path {
+        self.export.path()
+    }
+
+    /// Start the rfs server and the bandwidth sink on `ip`, each in a
+    /// thread `spawn` starts where the server side lives.
+    fn start_servers<S>(&mut self, ip: Ipv4Addr, spawn: S) -> Result<(), ExperimentError>
+    where
+        S: Fn(Box<dyn FnOnce() -> io::Result<()> + Send>) -> io::Result<JoinHandle<io::Result<()>>>,
+    {
+        let bind = SocketAddr::new(IpAddr::V4(ip), 0);
+        let export = self.export.path().to_path_buf();
+        let options = ServerOptions {
+            max_clients: 64,
+            ..ServerOptions::default()
+        };
+        self.server = self.start_thread(&spawn, "rfs server", move |stop, ready| {
+            let server = Server::bind(bind, Transports::BOTH, &export, options)
+                .map_err(|e| io::Error::other(e.to_string()));
+            let server = match server {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = ready.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            let _ = ready.send(Ok(server.local_addr()));
+            server
+                .serve(&stop)
+                .map_err(|e| io::Error::other(e.to_string()))
+        })?;
+        self.sink = self.start_thread(&spawn, "bandwidth sink", move |stop, ready| {
+            let listener = match TcpListener::bind(bind).and_then(|l| {
+                l.set_nonblocking(true)?;
+                Ok(l)
+            }) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            let _ = ready.send(listener.local_addr().map_err(|e| e.to_string()));
+            serve_sink(&listener, &stop);
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    fn start_thread<S, F>(
+        &mut self,
+        spawn: &S,
+        what: &str,
+        body: F,
+    ) -> Result<SocketAddr, ExperimentError>
+    where
+        S: Fn(Box<dyn FnOnce() -> io::Result<()> + Send>) -> io::Result<JoinHandle<io::Result<()>>>,
+        F: FnOnce(
+                Arc<AtomicBool>,
+                std::sync::mpsc::Sender<Result<SocketAddr, String>>,
+            ) -> io::Result<()>
+            + Send
+            + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = spawn(Box::new(move || body(flag, tx)))
+            .map_err(|e| ExperimentError::io(format!("starting the {what} thread"), e))?;
+        let serving = ServingThread {
+            stop,
+            thread: Some(thread),
+        };
+        let addr = rx
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| ExperimentError::Failed(format!("the {what} did not start")))?
+            .map_err(|e| ExperimentError::Failed(format!("starting the {what}: {e}")))?;
+        self.threads.push(serving);
+        Ok(addr)
+    }
+
+    /// Run `f` where the client side lives (side A of an emulated link,
+    /// else this thread) and return its result. Sockets stay in the
+    /// namespace they were created in, so a client made here can be used
+    /// from the experiment's thread afterwards.
+    fn on_client_side<T, F>(&self, f: F) -> Result<T, ExperimentError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        match &self.link {
+            None => Ok(f()),
+            Some(link) => link
+                .spawn_in_a(move || Ok(f()))
+                .map_err(|e| ExperimentError::io("entering the client's namespace", e))?
+                .join()
+                .map_err(|_| ExperimentError::Failed("the client thread panicked".into()))?
+                .map_err(|e| ExperimentError::io("the client's namespace", e)),
+        }
+    }
+
+    /// A client of the path's server.
+    pub fn client(&self, options: ClientOptions) -> Result<Client, ExperimentError> {
+        let server = self.server;
+        self.on_client_side(move || Client::connect(server, options))?
+            .map_err(failed)
+    }
+
+    /// The path's bandwidth: a plain TCP stream of `bytes` to the sink,
+    /// timed over its second half (slow start and the send buffer filling
+    /// are over by then), in bytes per second.
+    pub fn tcp_bandwidth(&self, bytes: u64) -> Result<f64, ExperimentError> {
+        let sink = self.sink;
+        let mut stream = self
+            .on_client_side(move || TcpStream::connect_timeout(&sink, Duration::from_secs(5)))?
+            .map_err(|e| ExperimentError::io(format!("connecting to the sink at {sink}"), e))?;
+        let io_err = |e| ExperimentError::io("TCP bandwidth stream", e);
+        stream
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .and_then(|()| stream.set_read_timeout(Some(Duration::from_secs(10))))
+            .map_err(io_err)?;
+        stream.write_all(&bytes.to_be_bytes()).map_err(io_err)?;
+        let chunk = vec![0x5au8; 256 << 10];
+        let mut sent = 0u64;
+        let mut half: Option<(Instant, u64)> = None;
+        while sent < bytes {
+            let n = chunk.len().min((bytes - sent) as usize);
+            stream.write_all(&chunk[..n]).map_err(io_err)?;
+            sent += n as u64;
+            if half.is_none() && sent >= bytes / 2 {
+                half = Some((Instant::now(), sent));
+            }
+        }
+        let mut ack = [0u8; 1];
+        stream.read_exact(&mut ack).map_err(io_err)?;
+        let (t_half, at_half) = half.unwrap_or((Instant::now(), 0));
+        let secs = t_half.elapsed().as_secs_f64();
+        if secs <= 0.0 {
+            return Err(ExperimentError::Failed(
+                "the bandwidth stream took no measurable time".into(),
+            ));
+        }
+        Ok((bytes - at_half) as f64 / secs)
+    }
+}
+
+fn unspecified() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
+}
+
+/// Largest stream the sink accepts.
+const MAX_SINK_BYTES: u64 = 1 << 30;
+
+/// Accept one stream at a time: an 8-byte length, that many bytes, then
+/// one byte back. Any error ends that stream only.
+fn serve_sink(listener: &TcpListener, stop: &AtomicBool) {
+    let mut buf = vec![0u8; 256 << 10];
+    while !stop.load(Ordering::Relaxed) {
+        let mut stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+        };
+        let _ = sink_one(&mut stream, &mut buf);
+    }
+}
+
+fn sink_one(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut len = [0u8; 8];
+    stream.read_exact(&mut len)?;
+    let mut left = u64::from_be_bytes(len);
+    if left > MAX_SINK_BYTES {
+        return Err(io::Error::other("stream too long"));
+    }
+    while left > 0 {
+        let want = buf.len().min(left as usize);
+        let n = stream.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        left -= n as u64;
+    }
+    stream.write_all(&[1])
+}
+
+/// A client error as an experiment failure, the message intact.
+pub fn failed(e: ClientError) -> ExperimentError {
+    ExperimentError::Failed(e.to_string())
+}
+
+/// Write a file of `size` seeded bytes into the export, directly (not
+/// through the service).
+pub fn make_file(dir: &Path, name: &str, size: u64) -> Result<(), ExperimentError> {
+    let path = dir.join(name);
+    let mut file = std::fs::File::create(&path)
+        .map_err(|e| ExperimentError::io(format!("creating {}", path.display()), e))?;
+    let mut rng = osprobe_core::random::SplitMix64::new(size ^ 0x5eed);
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = chunk.len().min(left as usize);
+        rng.fill(&mut chunk[..n]);
+        file.write_all(&chunk[..n])
+            .map_err(|e| ExperimentError::io(format!("writing {}", path.display()), e))?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Median time of `n` single requests made by `op` at window 1, in ns.
+pub fn median_ns(
+    n: usize,
+    mut op: impl FnMut() -> Result<(), ClientError>,
+) -> Result<f64, ExperimentError> {
+    op().map_err(failed)?; // warm: handles cached, buffers touched
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        op().map_err(failed)?;
+        times.push(t.elapsed().as_nanos() as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// The round trip of the service itself: a getattr of an open file with
+/// nothing else in flight (median of `n`), in ns.
+pub fn getattr_round_trip_ns(
+    client: &mut Client,
+    file: &str,
+    n: usize,
+) -> Result<f64, ExperimentError> {
+    let fd = client.open(file, OpenMode::Read).map_err(failed)?;
+    let rtt = median_ns(n, || client.fstat(fd).map(|_| ()));
+    let _ = client.close(fd);
+    rtt
+}
+
+/// Which operation [`server_rate`] drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerOp {
+    Read,
+    Write,
+}
+
+/// How fast the service itself serves `packet`-byte reads or writes of
+/// the file `name` in `dir`: requests handed to [`Service::handle`] in
+/// this thread, no sockets, for about `budget`. Bytes per second.
+pub fn server_rate(
+    dir: &Path,
+    name: &str,
+    op: ServerOp,
+    packet: usize,
+    budget: Duration,
+) -> Result<f64, ExperimentError> {
+    let fail = |what: &str| ExperimentError::Failed(format!("measuring the server rate: {what}"));
+    let service = Service::new(
+        dir,
+        ServiceConfig {
+            read_only: false,
+            token: None,
+            max_clients: 4,
+            drc_budget: 4 << 20,
+            session_idle: Duration::from_secs(60),
+            resolver: None,
+        },
+        None,
+    )
+    .map_err(|e| ExperimentError::io("starting an in-process service", e))?;
+    let peer = Peer::Udp(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9));
+    let transport = crate::Transport::Tcp;
+    let mut msg = Vec::with_capacity(packet + 128);
+    let mut out = Vec::with_capacity(packet + 128);
+    let mut exchange = |session: u64, xid: u64, req: &Request<'_>, out: &mut Vec<u8>| {
+        msg.clear();
+        out.clear();
+        encode_request(session, xid, req, &mut msg).map_err(|e| fail(&e.to_string()))?;
+        match service.handle(peer, transport, &msg, out) {
+            Outcome::Reply => Ok(()),
+            _ => Err(fail("the service sent no reply")),
+        }
+    };
+    exchange(0, 1, &Request::Hello { nonce: [7; 16] }, &mut out)?;
+    let (header, _, reply) = decode_reply(&out).map_err(|e| fail(&e.to_string()))?;
+    let session = header.session;
+    let Ok(Reply::Welcome { root, .. }) = reply else {
+        return Err(fail("no welcome"));
+    };
+    let (file, size) = match op {
+        ServerOp::Read => {
+            exchange(
+                session,
+                2,
+                &Request::Lookup {
+                    dir: root,
+                    name: name.as_bytes(),
+                },
+                &mut out,
+            )?;
+            match decode_reply(&out).map_err(|e| fail(&e.to_string()))?.2 {
+                Ok(Reply::Handle { handle, attr }) => (handle, attr.size.max(1)),
+                other => return Err(fail(&format!("lookup of {name}: {other:?}"))),
+            }
+        }
+        ServerOp::Write => {
+            exchange(
+                session,
+                2,
+                &Request::Create {
+                    dir: root,
+                    name: name.as_bytes(),
+                    mode: 0o644,
+                    how: crate::CreateHow::Truncate,
+                },
+                &mut out,
+            )?;
+            match decode_reply(&out).map_err(|e| fail(&e.to_string()))?.2 {
+                Ok(Reply::Handle { handle, .. }) => (handle, 8 << 20),
+                other => return Err(fail(&format!("create of {name}: {other:?}"))),
+            }
+        }
+    };
+    let data = vec![0xa5u8; packet];
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    let mut xid = 3;
+    let mut offset = 0u64;
+    while started.elapsed() < budget || bytes == 0 {
+        let req = match op {
+            ServerOp::Read => Request::Read {
+                file,
+                offset,
+                count: packet as u32,
+            },
+            ServerOp::Write => Request::Write {
+                file,
+                offset,
+                data: &data,
+            },
+        };
+        exchange(session, xid, &req, &mut out)?;
+        xid += 1;
+        bytes += packet as u64;
+        offset += packet as u64;
+        if offset + packet as u64 > size {
+            offset = 0;
+        }
+    }
+    Ok(bytes as f64 / started.elapsed().as_secs_f64())
+}
+
+/// A measurement of rates (not times), with the usual quality notes.
+pub fn rate_measurement(
+    experiment: &str,
+    metric: &str,
+    params: Params,
+    unit: Unit,
+    values: &[f64],
+) -> Result<Measurement, ExperimentError> {
+    let summary = Summary::of(values).ok_or_else(|| {
+        ExperimentError::Failed(format!("{experiment} {metric}: no valid samples"))
+    })?;
+    let mut m = Measurement::new(experiment, metric, params, unit, summary);
+    if values.len() > 2 {
+        m.notes.extend(quality_notes(&m.summary));
+    }
+    Ok(m)
+}
+
+/// Stop measuring if the user asked to.
+pub fn check(ctx: &Context) -> Result<(), ExperimentError> {
+    ctx.check_interrupt()
+}
+
+/// 1234567 B/s as "9.9 Mbit/s".
+pub fn bits_text(bytes_per_s: f64) -> String {
+    let bits = bytes_per_s * 8.0;
+    if bits >= 1e9 {
+        format!("{:.2} Gbit/s", bits / 1e9)
+    } else if bits >= 1e6 {
+        format!("{:.1} Mbit/s", bits / 1e6)
+    } else {
+        format!("{:.1} kbit/s", bits / 1e3)
+    }
+}

@@ -1,0 +1,224 @@
+//! fs.remote_read: seed 004 section 6.3, the time to read one 4 KiB block
+//! of a file that lives on a remote file server, sequentially and at
+//! random, as the file grows (their NFS mount over TCP: ~6.3 ms
+//! sequential, ~7.4 ms random, about three round trips).
+//!
+//! Here the server is osprobe's own (this crate), reached over one of the
+//! rfs paths, and the client reads through the rfs client with 4 KiB
+//! packets. Sequential reads take `window` consecutive blocks per call
+//! (all in flight at once; window 1 is one block per round trip, what the
+//! seed measured); random reads take one block at a shuffled offset per
+//! call, so the window cannot help them. The round trip of the path is
+//! measured just before and reported; the prediction is one round trip
+//! per `window` blocks plus the server's own time per block.
+
+use super::{
+    check, failed, getattr_round_trip_ns, make_file, server_rate, ServerOp, TestPath, DELAY_PARAM,
+    PATH_PARAM, WINDOW_PARAM,
+};
+use crate::{ClientOptions, OpenMode, Transport};
+use osprobe_core::model::Prediction;
+use osprobe_core::{
+    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
+    Samples,
+};
+use std::time::{Duration, Instant};
+
+pub struct RemoteRead;
+
+const BLOCK: usize = 4096;
+const FILE: &str = "fs-remote-read.bin";
+
+const PARAMS: [ParamSpec; 5] = [
+    ParamSpec {
+        name: "size",
+        help: "size of the remote file",
+        kind: ParamKind::Bytes {
+            min: 1 << 20,
+            max: 128 << 20,
+        },
+    },
+    PATH_PARAM,
+    WINDOW_PARAM,
+    ParamSpec {
+        name: "transport",
+        help: "tcp (as the seed's NFS mount) or udp",
+        kind: ParamKind::Choice(&["tcp", "udp"]),
+    },
+    DELAY_PARAM,
+];
+
+fn point(path: &str, size_mib: i64) -> Params {
+    Params::new()
+        .with("path", path)
+        .with("size", size_mib << 20)
+        .with("window", 1i64)
+        .with("transport", "tcp")
+}
+
+impl Experiment for RemoteRead {
+    fn id(&self) -> &'static str {
+        "fs.remote_read"
+    }
+
+    fn description(&self) -> &'static str {
+        "time to read a 4 KiB block of a file on osprobe's remote file server, sequential and random, with the path's round trip and a one-round-trip-per-block prediction"
+    }
+
+    fn params(&self) -> &'static [ParamSpec] {
+        &PARAMS
+    }
+
+    fn grid(&self, profile: Profile) -> Vec<Params> {
+        match profile {
+            Profile::Smoke => vec![point("loopback", 1)],
+            Profile::Quick => vec![point("loopback", 1), point("loopback", 8)],
+            Profile::Full => {
+                let mut grid: Vec<Params> = [1, 2, 4, 8, 16, 32, 64, 128]
+                    .iter()
+                    .map(|&s| point("loopback", s))
+                    .collect();
+                if super::namespaces_available().is_ok() {
+                    grid.push(point("netns", 1));
+                    grid.push(point("netns", 16));
+                }
+                if super::emulator_available().is_ok() {
+                    // About the seed's LAN: a 3 ms round trip.
+                    grid.push(point("emulated", 1).with("delay_ms", 1i64));
+                    grid.push(point("emulated", 16).with("delay_ms", 1i64));
+                }
+                grid
+            }
+        }
+    }
+
+    fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        let size = params.int("size").unwrap_or(1 << 20) as u64;
+        let window = params.int("window").unwrap_or(1).clamp(1, 64) as usize;
+        let transport = match params.text("transport").unwrap_or("tcp") {
+            "udp" => Transport::Udp,
+            _ => Transport::Tcp,
+        };
+        let blocks = (size / BLOCK as u64) as usize;
+        let path = TestPath::open(params)?;
+        make_file(path.export(), FILE, size)?;
+        let mut client = path.client(ClientOptions {
+            transport,
+            window,
+            packet: BLOCK,
+            ..ClientOptions::default()
+        })?;
+        check(ctx)?;
+        let probes = if ctx.profile == Profile::Smoke { 9 } else { 31 };
+        let rtt = getattr_round_trip_ns(&mut client, FILE, probes)?;
+        let server_ns_per_block = 1e9 * BLOCK as f64
+            / server_rate(
+                path.export(),
+                FILE,
+                ServerOp::Read,
+                BLOCK,
+                Duration::from_millis(20),
+            )?;
+        let fd = client.open(FILE, OpenMode::Read).map_err(failed)?;
+
+        // Sequential: `window` consecutive blocks per call, wrapping at the end.
+        let batch = window.min(blocks.max(1));
+        let mut buf = vec![0u8; batch * BLOCK];
+        let mut next = 0usize;
+        let harness = ctx.harness().max_samples(blocks.max(8));
+        let mut seq = harness.each_reported(|| {
+            if next + batch > blocks {
+                next = 0;
+            }
+            let t = Instant::now();
+            let n = client
+                .read_at(fd, (next * BLOCK) as u64, &mut buf)
+                .map_err(failed)?;
+            let ns = t.elapsed().as_nanos() as f64;
+            if n != buf.len() {
+                return Err(ExperimentError::Failed(format!(
+                    "short read: {n} of {} bytes at block {next}",
+                    buf.len()
+                )));
+            }
+            next += batch;
+            Ok(ns / batch as f64)
+        })?;
+        seq.notes.push(format!(
+            "one sample = read_at of {batch} consecutive 4 KiB block{} ({batch} request{} in flight), divided by {batch}",
+            if batch == 1 { "" } else { "s" },
+            if batch == 1 { "" } else { "s" }
+        ));
+
+        // Random: one block per call, in a shuffled order of all blocks.
+        let order = osprobe_core::random::shuffled(blocks.max(1), size ^ 0xb10c);
+        let mut i = 0usize;
+        let mut one = [0u8; BLOCK];
+        let mut random = harness.each_reported(|| {
+            let block = order[i % order.len()];
+            i += 1;
+            let t = Instant::now();
+            let n = client
+                .read_at(fd, (block * BLOCK) as u64, &mut one)
+                .map_err(failed)?;
+            let ns = t.elapsed().as_nanos() as f64;
+            if n != BLOCK {
+                return Err(ExperimentError::Failed(format!(
+                    "short read: {n} of {BLOCK} bytes at block {block}"
+                )));
+            }
+            Ok(ns)
+        })?;
+        random
+            .notes
+            .push("one sample = read_at of one 4 KiB block at a shuffled block offset".into());
+        let _ = client.close(fd);
+        let _ = client.disconnect();
+
+        let rtt_note = format!(
+            "path round trip measured just before: {:.1} us (median of {probes} getattr requests alone in flight over {transport}); server time per 4 KiB block in-process: {:.1} us",
+            rtt / 1e3,
+            server_ns_per_block / 1e3
+        );
+        let common = [
+            rtt_note,
+            format!("path: {}", path.description),
+            format!(
+                "a {size}-byte file, fresh from the server's page cache (written just before): the network and the service are measured, not a disk"
+            ),
+        ];
+        let mut out = Vec::new();
+        for (metric, samples, per_call) in [("sequential", &seq, batch), ("random", &random, 1)] {
+            let mut m =
+                ctx.time_measurement(self.id(), metric, params.clone(), samples as &Samples)?;
+            m.prediction = Some(Prediction {
+                value: rtt / per_call as f64 + server_ns_per_block,
+                formula: format!(
+                    "RTT / {per_call} + server time per block = {:.1} us / {per_call} + {:.1} us (one round trip per {per_call} block{} in flight; RTT measured just before)",
+                    rtt / 1e3,
+                    server_ns_per_block / 1e3,
+                    if per_call == 1 { "" } else { "s" }
+                ),
+            });
+            m.notes.extend(common.iter().cloned());
+            out.push(m);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_are_in_range() {
+        for profile in [Profile::Smoke, Profile::Quick, Profile::Full] {
+            for p in RemoteRead.grid(profile) {
+                let size = p.int("size").unwrap();
+                assert!((1 << 20..=128 << 20).contains(&size), "{p}");
+                assert_eq!(p.int("window"), Some(1));
+            }
+        }
+    }
+}
