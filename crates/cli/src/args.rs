@@ -42,6 +42,8 @@ pub enum Command {
     Send(SendArgs),
     /// Run a command behind an emulated link: delay, jitter, loss, rate, queue, traces (root)
     Link(crate::link::LinkArgs),
+    /// The remote file service: `rfs serve DIR`, and get, put, ls, stat against it
+    Rfs(crate::rfs::RfsArgs),
 }
 
 #[derive(Debug, Args)]

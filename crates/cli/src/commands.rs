@@ -27,6 +27,7 @@ pub fn registry() -> Registry {
     let mut registry = Registry::new();
     osprobe_machine::register(&mut registry);
     osprobe_net::register(&mut registry);
+    osprobe_rfs::register(&mut registry);
     registry
 }
 
@@ -42,6 +43,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => crate::net::serve(args, cli.quiet),
         Command::Send(args) => crate::net::send(args, cli.quiet),
         Command::Link(args) => crate::link::link(args, cli.quiet),
+        Command::Rfs(args) => crate::rfs::rfs(args, cli.quiet),
     }
 }
 

@@ -6,6 +6,7 @@ mod commands;
 mod link;
 mod net;
 mod progress;
+mod rfs;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -43,3 +43,17 @@ impl Drop for Bar {
         self.0.finish_and_clear();
     }
 }
+
+/// A byte-count bar for one file transfer, hidden when stderr is not a
+/// terminal or output must stay clean (--quiet, --json).
+pub fn byte_bar(hidden: bool) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    if hidden || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}

@@ -1,0 +1,520 @@
+//! `osprobe rfs ...`: the remote file service from the command line.
+//! `serve` exports one directory; `get`, `put`, `ls` and `stat` talk to
+//! such a server through osprobe-rfs's windowed client. Wiring only: the
+//! protocol, the window and the checks live in the library.
+
+use crate::args::TokenArg;
+use crate::commands::UsageError;
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use osprobe_core::interrupt;
+use osprobe_rfs::{
+    Attr, Client, ClientOptions, Kind, Server, ServerEvent, ServerOptions, TransferSummary,
+    Transport, Transports, MAX_WINDOW,
+};
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// The port `rfs serve` listens on unless told otherwise (UDP and TCP).
+pub const DEFAULT_PORT: u16 = 5302;
+
+#[derive(Debug, Args)]
+pub struct RfsArgs {
+    #[command(subcommand)]
+    pub command: RfsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RfsCommand {
+    /// Export one directory over UDP and TCP (both unless --udp or --tcp is given)
+    Serve(ServeArgs),
+    /// Copy a remote file here, verified end to end
+    Get(GetArgs),
+    /// Copy a local file to the server, verified end to end
+    Put(PutArgs),
+    /// List a remote directory
+    Ls(LsArgs),
+    /// Attributes of a remote path
+    Stat(StatArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The directory to export; nothing outside it can be reached
+    pub dir: PathBuf,
+    /// Address and port to listen on (the same port for UDP and TCP)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5302")]
+    pub bind: String,
+    /// Serve UDP (alone, unless --tcp is given too)
+    #[arg(long)]
+    pub udp: bool,
+    /// Serve TCP (alone, unless --udp is given too)
+    #[arg(long)]
+    pub tcp: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+    /// Refuse every change (create, write, remove)
+    #[arg(long)]
+    pub read_only: bool,
+    /// Clients served at once
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_clients: u32,
+}
+
+/// How to reach the server, shared by get, put, ls and stat.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The `osprobe rfs serve` to talk to
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub server: String,
+    /// Requests in flight (SOS's MAX_IN_FLIGHT)
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=MAX_WINDOW as i64))]
+    pub window: u32,
+    /// Bytes per read or write request: 1 to 65443 over UDP, to 64K over TCP
+    #[arg(long, value_name = "SIZE", default_value = "32K")]
+    pub packet: String,
+    /// Talk UDP (the default), retransmitting lost requests
+    #[arg(long, conflicts_with = "tcp")]
+    pub udp: bool,
+    /// Talk TCP
+    #[arg(long)]
+    pub tcp: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+    /// Print the outcome as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Path of the file on the server, relative to its export
+    pub remote: String,
+    /// Where to write it (default: the remote file's name in this directory; a directory: inside it)
+    pub local: Option<PathBuf>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PutArgs {
+    /// The local file to send
+    pub local: PathBuf,
+    /// Path on the server (default: the local file's name at the export's root)
+    pub remote: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Directory on the server (default: the export's root)
+    #[arg(default_value = "")]
+    pub dir: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// Path on the server
+    pub path: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+pub fn rfs(args: RfsArgs, quiet: bool) -> Result<ExitCode> {
+    match args.command {
+        RfsCommand::Serve(a) => serve(a, quiet),
+        RfsCommand::Get(a) => get(a, quiet),
+        RfsCommand::Put(a) => put(a, quiet),
+        RfsCommand::Ls(a) => ls(a),
+        RfsCommand::Stat(a) => stat(a),
+    }
+}
+
+fn check_token(token: Option<String>) -> Result<Option<String>> {
+    match token {
+        Some(t) if t.is_empty() => {
+            Err(UsageError("--token: the secret must not be empty".into()).into())
+        }
+        other => Ok(other),
+    }
+}
+
+fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
+    let bind: SocketAddr = args.bind.parse().map_err(|_| {
+        UsageError(format!(
+            "--bind '{}': expected ADDR:PORT, e.g. 0.0.0.0:{DEFAULT_PORT} or 127.0.0.1:0",
+            args.bind
+        ))
+    })?;
+    if !args.dir.is_dir() {
+        return Err(UsageError(format!(
+            "{}: not a directory (rfs serve exports one existing directory)",
+            args.dir.display()
+        ))
+        .into());
+    }
+    let transports = match (args.udp, args.tcp) {
+        (true, false) => Transports::UDP,
+        (false, true) => Transports::TCP,
+        _ => Transports::BOTH,
+    };
+    let token = check_token(args.token.token)?;
+    let options = ServerOptions {
+        read_only: args.read_only,
+        token: token.clone(),
+        max_clients: args.max_clients as usize,
+        ..ServerOptions::default()
+    };
+    let events: osprobe_rfs::EventSink = if quiet {
+        Arc::new(|_: &ServerEvent| {})
+    } else {
+        // A closed stdout (a log pipe gone) must not stop the server.
+        Arc::new(|event: &ServerEvent| {
+            let _ = writeln!(
+                std::io::stdout().lock(),
+                "{} {event}",
+                osprobe_core::now_rfc3339()
+            );
+        })
+    };
+    interrupt::install();
+    let server = Server::bind_with_events(bind, transports, &args.dir, options, Some(events))?;
+    if !quiet {
+        let mut what = vec![match (transports.udp, transports.tcp) {
+            (true, true) => "UDP and TCP".to_string(),
+            (true, false) => "UDP".to_string(),
+            _ => "TCP".to_string(),
+        }];
+        if args.read_only {
+            what.push("read-only".into());
+        }
+        if token.is_some() {
+            what.push("token required".into());
+        }
+        what.push(format!("at most {} clients", args.max_clients));
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "osprobe rfs serve: exporting {} on {} ({}); Ctrl-C to stop",
+            server.export().display(),
+            server.local_addr(),
+            what.join(", ")
+        );
+    }
+    server.serve(interrupt::flag())?;
+    if !quiet {
+        let s = server.stats();
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "osprobe rfs serve: stopped after {} requests from {} sessions ({} bytes read, {} written, {} answered from the duplicate cache, {} malformed, {} refused)",
+            s.requests, s.sessions_opened, s.bytes_read, s.bytes_written, s.replayed, s.malformed, s.refused
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `HOST[:PORT]` or `[v6]:PORT` to one address; the port defaults to
+/// [`DEFAULT_PORT`].
+pub fn resolve_server(raw: &str) -> Result<SocketAddr> {
+    if let Ok(addr) = raw.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let bad = |why: String| {
+        UsageError(format!(
+            "--server '{raw}': {why} (expected HOST[:PORT], e.g. 127.0.0.1:{DEFAULT_PORT})"
+        ))
+    };
+    let with_port = match raw.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && !host.contains(':') => {
+            port.parse::<u16>()
+                .map_err(|_| bad(format!("'{port}' is not a port number")))?;
+            raw.to_string()
+        }
+        None if !raw.is_empty() => format!("{raw}:{DEFAULT_PORT}"),
+        _ => return Err(bad("not an address".into()).into()),
+    };
+    let mut addrs = with_port
+        .to_socket_addrs()
+        .map_err(|e| bad(format!("cannot resolve it: {e}")))?;
+    addrs
+        .next()
+        .ok_or_else(|| bad("it resolves to no address".into()).into())
+}
+
+/// Check the client flags and connect.
+fn connect(args: &ClientArgs) -> Result<Client> {
+    let transport = if args.tcp {
+        Transport::Tcp
+    } else {
+        Transport::Udp
+    };
+    let max = transport.max_data() as u64;
+    let packet = osprobe_core::experiment::parse_bytes(&args.packet)
+        .filter(|p| (1..=max).contains(p))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--packet '{}': expected a size from 1 to {max} bytes over {transport} (e.g. 1284, 32K{})",
+                args.packet,
+                if transport == Transport::Udp { "; 64K needs --tcp" } else { ", 64K" }
+            ))
+        })? as usize;
+    let server = resolve_server(&args.server)?;
+    let options = ClientOptions {
+        transport,
+        window: args.window as usize,
+        packet,
+        token: check_token(args.token.token.clone())?,
+        ..ClientOptions::default()
+    };
+    Client::connect(server, options).map_err(client_error)
+}
+
+/// The library's message already names the server, the path and the
+/// cause; anyhow's chain would repeat them.
+fn client_error(e: osprobe_rfs::ClientError) -> anyhow::Error {
+    anyhow::anyhow!(e.to_string())
+}
+
+fn get(args: GetArgs, quiet: bool) -> Result<ExitCode> {
+    let name = args
+        .remote
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            UsageError(format!(
+                "'{}': a remote file path is needed, e.g. data/big.bin",
+                args.remote
+            ))
+        })?
+        .to_string();
+    let local = match &args.local {
+        Some(p) if p.is_dir() => p.join(&name),
+        Some(p) => p.clone(),
+        None => PathBuf::from(&name),
+    };
+    let mut client = connect(&args.client)?;
+    let bar = crate::progress::byte_bar(quiet || args.client.json);
+    let outcome = client.get(&args.remote, &local, &mut |p| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    });
+    bar.finish_and_clear();
+    let summary = outcome.map_err(client_error)?;
+    report_transfer(
+        "get",
+        &client,
+        &args.remote,
+        &local,
+        &summary,
+        args.client.json,
+    )?;
+    let _ = client.disconnect();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
+    let remote = match &args.remote {
+        Some(r) => r.clone(),
+        None => args
+            .local
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "{}: a file path is needed, or give the remote name",
+                    args.local.display()
+                ))
+            })?,
+    };
+    // Checked here so that a typo costs no connection and says what it is.
+    match std::fs::metadata(&args.local) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => anyhow::bail!(
+            "{}: not a regular file (rfs put sends one file)",
+            args.local.display()
+        ),
+        Err(e) => anyhow::bail!("{}: {e}", args.local.display()),
+    }
+    let mut client = connect(&args.client)?;
+    let bar = crate::progress::byte_bar(quiet || args.client.json);
+    let outcome = client.put(&args.local, &remote, &mut |p| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    });
+    bar.finish_and_clear();
+    let summary = outcome.map_err(client_error)?;
+    report_transfer(
+        "put",
+        &client,
+        &remote,
+        &args.local,
+        &summary,
+        args.client.json,
+    )?;
+    let _ = client.disconnect();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report_transfer(
+    op: &str,
+    client: &Client,
+    remote: &str,
+    local: &Path,
+    s: &TransferSummary,
+    json: bool,
+) -> Result<()> {
+    let secs = s.elapsed.as_secs_f64();
+    let rate = if secs > 0.0 {
+        s.bytes as f64 / secs
+    } else {
+        0.0
+    };
+    if json {
+        let value = serde_json::json!({
+            "op": op,
+            "server": client.server().to_string(),
+            "remote": remote,
+            "local": local.display().to_string(),
+            "bytes": s.bytes,
+            "seconds": secs,
+            "bytes_per_s": rate,
+            "xxh3_128": format!("{:032x}", s.hash),
+            "verified": true,
+            "transport": client.transport().name().to_lowercase(),
+            "window": client.window(),
+            "packet": client.packet(),
+            "retransmissions": s.retransmissions,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    let (from, to) = if op == "get" {
+        (
+            format!("{}:{remote}", client.server()),
+            local.display().to_string(),
+        )
+    } else {
+        (
+            local.display().to_string(),
+            format!("{}:{remote}", client.server()),
+        )
+    };
+    let scale = osprobe_report::human::scale_for(osprobe_core::Unit::BytesPerSecond, rate);
+    println!(
+        "{op} {from} -> {to}: {} bytes in {secs:.3} s, {} {} ({:.1} Mbit/s)",
+        s.bytes,
+        osprobe_report::human::number(rate / scale.divisor),
+        scale.label,
+        rate * 8.0 / 1e6
+    );
+    println!(
+        "  verified: xxh3-128 {:032x} on both sides; {} x {} bytes in flight over {}, {} retransmission{}",
+        s.hash,
+        client.window(),
+        client.packet(),
+        client.transport(),
+        s.retransmissions,
+        if s.retransmissions == 1 { "" } else { "s" }
+    );
+    Ok(())
+}
+
+fn ls(args: LsArgs) -> Result<ExitCode> {
+    let mut client = connect(&args.client)?;
+    let entries = client.readdir(&args.dir).map_err(client_error)?;
+    // Sizes come from one getattr each; a listing is for people, so the
+    // extra round trips are worth it.
+    let mut rows = Vec::with_capacity(entries.len());
+    for e in &entries {
+        let name = String::from_utf8_lossy(&e.name).into_owned();
+        let path = if args.dir.trim_matches('/').is_empty() {
+            name.clone()
+        } else {
+            format!("{}/{name}", args.dir.trim_end_matches('/'))
+        };
+        let size = if e.kind == Kind::File {
+            client.stat(&path).ok().map(|a| a.size)
+        } else {
+            None
+        };
+        rows.push((name, e.kind, size));
+    }
+    let _ = client.disconnect();
+    if args.client.json {
+        let list: Vec<_> = rows
+            .iter()
+            .map(|(name, kind, size)| {
+                serde_json::json!({"name": name, "kind": kind_word(*kind), "size": size})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (name, kind, size) in rows {
+        let size = size.map_or("-".to_string(), |s| s.to_string());
+        println!("{:<9} {size:>12}  {name}", kind_word(kind));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn kind_word(kind: Kind) -> &'static str {
+    match kind {
+        Kind::File => "file",
+        Kind::Dir => "dir",
+        Kind::Symlink => "symlink",
+        Kind::Other => "other",
+    }
+}
+
+fn stat(args: StatArgs) -> Result<ExitCode> {
+    let mut client = connect(&args.client)?;
+    let attr: Attr = client.stat(&args.path).map_err(client_error)?;
+    let _ = client.disconnect();
+    if args.client.json {
+        let value = serde_json::json!({
+            "path": args.path,
+            "kind": kind_word(attr.kind),
+            "size": attr.size,
+            "mode": format!("{:o}", attr.mode),
+            "mtime_ns": attr.mtime_ns,
+            "atime_ns": attr.atime_ns,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}", args.path);
+    println!("  kind:  {}", attr.kind.name());
+    println!("  size:  {} bytes", attr.size);
+    println!("  mode:  {:o}", attr.mode);
+    println!(
+        "  mtime: {}.{:09} s since the epoch",
+        attr.mtime_ns.div_euclid(1_000_000_000),
+        attr.mtime_ns.rem_euclid(1_000_000_000)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_addresses() {
+        assert_eq!(resolve_server("127.0.0.1").unwrap().port(), DEFAULT_PORT);
+        assert_eq!(resolve_server("127.0.0.1:9").unwrap().port(), 9);
+        assert_eq!(resolve_server("[::1]:9").unwrap().port(), 9);
+        let e = resolve_server("127.0.0.1:http").unwrap_err().to_string();
+        assert!(
+            e.contains("'http' is not a port") && e.contains("HOST[:PORT]"),
+            "{e}"
+        );
+        assert!(resolve_server("").is_err());
+    }
+}
