@@ -120,6 +120,13 @@ pub enum ParamKind {
     /// Free text the experiment parses (a host name, ...); the words say
     /// what is accepted, e.g. `HOST[:PORT]`.
     Text(&'static str),
+    /// Text in a form `check` accepts (a duration, a rate, ...): checked
+    /// when the command line is read, so a bad value is a usage error that
+    /// names the form, and stored as given.
+    Checked {
+        form: &'static str,
+        check: fn(&str) -> Result<(), String>,
+    },
 }
 
 impl ParamSpec {
@@ -156,6 +163,13 @@ impl ParamSpec {
                     Ok(ParamValue::Text(raw.trim().to_string()))
                 }
             }
+            ParamKind::Checked { form, check } => match check(raw.trim()) {
+                Ok(()) => Ok(ParamValue::Text(raw.trim().to_string())),
+                Err(why) => Err(format!(
+                    "invalid value '{raw}' for parameter '{}': {why} (expected {form})",
+                    self.name
+                )),
+            },
             ParamKind::Choice(words) => {
                 if words.contains(&raw) {
                     Ok(ParamValue::Text(raw.to_string()))
@@ -180,6 +194,7 @@ impl ParamSpec {
             }
             ParamKind::Path => "PATH".to_string(),
             ParamKind::Text(what) => what.to_string(),
+            ParamKind::Checked { form, .. } => form.to_string(),
         }
     }
 }
@@ -483,6 +498,30 @@ mod tests {
             e.contains("unknown parameter 'nope'") && e.contains("args=0..7"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn checked_text_is_refused_with_its_form() {
+        let spec = ParamSpec {
+            name: "delay",
+            help: "",
+            kind: ParamKind::Checked {
+                form: "a duration, e.g. 50ms",
+                check: |raw| {
+                    raw.strip_suffix("ms")
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .map(|_| ())
+                        .ok_or_else(|| "not a number of ms".to_string())
+                },
+            },
+        };
+        assert!(matches!(spec.parse(" 50ms "), Ok(ParamValue::Text(t)) if t == "50ms"));
+        let e = spec.parse("fast").unwrap_err();
+        assert!(
+            e.contains("'fast'") && e.contains("not a number") && e.contains("e.g. 50ms"),
+            "{e}"
+        );
+        assert_eq!(spec.accepted(), "a duration, e.g. 50ms");
     }
 
     #[test]

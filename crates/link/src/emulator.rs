@@ -467,6 +467,13 @@ impl Link {
         self.end(side).pair.spawn_in(f)
     }
 
+    /// Move the calling thread into a side's namespace until the guard is
+    /// dropped (see [`NetnsPair::enter_until_dropped`]). Drop the guard
+    /// before the link.
+    pub fn enter_until_dropped(&self, side: Side) -> io::Result<crate::netns::ThreadNetnsGuard> {
+        self.end(side).pair.enter_until_dropped()
+    }
+
     pub fn spawn_in_a<F, T>(&self, f: F) -> io::Result<JoinHandle<io::Result<T>>>
     where
         F: FnOnce() -> io::Result<T> + Send + 'static,

@@ -340,6 +340,13 @@ impl NetnsPair {
         enter_netns(&ns_file, &self.name)
     }
 
+    /// Move the calling thread into the namespace until the returned guard
+    /// is dropped, which moves it back. Threads it starts meanwhile are
+    /// inside (a new thread takes its creator's namespace) and stay there.
+    pub fn enter_until_dropped(&self) -> io::Result<ThreadNetnsGuard> {
+        ThreadNetnsGuard::enter(&self.open_netns()?, &self.name)
+    }
+
     /// Run `program args...` inside the namespace (`ip netns exec`) and return
     /// its output, whatever its exit status: check `status` yourself.
     pub fn run_command<I, S>(&self, program: impl AsRef<OsStr>, args: I) -> io::Result<Output>
@@ -804,6 +811,43 @@ fn enter_netns(ns_file: &File, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread inside another network namespace; dropping the
+/// guard moves the thread back to the namespace it came from. It is bound
+/// to its thread (not Send), since setns moves only the caller.
+#[derive(Debug)]
+pub struct ThreadNetnsGuard {
+    original: File,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl ThreadNetnsGuard {
+    fn enter(target: &File, name: &str) -> io::Result<ThreadNetnsGuard> {
+        // thread-self, not self: the main thread may be elsewhere.
+        let original = File::open("/proc/thread-self/ns/net").map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("opening this thread's network namespace: {e}"),
+            )
+        })?;
+        enter_netns(target, name)?;
+        Ok(ThreadNetnsGuard {
+            original,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for ThreadNetnsGuard {
+    fn drop(&mut self) {
+        // The original namespace is held open by `original`, so it still
+        // exists; failing here would leave this thread's later sockets in
+        // a namespace about to be removed, which is worth a loud stop.
+        if let Err(e) = enter_netns(&self.original, "of this thread before") {
+            panic!("cannot return to the original network namespace: {e}");
+        }
+    }
+}
+
 fn join_thread<T>(handle: JoinHandle<io::Result<T>>) -> io::Result<T> {
     handle
         .join()
@@ -987,6 +1031,37 @@ mod tests {
             return max;
         }
         pid
+    }
+
+    #[test]
+    fn a_thread_enters_and_comes_back() {
+        if !can_build() {
+            return;
+        }
+        let ns_inode = || std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino();
+        let pair = NetnsPair::create().unwrap();
+        let before = ns_inode();
+        let inside_child = {
+            let _guard = pair.enter_until_dropped().unwrap();
+            assert_ne!(ns_inode(), before, "setns did not move the thread");
+            // A thread started meanwhile is inside and sees the peer address.
+            std::thread::spawn(move || {
+                (
+                    std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino(),
+                    ip(&["-o", "-4", "addr", "show"]).unwrap(),
+                )
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(ns_inode(), before, "the guard did not move the thread back");
+        assert_ne!(inside_child.0, before);
+        assert!(
+            inside_child.1.contains(&pair.peer_addr().to_string()),
+            "{}",
+            inside_child.1
+        );
+        pair.remove().unwrap();
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::tcp_info::{self, TcpInfo};
 use osprobe_core::ExperimentError;
 use std::io::Write;
 use std::net::Shutdown;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,9 @@ pub struct BulkResult {
     pub send_elapsed: Duration,
     /// Aggregate sending rate of each interval after `omit`, bytes/s.
     pub interval_rates: Vec<f64>,
+    /// Aggregate rate of acknowledged bytes of the same intervals, bytes/s
+    /// (empty when TCP_INFO has no bytes_acked).
+    pub acked_rates: Vec<f64>,
     /// Each stream's TCP_INFO at the sender, after its last write.
     pub sender_info: Vec<Option<TcpInfo>>,
     /// SO_SNDBUF of each stream after its last write, as the kernel reports it.
@@ -141,7 +144,7 @@ pub fn run(
     let started = Instant::now();
     let deadline = started + config.duration;
 
-    let (outcomes, interval_rates) = std::thread::scope(|scope| {
+    let (outcomes, (interval_rates, acked_rates)) = std::thread::scope(|scope| {
         let workers: Vec<_> = streams
             .iter()
             .zip(&counters)
@@ -157,7 +160,8 @@ pub fn run(
                 })
             })
             .collect();
-        let rates = sample_intervals(&counters, config, started, deadline, stop);
+        let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
+        let rates = sample_intervals(&counters, &fds, config, started, deadline, stop);
         done.store(true, Ordering::SeqCst);
         let outcomes: Vec<_> = workers
             .into_iter()
@@ -191,6 +195,7 @@ pub fn run(
         sent_bytes: counters.iter().map(|c| c.load(Ordering::SeqCst)).sum(),
         send_elapsed,
         interval_rates,
+        acked_rates,
         sender_info,
         send_buffers,
         congestion_control,
@@ -247,38 +252,56 @@ fn send_until(
     })
 }
 
-/// Aggregate rate of each interval between `started + omit` and `deadline`.
+/// Aggregate rates of each interval between `started + omit` and
+/// `deadline`: of the bytes written, and of the bytes acknowledged
+/// (TCP_INFO's bytes_acked; empty when the kernel does not report it).
+/// With a send buffer of many megabytes, writes come in bursts while the
+/// network delivers steadily; the acknowledged rate is what crossed it.
 fn sample_intervals(
     counters: &[AtomicU64],
+    fds: &[RawFd],
     config: &BulkConfig,
     started: Instant,
     deadline: Instant,
     stop: &AtomicBool,
-) -> Vec<f64> {
-    let total = || {
+) -> (Vec<f64>, Vec<f64>) {
+    let written = || {
         counters
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum::<u64>()
     };
-    let mut rates = Vec::new();
+    let acked = || -> Option<u64> {
+        fds.iter()
+            .map(|&fd| tcp_info::tcp_info(fd).ok().and_then(|i| i.bytes_acked))
+            .sum()
+    };
+    let (mut rates, mut acked_rates) = (Vec::new(), Vec::new());
     let first = started + config.omit.min(config.duration / 2);
     std::thread::sleep(first.saturating_duration_since(Instant::now()));
-    let mut last_bytes = total();
+    let mut last_bytes = written();
+    let mut last_acked = acked();
     let mut last_time = Instant::now();
     while last_time < deadline && !stop.load(Ordering::Relaxed) {
         let next = (last_time + config.interval).min(deadline);
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        let (bytes, now) = (total(), Instant::now());
+        let (bytes, acked_now, now) = (written(), acked(), Instant::now());
         let dt = now.duration_since(last_time).as_secs_f64();
         // A sliver of an interval at the end says little; drop it.
         if dt >= config.interval.as_secs_f64() / 2.0 {
             rates.push((bytes - last_bytes) as f64 / dt);
+            if let (Some(a), Some(last)) = (acked_now, last_acked) {
+                acked_rates.push(a.saturating_sub(last) as f64 / dt);
+            }
         }
         last_bytes = bytes;
+        last_acked = acked_now;
         last_time = now;
     }
-    rates
+    if acked_rates.len() != rates.len() {
+        acked_rates.clear();
+    }
+    (rates, acked_rates)
 }
 
 /// What limited the first stream, from its TCP_INFO at both ends.

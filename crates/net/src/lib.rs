@@ -13,6 +13,7 @@ pub mod auth;
 pub mod bulk;
 pub mod client;
 pub mod diagnosis;
+pub mod emulated;
 pub mod experiments;
 pub mod icmp;
 pub use osprobe_link::netns;

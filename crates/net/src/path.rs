@@ -7,8 +7,11 @@
 //!   experiment through its interrupt checks).
 //! - `remote`: an `osprobe serve` elsewhere, named by the `to` parameter
 //!   (`--to HOST[:PORT]`), with the token from the context.
+//! - `emulated`: the server behind the user-space link emulator, with the
+//!   `delay`, `loss`, `rate` and `wmem` parameters (see [`crate::emulated`]).
 
 use crate::client::Peer;
+use crate::emulated::{EmulatedLink, EmulatedSpec};
 use crate::netns::NetnsPair;
 use crate::protocol::DEFAULT_PORT;
 use crate::server::{Server, ServerConfig};
@@ -19,12 +22,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub const PATHS: &[&str] = &["loopback", "netns", "remote"];
+pub const PATHS: &[&str] = &["loopback", "netns", "remote", "emulated"];
 
 /// The `path` parameter every network experiment takes.
 pub const PATH_PARAM: ParamSpec = ParamSpec {
     name: "path",
-    help: "where to measure: loopback, netns (a second host in a network namespace; root) or remote (with to=HOST[:PORT])",
+    help: "where to measure: loopback, netns (a second host in a network namespace; root), remote (with to=HOST[:PORT]) or emulated (behind the link emulator, with delay, loss, rate; root)",
     kind: ParamKind::Choice(PATHS),
 };
 
@@ -41,6 +44,7 @@ pub enum PathKind {
     Loopback,
     Netns,
     Remote,
+    Emulated,
 }
 
 impl PathKind {
@@ -49,6 +53,7 @@ impl PathKind {
             "loopback" => Ok(PathKind::Loopback),
             "netns" => Ok(PathKind::Netns),
             "remote" => Ok(PathKind::Remote),
+            "emulated" => Ok(PathKind::Emulated),
             other => Err(ExperimentError::Failed(format!(
                 "path '{other}': expected one of {}",
                 PATHS.join(", ")
@@ -66,12 +71,20 @@ pub struct Endpoint {
     // Field order is drop order: stop the server before removing its host.
     _server: Option<LocalServer>,
     netns: Option<NetnsPair>,
+    emulated: Option<EmulatedLink>,
 }
 
 impl Endpoint {
     /// Build or find the server for `params` (`path`, `to`).
     pub fn open(ctx: &Context, params: &Params) -> Result<Endpoint, ExperimentError> {
-        match PathKind::of(params)? {
+        let kind = PathKind::of(params)?;
+        if kind != PathKind::Emulated && EmulatedSpec::is_set(params) {
+            return Err(ExperimentError::Failed(
+                "delay, loss, rate and wmem apply to path=emulated only (`osprobe net TEST --delay ...` sets it)".into(),
+            ));
+        }
+        match kind {
+            PathKind::Emulated => Endpoint::emulated(EmulatedSpec::from_params(params)?),
             PathKind::Loopback => Endpoint::loopback(),
             PathKind::Netns => Endpoint::netns(),
             PathKind::Remote => {
@@ -88,6 +101,7 @@ impl Endpoint {
                     description: format!("remote osprobe serve at {to} ({addr})"),
                     _server: None,
                     netns: None,
+                    emulated: None,
                 })
             }
         }
@@ -102,6 +116,7 @@ impl Endpoint {
             description: "loopback 127.0.0.1".into(),
             _server: Some(local),
             netns: None,
+            emulated: None,
         })
     }
 
@@ -112,7 +127,7 @@ impl Endpoint {
         let pair = NetnsPair::create()
             .map_err(|e| ExperimentError::Failed(format!("building the netns host: {e}")))?;
         let bind = SocketAddr::new(IpAddr::V4(pair.peer_addr()), 0);
-        let local = LocalServer::start_in(&pair, bind)?;
+        let local = LocalServer::start_in(bind, |serve| pair.spawn_in(serve))?;
         let description = format!(
             "netns {} via veth {} -> {}",
             pair.name(),
@@ -125,7 +140,38 @@ impl Endpoint {
             description,
             _server: Some(local),
             netns: Some(pair),
+            emulated: None,
         })
+    }
+
+    /// The server in namespace B of an emulated link; this thread (and the
+    /// threads it starts) in A until the endpoint is dropped.
+    pub fn emulated(spec: EmulatedSpec) -> Result<Endpoint, ExperimentError> {
+        let mut emulated = EmulatedLink::start(spec)?;
+        let link = emulated.link();
+        let bind = SocketAddr::new(IpAddr::V4(link.addr_b()), 0);
+        let local = LocalServer::start_in(bind, |serve| link.spawn_in_b(serve))?;
+        let description = format!(
+            "emulated link {} -> {} ({}); {}",
+            link.addr_a(),
+            link.addr_b(),
+            emulated.spec.describe(),
+            emulated.buffers_note
+        );
+        emulated.enter_client_side()?;
+        Ok(Endpoint {
+            kind: PathKind::Emulated,
+            peer: Peer::new(local.addr, None),
+            description,
+            _server: Some(local),
+            netns: None,
+            emulated: Some(emulated),
+        })
+    }
+
+    /// The emulated link, when the path is one.
+    pub fn emulated_link(&self) -> Option<&EmulatedLink> {
+        self.emulated.as_ref()
     }
 
     /// The namespace, when the path built one.
@@ -168,6 +214,9 @@ fn has_port(to: &str) -> bool {
     }
 }
 
+/// The body of a server thread started inside a namespace.
+type ServeInNamespace = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+
 /// A server thread of this process, stopped on drop.
 struct LocalServer {
     addr: SocketAddr,
@@ -202,24 +251,27 @@ impl LocalServer {
         })
     }
 
-    /// Bind and serve from a thread inside the namespace.
-    fn start_in(pair: &NetnsPair, bind: SocketAddr) -> Result<LocalServer, ExperimentError> {
+    /// Bind and serve from a thread that `spawn_in` starts inside a
+    /// namespace.
+    fn start_in<S>(bind: SocketAddr, spawn_in: S) -> Result<LocalServer, ExperimentError>
+    where
+        S: FnOnce(ServeInNamespace) -> std::io::Result<JoinHandle<std::io::Result<()>>>,
+    {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let (tx, rx) = std::sync::mpsc::channel();
-        let thread = pair
-            .spawn_in(move || {
-                let server = match Server::bind(bind, local_config(), Arc::new(|_| {})) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = tx.send(Err(e.to_string()));
-                        return Err(e);
-                    }
-                };
-                let _ = tx.send(server.local_addr().map_err(|e| e.to_string()));
-                server.serve(&flag)
-            })
-            .map_err(|e| ExperimentError::io("entering the namespace", e))?;
+        let thread = spawn_in(Box::new(move || {
+            let server = match Server::bind(bind, local_config(), Arc::new(|_| {})) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            let _ = tx.send(server.local_addr().map_err(|e| e.to_string()));
+            server.serve(&flag)
+        }))
+        .map_err(|e| ExperimentError::io("entering the namespace", e))?;
         let addr = rx
             .recv_timeout(Duration::from_secs(10))
             .map_err(|_| ExperimentError::Failed("the namespace's server did not start".into()))?

@@ -24,9 +24,13 @@ use std::time::Duration;
 
 pub struct AckStall;
 
-const PARAMS: [ParamSpec; 4] = [
+const PARAMS: [ParamSpec; 8] = [
     COMMON[0],
     COMMON[1],
+    COMMON[2],
+    COMMON[3],
+    COMMON[4],
+    COMMON[5],
     ParamSpec {
         name: "segment",
         help: "bytes per segment the sender keeps in flight",

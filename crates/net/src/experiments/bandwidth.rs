@@ -5,7 +5,7 @@
 //! retransmissions and limits TCP_INFO shows.
 
 use super::{
-    cross, default_paths, duration, value_measurement, Placement, COMMON, DURATION_PARAM, PIN_PARAM,
+    cross, default_paths, value_measurement, Placement, COMMON, DURATION_PARAM, PIN_PARAM,
 };
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
@@ -14,13 +14,16 @@ use osprobe_core::interrupt;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Unit,
 };
-use std::time::Duration;
 
 pub struct Bandwidth;
 
-const PARAMS: [ParamSpec; 6] = [
+const PARAMS: [ParamSpec; 10] = [
     COMMON[0],
     COMMON[1],
+    COMMON[2],
+    COMMON[3],
+    COMMON[4],
+    COMMON[5],
     ParamSpec {
         name: "streams",
         help: "parallel TCP connections (iperf3 -P)",
@@ -78,13 +81,14 @@ impl Experiment for Bandwidth {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let endpoint = Endpoint::open(ctx, params)?;
         let placement = Placement::choose(params, endpoint.kind);
+        let timing = super::bulk_timing(params, default_duration_ms(ctx.profile), &endpoint);
         let config = BulkConfig {
             streams: params.int("streams").unwrap_or(1) as u32,
             write_size: params.int("write_size").unwrap_or(128 << 10) as usize,
-            duration: duration(params, default_duration_ms(ctx.profile)),
+            duration: timing.duration,
             options: ConnectOptions::default(),
-            interval: Duration::from_millis(100),
-            omit: Duration::from_millis(200),
+            interval: timing.interval,
+            omit: timing.omit,
             sender_cpu: placement.sender_cpu,
             receiver_cpu: placement.receiver_cpu,
         };
@@ -92,6 +96,10 @@ impl Experiment for Bandwidth {
         let mut measurements = bulk_measurements(self.id(), params, &endpoint, &config, &result)?;
         if let Some(sender) = measurements.first_mut() {
             sender.notes.push(placement.note);
+            sender.notes.extend(timing.note);
+            if let Some(emulated) = endpoint.emulated_link() {
+                sender.notes.push(emulated.counters_note());
+            }
         }
         Ok(measurements)
     }

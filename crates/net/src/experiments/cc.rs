@@ -12,7 +12,7 @@
 
 use super::bandwidth::default_duration_ms;
 use super::value_measurement;
-use super::{default_paths, duration, Placement, COMMON, DURATION_PARAM, PIN_PARAM};
+use super::{default_paths, Placement, COMMON, DURATION_PARAM, PIN_PARAM};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
 use crate::sock::ConnectOptions;
@@ -21,15 +21,18 @@ use osprobe_core::interrupt;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Unit,
 };
-use std::time::Duration;
 
 pub struct CongestionControl;
 
 const ALGORITHMS: &[&str] = &["bbr", "cubic", "reno"];
 
-const PARAMS: [ParamSpec; 6] = [
+const PARAMS: [ParamSpec; 10] = [
     COMMON[0],
     COMMON[1],
+    COMMON[2],
+    COMMON[3],
+    COMMON[4],
+    COMMON[5],
     ParamSpec {
         name: "cc",
         help: "congestion control (those the kernel offers)",
@@ -61,7 +64,7 @@ impl Experiment for CongestionControl {
     }
 
     fn grid(&self, profile: Profile) -> Vec<Params> {
-        default_paths(profile)
+        let mut points: Vec<Params> = default_paths(profile)
             .into_iter()
             .flat_map(|p| {
                 ALGORITHMS.iter().map(move |cc| {
@@ -72,7 +75,11 @@ impl Experiment for CongestionControl {
                         .with("pin", "auto")
                 })
             })
-            .collect()
+            .collect();
+        if profile == Profile::Full && osprobe_link::check_requirements().is_ok() {
+            points.extend(seed_001_middlebox());
+        }
+        points
     }
 
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
@@ -87,17 +94,18 @@ impl Experiment for CongestionControl {
         let sndbuf = params.int("sndbuf").unwrap_or(0);
         let endpoint = Endpoint::open(ctx, params)?;
         let placement = Placement::choose(params, endpoint.kind);
+        let timing = super::bulk_timing(params, default_duration_ms(ctx.profile), &endpoint);
         let config = BulkConfig {
             streams: 1,
             write_size: 128 << 10,
-            duration: duration(params, default_duration_ms(ctx.profile)),
+            duration: timing.duration,
             options: ConnectOptions {
                 congestion_control: Some(cc.clone()),
                 send_buffer: (sndbuf > 0).then_some(sndbuf as u32),
                 ..ConnectOptions::default()
             },
-            interval: Duration::from_millis(100),
-            omit: Duration::from_millis(200),
+            interval: timing.interval,
+            omit: timing.omit,
             sender_cpu: placement.sender_cpu,
             receiver_cpu: placement.receiver_cpu,
         };
@@ -115,12 +123,46 @@ impl Experiment for CongestionControl {
         notes.push(bulk::diagnosis(&result, &config).line());
         notes.push(placement.note);
         notes.push(format!("path: {}", endpoint.description));
+        notes.extend(timing.note);
+        if let Some(emulated) = endpoint.emulated_link() {
+            notes.push(emulated.counters_note());
+        }
         if let Some(throughput) = measurements.first_mut() {
             throughput.notes.extend(notes);
         }
         Ok(measurements)
     }
 }
+
+/// Seed 001's second benchmark, scaled to one machine: every congestion
+/// control over a 100 ms round trip with 1% loss of data packets and a
+/// bottleneck of EMULATED_RATE, once with the namespaces' default buffers
+/// and once with tcp_wmem (and tcp_rmem) raised to 100 MB as the seed did.
+fn seed_001_middlebox() -> Vec<Params> {
+    let mut points = Vec::new();
+    for wmem in [0i64, 100_000_000] {
+        for cc in ALGORITHMS {
+            points.push(
+                Params::new()
+                    .with("path", "emulated")
+                    .with("delay", "50ms")
+                    .with("loss", "1%")
+                    .with("rate", EMULATED_RATE)
+                    .with("wmem", wmem)
+                    .with("cc", *cc)
+                    .with("sndbuf", 0i64)
+                    .with("duration_ms", 10_000i64)
+                    .with("pin", "none"),
+            );
+        }
+    }
+    points
+}
+
+/// The bottleneck of the emulated points: what the user-space emulator on
+/// a small machine carries with room to spare, and a bandwidth-delay
+/// product (at 100 ms) above a default tcp_wmem's 4 MiB.
+const EMULATED_RATE: &str = "500mbit";
 
 /// throughput (the sender's rate per interval, bit/s), then the sender's
 /// TCP_INFO at the end as metrics of their own: min_rtt, rtt, retransmits,
@@ -139,11 +181,23 @@ fn cc_measurements(
             errors.join("; ")
         )));
     }
-    let bits: Vec<f64> = result.interval_rates.iter().map(|r| r * 8.0).collect();
+    // What crossed the network: acknowledged bytes per interval. With a
+    // send buffer of tens of megabytes the writes come in bursts and their
+    // rate says little; the write rate is the fallback on kernels without
+    // bytes_acked.
+    let (rates, what) = if result.acked_rates.is_empty() {
+        (&result.interval_rates, "sending (write) rate")
+    } else {
+        (
+            &result.acked_rates,
+            "rate of acknowledged bytes (TCP_INFO bytes_acked)",
+        )
+    };
+    let bits: Vec<f64> = rates.iter().map(|r| r * 8.0).collect();
     let mut throughput =
         value_measurement(id, "throughput", params.clone(), Unit::BitsPerSecond, &bits)?;
     throughput.notes.push(format!(
-        "samples: sending rate of each {} ms interval after the first {} ms; whole test: sent {}, received {} ({} B over {:.1} s)",
+        "samples: {what} of each {} ms interval after the first {} ms; whole test: sent {}, received {} ({} B over {:.1} s)",
         config.interval.as_millis(),
         config.omit.as_millis(),
         super::bits_per_second_text(result.sender_rate()),

@@ -27,7 +27,7 @@ pub struct Connect;
 const MAX_CONNECTIONS: usize = 2_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-const PARAMS: [ParamSpec; 2] = COMMON;
+const PARAMS: [ParamSpec; 6] = COMMON;
 
 impl Experiment for Connect {
     fn id(&self) -> &'static str {

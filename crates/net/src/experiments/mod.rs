@@ -11,6 +11,7 @@ pub mod rtt;
 pub mod transfer;
 
 use crate::client::NetError;
+use crate::path::Endpoint;
 use crate::path::{PATH_PARAM, TO_PARAM};
 use osprobe_core::harness::quality_notes;
 use osprobe_core::stats::Summary;
@@ -70,8 +71,12 @@ impl Placement {
         if params.text("pin") == Some("none") {
             return unpinned("pin=none");
         }
-        if path == crate::path::PathKind::Remote {
-            return unpinned("the receiver is on another host");
+        match path {
+            crate::path::PathKind::Remote => return unpinned("the receiver is on another host"),
+            crate::path::PathKind::Emulated => {
+                return unpinned("the emulator's forwarder threads need the CPUs too")
+            }
+            _ => {}
         }
         match osprobe_core::affinity::allowed_cpus() {
             Ok(cpus) if cpus.len() >= 2 => Placement {
@@ -87,8 +92,16 @@ impl Placement {
     }
 }
 
-/// The parameters every network experiment shares.
-pub const COMMON: [ParamSpec; 2] = [PATH_PARAM, TO_PARAM];
+/// The parameters every network experiment shares: where, and for the
+/// emulated path, what the link does.
+pub const COMMON: [ParamSpec; 6] = [
+    PATH_PARAM,
+    TO_PARAM,
+    crate::emulated::DELAY_PARAM,
+    crate::emulated::LOSS_PARAM,
+    crate::emulated::RATE_PARAM,
+    crate::emulated::WMEM_PARAM,
+];
 
 /// The paths a profile measures by default: loopback, and in `full` the
 /// netns host too when this machine can build one.
@@ -105,6 +118,56 @@ pub fn cross(base: Vec<Params>, name: &str, values: &[i64]) -> Vec<Params> {
     base.into_iter()
         .flat_map(|p| values.iter().map(move |v| p.clone().with(name, *v)))
         .collect()
+}
+
+/// How long a bulk test sends, which first part it leaves out (slow
+/// start) and how long each sample interval is. On an emulated path with
+/// a long round trip the defaults (a second, 200 ms, 100 ms) would measure
+/// slow start only, so the test lasts at least 40 round trips (at most
+/// 30 s), leaves out the first 10 and samples once per round trip; the
+/// note says so.
+pub struct BulkTiming {
+    pub duration: Duration,
+    pub omit: Duration,
+    pub interval: Duration,
+    pub note: Option<String>,
+}
+
+pub fn bulk_timing(params: &Params, default_ms: u64, endpoint: &Endpoint) -> BulkTiming {
+    let asked = duration(params, default_ms);
+    let defaults = BulkTiming {
+        duration: asked,
+        omit: Duration::from_millis(200),
+        interval: Duration::from_millis(100),
+        note: None,
+    };
+    let Some(emulated) = endpoint.emulated_link() else {
+        return defaults;
+    };
+    let round_trip = emulated.spec.delay * 2;
+    let duration = asked.max((round_trip * 40).min(Duration::from_secs(30)));
+    let timing = BulkTiming {
+        duration,
+        omit: defaults.omit.max(round_trip * 10).min(duration / 3),
+        interval: defaults.interval.max(round_trip),
+        note: None,
+    };
+    let note = format!(
+        "emulated round trip {} ms: {} s test, first {} ms left out, {} ms samples{}",
+        round_trip.as_millis(),
+        timing.duration.as_secs_f64(),
+        timing.omit.as_millis(),
+        timing.interval.as_millis(),
+        if duration > asked {
+            format!(" (lengthened from the {} ms asked)", asked.as_millis())
+        } else {
+            String::new()
+        }
+    );
+    BulkTiming {
+        note: Some(note),
+        ..timing
+    }
 }
 
 pub fn duration(params: &Params, default_ms: u64) -> Duration {

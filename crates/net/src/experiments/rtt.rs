@@ -30,9 +30,13 @@ const UDP_HEADER: usize = 16;
 const UDP_TIMEOUT: Duration = Duration::from_millis(500);
 const MAX_LOST: u64 = 50;
 
-const PARAMS: [ParamSpec; 4] = [
+const PARAMS: [ParamSpec; 8] = [
     COMMON[0],
     COMMON[1],
+    COMMON[2],
+    COMMON[3],
+    COMMON[4],
+    COMMON[5],
     ParamSpec {
         name: "proto",
         help: "tcp (TCP_NODELAY ping-pong), udp (echo), icmp (echo request)",

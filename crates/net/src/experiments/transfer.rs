@@ -43,9 +43,13 @@ pub enum Transfer {
     Connections,
 }
 
-const PARAMS: [ParamSpec; 6] = [
+const PARAMS: [ParamSpec; 10] = [
     COMMON[0],
     COMMON[1],
+    COMMON[2],
+    COMMON[3],
+    COMMON[4],
+    COMMON[5],
     ParamSpec {
         name: "file_size",
         help: "size of the file sent",

@@ -41,13 +41,22 @@ pub fn run(
         "-B".into(),
         addr.to_string(),
     ];
-    let mut command = match (endpoint.kind, endpoint.namespace()) {
-        (PathKind::Netns, Some(ns)) => {
+    // The server runs where the endpoint's server runs; the client here
+    // (inside namespace A on an emulated path: this thread is).
+    let server_namespace = match endpoint.kind {
+        PathKind::Netns => endpoint.namespace().map(|ns| ns.name().to_string()),
+        PathKind::Emulated => endpoint
+            .emulated_link()
+            .map(|e| e.link().namespace_b().to_string()),
+        _ => None,
+    };
+    let mut command = match server_namespace {
+        Some(ns) => {
             let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns.name(), "iperf3"]);
+            c.args(["netns", "exec", &ns, "iperf3"]);
             c
         }
-        _ => Command::new("iperf3"),
+        None => Command::new("iperf3"),
     };
     let child = command
         .args(&server_args)
