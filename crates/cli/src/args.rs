@@ -34,7 +34,7 @@ pub enum Command {
     History(JsonArg),
     /// Show a stored run (an id, a unique prefix of one, or `latest`)
     Show(ShowArgs),
-    /// Run a network experiment over loopback, a netns host (--netns) or to a remote `osprobe serve` (--to)
+    /// Run a network experiment over loopback, a netns host (--netns), behind the link emulator (--delay/--loss/--rate) or to a remote `osprobe serve` (--to)
     Net(NetArgs),
     /// Be the far end of network experiments and file transfers (`osprobe net ... --to`, `osprobe send`)
     Serve(ServeArgs),
@@ -69,12 +69,50 @@ pub struct NetArgs {
     #[arg(long)]
     pub netns: bool,
     #[command(flatten)]
+    pub link: NetLinkArgs,
+    #[command(flatten)]
     pub token: TokenArg,
     #[command(flatten)]
     pub profile: ProfileArgs,
     /// Set a parameter for every point, e.g. --param streams=4 (see `osprobe list`)
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
+}
+
+/// Any of these puts the server behind the link emulator (path=emulated; root).
+#[derive(Debug, Args)]
+pub struct NetLinkArgs {
+    /// Behind the link emulator: one-way delay each way, e.g. 50ms (a 100 ms round trip)
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["to", "netns"])]
+    pub delay: Option<String>,
+    /// Behind the link emulator: loss towards the server, e.g. 1% or ge:p=1%,r=25%
+    #[arg(long, value_name = "PERCENT", conflicts_with_all = ["to", "netns"])]
+    pub loss: Option<String>,
+    /// Behind the link emulator: bottleneck rate each way, e.g. 100mbit (queue: one bandwidth-delay product)
+    #[arg(long, value_name = "RATE", conflicts_with_all = ["to", "netns"])]
+    pub rate: Option<String>,
+    /// Behind the link emulator: maximum of tcp_wmem at the sender and tcp_rmem at the receiver, e.g. 100M
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["to", "netns"])]
+    pub wmem: Option<String>,
+}
+
+impl NetLinkArgs {
+    /// The parameters these flags set; empty when none was given.
+    pub fn params(&self) -> Vec<(String, String)> {
+        let mut params: Vec<(String, String)> = [
+            ("delay", &self.delay),
+            ("loss", &self.loss),
+            ("rate", &self.rate),
+            ("wmem", &self.wmem),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| value.clone().map(|v| (name.to_string(), v)))
+        .collect();
+        if !params.is_empty() {
+            params.insert(0, ("path".into(), "emulated".into()));
+        }
+        params
+    }
 }
 
 #[derive(Debug, Args)]

@@ -97,6 +97,10 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         overrides.push(("to".into(), to.clone()));
     } else if args.netns {
         overrides.push(("path".into(), "netns".into()));
+    } else {
+        // --delay/--loss/--rate/--wmem: path=emulated with those values,
+        // checked like --param values.
+        overrides.extend(args.link.params());
     }
     measure(
         vec![exp],

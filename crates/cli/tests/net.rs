@@ -504,3 +504,101 @@ fn a_full_disk_on_the_server_is_reported_and_leaves_nothing() {
     assert!(err.contains("space"), "{err}");
     assert!(left.is_empty(), "nothing may be left in the full directory");
 }
+
+/// The namespaces of the process `pid` (names carry its pid in hex).
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let prefix = format!("osprobe-{pid:x}");
+    osprobe_namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix) && n.len() == prefix.len() + 1)
+        .collect()
+}
+
+#[test]
+fn emulated_path_adds_its_delay_and_cleans_up() {
+    if !need_root("emulated_path_adds_its_delay_and_cleans_up") {
+        return;
+    }
+    let child = osprobe()
+        .args(["net", "rtt", "--delay", "10ms", "--loss", "0%"])
+        .args(["--profile", "smoke", "--no-store", "--json"])
+        .args(["--param", "proto=tcp"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let run = json_of(&out);
+    let rtt = measurements(&run, "net.rtt");
+    assert_eq!(rtt.len(), 1, "{run}");
+    assert_eq!(rtt[0]["params"]["path"], "emulated");
+    assert_eq!(rtt[0]["params"]["delay"], "10ms");
+    // 10 ms each way: a round trip can be longer, never shorter.
+    let median_ns = p50(rtt[0]);
+    assert!(median_ns >= 20e6, "round trip {median_ns} ns under 20 ms");
+    assert!(rtt[0]["notes"].to_string().contains("emulated link"));
+    assert!(
+        namespaces_of(pid).is_empty(),
+        "left: {:?}",
+        namespaces_of(pid)
+    );
+}
+
+#[test]
+fn emulated_bulk_test_reports_the_link_and_buffers() {
+    if !need_root("emulated_bulk_test_reports_the_link_and_buffers") {
+        return;
+    }
+    let out = osprobe()
+        .args([
+            "net", "cc", "--delay", "2ms", "--loss", "1%", "--rate", "50mbit",
+        ])
+        .args(["--wmem", "8M", "--profile", "smoke", "--no-store", "--json"])
+        .args(["--param", "cc=cubic"])
+        .output()
+        .unwrap();
+    let run = json_of(&out);
+    let cc = measurements(&run, "net.cc");
+    let throughput = cc
+        .iter()
+        .find(|m| m["metric"] == "throughput")
+        .unwrap_or_else(|| panic!("no throughput: {run}"));
+    // The bottleneck bounds what is acknowledged, with a margin for the
+    // burstiness of acknowledgements within one sample interval.
+    assert!(p50(throughput) <= 50e6 * 1.2, "{throughput}");
+    let notes = throughput["notes"].to_string();
+    assert!(notes.contains("tcp_wmem 4096 16384 8388608"), "{notes}");
+    assert!(notes.contains("lost"), "{notes}");
+    assert!(notes.contains("1% loss towards the server"), "{notes}");
+}
+
+#[test]
+fn bad_link_values_are_usage_errors() {
+    for (flag, value, expected) in [
+        ("--delay", "fast", "50ms"),
+        ("--loss", "150%", "percentage"),
+        ("--rate", "100mb", "mbit"),
+    ] {
+        let out = osprobe()
+            .args(["net", "rtt", flag, value, "--no-store"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(value) && err.contains(expected), "{err}");
+    }
+    let out = osprobe()
+        .args(["net", "rtt", "--delay", "5ms", "--netns", "--no-store"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // A link parameter on a path without the emulator is refused, not ignored.
+    let out = osprobe()
+        .args(["net", "rtt", "--param", "delay=5ms", "--profile", "smoke"])
+        .args(["--no-store"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("path=emulated"));
+}
