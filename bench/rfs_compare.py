@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""rfs_compare.py: the measuring half of bench/rfs_compare.sh (see there).
+
+Runs `osprobe bench rfs.throughput --json` at chosen points, a plain TCP
+stream over 127.0.0.1 for contrast, and prints one report. Everything is
+measured in this run; nothing is compared with stored figures.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+STREAM_BYTES = 8 << 20
+TIMEOUT_S = 300
+
+
+def fail(message, code=1):
+    print(f"rfs_compare: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def bench(osprobe, params, profile="quick"):
+    """One osprobe bench run of rfs.throughput; {metric: measurement}."""
+    cmd = [osprobe, "bench", "rfs.throughput", "--profile", profile, "--no-store", "--json"]
+    for k, v in params.items():
+        cmd += ["--param", f"{k}={v}"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        fail(f"timed out: {' '.join(cmd)}")
+    if out.returncode != 0:
+        fail(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
+    doc = json.loads(out.stdout)
+    found = {m["metric"]: m for m in doc["measurements"] if m["experiment"] == "rfs.throughput"}
+    if not found:
+        skipped = "; ".join(s.get("reason", "") for s in doc.get("skipped", []))
+        return None, skipped or "no measurement"
+    return found, ""
+
+
+def plain_tcp_stream(nbytes):
+    """bits/s of one plain TCP stream of nbytes over 127.0.0.1, receiver side."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    result = {}
+
+    def receive():
+        conn, _ = listener.accept()
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        got = 0
+        start = None
+        while got < nbytes:
+            n = conn.recv_into(view)
+            if n == 0:
+                break
+            if start is None:
+                start = time.perf_counter()
+            got += n
+        result["seconds"] = time.perf_counter() - start
+        result["bytes"] = got
+        conn.sendall(b"k")
+        conn.close()
+
+    t = threading.Thread(target=receive)
+    t.start()
+    client = socket.create_connection(listener.getsockname())
+    chunk = b"\x5a" * (1 << 20)
+    sent = 0
+    while sent < nbytes:
+        client.sendall(chunk)
+        sent += len(chunk)
+    client.recv(1)
+    client.close()
+    t.join(timeout=60)
+    listener.close()
+    return result["bytes"] * 8 / result["seconds"]
+
+
+def mbit(bits):
+    return f"{bits / 1e6:9.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--osprobe", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    report = {"stream": {}, "curves": [], "model": [], "model_skipped": ""}
+
+    # 1. rfs over TCP against a plain TCP stream, alternating, median of runs.
+    rfs_rates, plain_rates = [], []
+    for i in range(a.runs):
+        order = ["rfs", "plain"] if i % 2 == 0 else ["plain", "rfs"]
+        for who in order:
+            if who == "plain":
+                plain_rates.append(plain_tcp_stream(STREAM_BYTES))
+            else:
+                found, why = bench(a.osprobe, {
+                    "path": "loopback", "transport": "tcp", "window": 32,
+                    "packet": "32K", "size": "8M"})
+                if not found:
+                    fail(f"rfs.throughput gave nothing: {why}")
+                rfs_rates.append(found["read"]["summary"]["p50"])
+    rfs_med, plain_med = statistics.median(rfs_rates), statistics.median(plain_rates)
+    report["stream"] = {"rfs_read_bits_per_s": rfs_med, "plain_tcp_bits_per_s": plain_med,
+                        "ratio": rfs_med / plain_med, "target": 0.5,
+                        "runs": a.runs}
+
+    # 2. Curves over the window: SOS's figure 5 setting, both transports.
+    for transport in ["udp", "tcp"]:
+        for window in [1, 2, 4, 8, 16, 24, 30, 32, 48, 64]:
+            found, why = bench(a.osprobe, {
+                "path": "loopback", "transport": transport, "window": window,
+                "packet": 1284, "size": "1M"})
+            if not found:
+                fail(f"rfs.throughput {transport} window {window}: {why}")
+            report["curves"].append({
+                "transport": transport, "window": window,
+                "read": found["read"]["summary"]["p50"],
+                "write": found["write"]["summary"]["p50"],
+            })
+
+    # 3. The model over an emulated 10 ms round trip (root).
+    for transport in ["udp", "tcp"]:
+        for window in [1, 4, 16, 64]:
+            found, why = bench(a.osprobe, {
+                "path": "emulated", "delay_ms": 5, "transport": transport,
+                "window": window, "packet": "32K", "size": "1M"}, profile="smoke")
+            if not found:
+                report["model_skipped"] = why
+                break
+            m = found["read"]
+            binding = next((n.split("binding term: ")[1] for n in m["notes"]
+                            if "binding term: " in n), "?")
+            report["model"].append({
+                "transport": transport, "window": window,
+                "measured": m["summary"]["p50"], "predicted": m["prediction"]["value"],
+                "ratio": m["summary"]["p50"] / m["prediction"]["value"],
+                "binding": binding,
+            })
+        if report["model_skipped"]:
+            break
+
+    if a.json:
+        print(json.dumps(report, indent=2))
+        return
+    s = report["stream"]
+    verdict = "meets" if s["ratio"] >= s["target"] else "BELOW"
+    print("rfs over loopback TCP (window 32 x 32 KiB, 8 MiB read) vs a plain TCP stream of 8 MiB")
+    print(f"  rfs read {mbit(s['rfs_read_bits_per_s'])} Mbit/s   plain TCP {mbit(s['plain_tcp_bits_per_s'])} Mbit/s"
+          f"   ratio {s['ratio']:.2f} ({verdict} the target >= {s['target']}; median of {a.runs} runs)")
+    print()
+    print("window curves, loopback, 1284-byte packets, 1 MB file (Mbit/s, median per point)")
+    print(f"  {'window':>6}  {'UDP read':>9}  {'UDP write':>9}  {'TCP read':>9}  {'TCP write':>9}")
+    by = {(c["transport"], c["window"]): c for c in report["curves"]}
+    for window in sorted({c["window"] for c in report["curves"]}):
+        u, t = by[("udp", window)], by[("tcp", window)]
+        print(f"  {window:>6}  {mbit(u['read'])}  {mbit(u['write'])}  {mbit(t['read'])}  {mbit(t['write'])}")
+    print()
+    if report["model_skipped"]:
+        print(f"model over the emulated 10 ms path: skipped ({report['model_skipped']})")
+        return
+    print("model over an emulated 10 ms round trip, 32 KiB packets, 1 MB read (Mbit/s)")
+    print(f"  {'transport':>9}  {'window':>6}  {'measured':>9}  {'predicted':>9}  ratio  binding term")
+    for r in report["model"]:
+        applies = r["binding"] == "window x packet / RTT"
+        mark = ""
+        if applies:
+            mark = "  ok (within 20%)" if abs(r["ratio"] - 1) <= 0.2 else "  OFF by more than 20%"
+        print(f"  {r['transport']:>9}  {r['window']:>6}  {mbit(r['measured'])}  {mbit(r['predicted'])}"
+              f"  {r['ratio']:5.2f}  {r['binding']}{mark}")
+
+
+if __name__ == "__main__":
+    main()

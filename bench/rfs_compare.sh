@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# rfs_compare.sh: the remote file service against a plain TCP stream and
+# against its own throughput model, in one run (bench/rfs_compare.py does
+# the measuring and the report):
+#
+#   stream      rfs.throughput read, loopback TCP, window 32 x 32 KiB, 8 MiB file
+#               vs a plain TCP stream of the same 8 MiB over 127.0.0.1
+#               (a Python socket pair); target ratio >= 0.5
+#   curves      rfs.throughput read and write over window 1..64, UDP and TCP,
+#               loopback, SOS's 1284-byte packets and a 1 MB file (figure 5)
+#   model       over the emulated link with a 10 ms round trip (root):
+#               measured read throughput against the prediction
+#               min(window x packet / RTT, bandwidth, server rate);
+#               target within 20% where the window term binds
+#
+# Usage: bench/rfs_compare.sh [--runs N] [--json] [--no-build]
+# Exit: 0 every comparison made (whatever the verdicts), 1 a measurement
+# failed, 2 cannot start.
+
+set -euo pipefail
+shopt -s inherit_errexit
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+HELPER="$HERE/rfs_compare.py"
+BENCH_NAME=rfs_compare
+readonly HERE ROOT HELPER BENCH_NAME
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+
+RUNS="${RUNS:-3}"
+PYTHON="${PYTHON:-python3}"
+OSPROBE="${OSPROBE:-}"
+
+usage() {
+    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+parse_args "$@"
+command -v "$PYTHON" >/dev/null || die 2 "$PYTHON is needed (apt-get install python3)"
+build_osprobe
+"$OSPROBE" list 2>/dev/null | grep -q rfs.throughput || die 2 "$OSPROBE has no rfs.throughput (an older build?)"
+
+args=(--osprobe "$OSPROBE" --runs "$RUNS")
+((JSON)) && args+=(--json)
+exec "$PYTHON" "$HELPER" "${args[@]}"
