@@ -274,6 +274,23 @@ fn connect(args: &ClientArgs) -> Result<Client> {
     Client::connect(server, options).map_err(client_error)
 }
 
+/// [`connect`] for a transfer that Ctrl-C stops: the first Ctrl-C raises
+/// the flag, and the client stops between requests and removes its partial
+/// file (a second Ctrl-C exits at once, leaving it).
+fn connect_stoppable(args: &ClientArgs) -> Result<Client> {
+    interrupt::install();
+    let mut client = connect(args)?;
+    client.set_stop(interrupt::flag());
+    Ok(client)
+}
+
+/// One line, exit code 130. Dropping the client ends the session (a
+/// goodbye over UDP, the closed connection over TCP).
+fn interrupted(e: osprobe_rfs::ClientError) -> ExitCode {
+    eprintln!("osprobe: {e}");
+    ExitCode::from(130)
+}
+
 /// The library's message already names the server, the path and the
 /// cause; anyhow's chain would repeat them.
 fn client_error(e: osprobe_rfs::ClientError) -> anyhow::Error {
@@ -299,14 +316,17 @@ fn get(args: GetArgs, quiet: bool) -> Result<ExitCode> {
         Some(p) => p.clone(),
         None => PathBuf::from(&name),
     };
-    let mut client = connect(&args.client)?;
+    let mut client = connect_stoppable(&args.client)?;
     let bar = crate::progress::byte_bar(quiet || args.client.json);
     let outcome = client.get(&args.remote, &local, &mut |p| {
         bar.set_length(p.total);
         bar.set_position(p.done);
     });
     bar.finish_and_clear();
-    let summary = outcome.map_err(client_error)?;
+    let summary = match outcome {
+        Err(e @ osprobe_rfs::ClientError::Interrupted { .. }) => return Ok(interrupted(e)),
+        other => other.map_err(client_error)?,
+    };
     report_transfer(
         "get",
         &client,
@@ -342,14 +362,17 @@ fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
         ),
         Err(e) => anyhow::bail!("{}: {e}", args.local.display()),
     }
-    let mut client = connect(&args.client)?;
+    let mut client = connect_stoppable(&args.client)?;
     let bar = crate::progress::byte_bar(quiet || args.client.json);
     let outcome = client.put(&args.local, &remote, &mut |p| {
         bar.set_length(p.total);
         bar.set_position(p.done);
     });
     bar.finish_and_clear();
-    let summary = outcome.map_err(client_error)?;
+    let summary = match outcome {
+        Err(e @ osprobe_rfs::ClientError::Interrupted { .. }) => return Ok(interrupted(e)),
+        other => other.map_err(client_error)?,
+    };
     report_transfer(
         "put",
         &client,

@@ -332,3 +332,94 @@ fn emulated_path_orders_windows_and_cleans_up() {
     let leftover: Vec<_> = after.iter().filter(|n| !before.contains(n)).collect();
     assert!(leftover.is_empty(), "left behind: {leftover:?}");
 }
+
+/// Wait (at most 30 s) until `path` exists; false if it never did.
+fn wait_for(what: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if what() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Ctrl-C in the middle of a get or a put: exit 130 with one line, and no
+/// partial file left on either side. A 1 GiB sparse file moved 512 bytes
+/// at a time with one request in flight cannot finish before the signal,
+/// which is sent only once the transfer has started writing.
+#[test]
+fn interrupted_get_and_put_leave_no_partial_file() {
+    let export = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let big = 1u64 << 30;
+    std::fs::File::create(export.path().join("big.bin"))
+        .unwrap()
+        .set_len(big)
+        .unwrap();
+    let server = Served::start(export.path(), &[]);
+    for flag in ["--udp", "--tcp"] {
+        // get: the partial file appears beside the target, then goes.
+        let target = local.path().join(format!("got{flag}.bin"));
+        let child = osprobe()
+            .args(["rfs", "get", "big.bin"])
+            .arg(&target)
+            .args([flag, "--window", "1", "--packet", "512"])
+            .args(["--server", &server.addr])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = wait_for(|| {
+            names_in(local.path())
+                .iter()
+                .any(|n| n.contains(".rfs-partial") && n.contains(flag))
+        });
+        assert!(started, "{flag}: no partial file appeared");
+        let out = common::interrupt(child, &format!("rfs get {flag}"));
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{flag}: {err}");
+        assert!(
+            err.contains("interrupted") && err.contains("removed"),
+            "{err}"
+        );
+        assert!(
+            names_in(local.path()).is_empty(),
+            "{flag}: left {:?}",
+            names_in(local.path())
+        );
+
+        // put: the file being written on the server is removed.
+        let src = local.path().join("up.bin");
+        std::fs::File::create(&src).unwrap().set_len(big).unwrap();
+        let name = format!("up{flag}.bin");
+        let child = osprobe()
+            .args(["rfs", "put"])
+            .arg(&src)
+            .arg(&name)
+            .args([flag, "--window", "1", "--packet", "512"])
+            .args(["--server", &server.addr])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let remote = export.path().join(&name);
+        let started = wait_for(|| remote.metadata().is_ok_and(|m| m.len() > 0));
+        assert!(started, "{flag}: the put never started writing");
+        let out = common::interrupt(child, &format!("rfs put {flag}"));
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{flag}: {err}");
+        assert!(err.contains("removed from the server"), "{err}");
+        assert!(!remote.exists(), "{flag}: {} is left", remote.display());
+        std::fs::remove_file(&src).unwrap();
+    }
+    assert_eq!(names_in(export.path()), ["big.bin"]);
+}

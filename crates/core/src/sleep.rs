@@ -30,7 +30,11 @@ pub enum Strategy {
     Epoll,
     /// Read the clock until the deadline: exact, one CPU busy.
     Spin,
-    /// clock_nanosleep until `spin` before the deadline, then spin.
+    /// clock_nanosleep until `spin` plus the thread's timer slack before
+    /// the deadline, then spin. The kernel may end a normal thread's sleep
+    /// up to its timer slack (50 us by default) late, so a margin of `spin`
+    /// alone would be overrun by the slack; real-time threads have no
+    /// slack applied and only spin a little longer than needed.
     Hybrid { spin: Duration },
 }
 
@@ -69,7 +73,9 @@ pub fn sleep_until(strategy: Strategy, deadline_ns: u64) -> io::Result<u64> {
         Strategy::Epoll => epoll_sleep(deadline_ns)?,
         Strategy::Spin => spin_until(deadline_ns),
         Strategy::Hybrid { spin } => {
-            let wake = deadline_ns.saturating_sub(spin.as_nanos() as u64);
+            let slack = timer_slack().unwrap_or(Duration::ZERO);
+            let margin = (spin + slack).as_nanos() as u64;
+            let wake = deadline_ns.saturating_sub(margin);
             if wake > monotonic_ns() {
                 absolute_nanosleep(wake);
             }

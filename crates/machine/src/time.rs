@@ -104,8 +104,10 @@ fn strategy_note(strategy: Strategy) -> String {
         }
         Strategy::Spin => "reads CLOCK_MONOTONIC until the deadline (one CPU busy)".into(),
         Strategy::Hybrid { spin } => format!(
-            "clock_nanosleep(TIMER_ABSTIME) until {} us before the deadline, then spins",
-            spin.as_micros()
+            "clock_nanosleep(TIMER_ABSTIME) until {} us plus the thread's timer slack ({}) before the deadline, then spins",
+            spin.as_micros(),
+            osprobe_core::sleep::timer_slack()
+                .map_or("unknown".to_string(), |s| format!("{} ns", s.as_nanos()))
         ),
     }
 }

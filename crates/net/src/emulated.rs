@@ -31,7 +31,7 @@ pub const DELAY_PARAM: ParamSpec = ParamSpec {
     name: "delay",
     help: "path=emulated: one-way delay each way (seed 001's 100 ms round trip is 50ms)",
     kind: ParamKind::Checked {
-        form: parse::DURATION_FORMS,
+        form: "DURATION, e.g. 50ms",
         check: check_delay,
     },
 };
@@ -40,7 +40,7 @@ pub const LOSS_PARAM: ParamSpec = ParamSpec {
     name: "loss",
     help: "path=emulated: loss from this host to the server (the data direction of bulk tests)",
     kind: ParamKind::Checked {
-        form: parse::LOSS_FORMS,
+        form: "PERCENT, e.g. 1%, or ge:p=1%,r=25%",
         check: check_loss,
     },
 };
@@ -49,7 +49,7 @@ pub const RATE_PARAM: ParamSpec = ParamSpec {
     name: "rate",
     help: "path=emulated: bottleneck rate each way, behind a drop-tail queue of one bandwidth-delay product; 0 = none",
     kind: ParamKind::Checked {
-        form: parse::RATE_FORMS,
+        form: "RATE, e.g. 100mbit, or 0",
         check: check_rate,
     },
 };

@@ -30,6 +30,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::Xxh3;
 
@@ -227,6 +228,8 @@ pub struct Client {
     next_fd: u32,
     dir_cursor: Option<DirCursor>,
     said_goodbye: bool,
+    /// Raised from outside (Ctrl-C) to stop a `get` or `put`.
+    stop: Option<&'static AtomicBool>,
 }
 
 impl Client {
@@ -290,6 +293,7 @@ impl Client {
             next_fd: 3, // 0..=2 are stdin, stdout and stderr in SOS too
             dir_cursor: None,
             said_goodbye: false,
+            stop: None,
         };
         client.hello(options.token.as_deref())?;
         Ok(client)
@@ -366,6 +370,15 @@ impl Client {
     }
 
     // -- settings and state --------------------------------------------------
+
+    /// Stop `get` and `put` when `flag` is raised (osprobe's Ctrl-C flag).
+    /// The transfer stops between requests (the replies still in flight are
+    /// abandoned; the pipeline ignores them if they come), removes its
+    /// partial file, the local one of a `get` or the remote one of a
+    /// `put`, and fails with [`ClientError::Interrupted`].
+    pub fn set_stop(&mut self, flag: &'static AtomicBool) {
+        self.stop = Some(flag);
+    }
 
     pub fn server(&self) -> SocketAddr {
         self.server
@@ -889,8 +902,18 @@ impl Client {
                 retransmissions: self.pipe.stats().retransmissions - retrans0,
             }),
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
+                let removed = std::fs::remove_file(&tmp);
+                Err(match e {
+                    ClientError::Interrupted { .. } => ClientError::Interrupted {
+                        cleanup: match removed {
+                            Ok(()) => format!("the partial file {} was removed", tmp.display()),
+                            Err(why) => {
+                                format!("the partial file {} is left: {why}", tmp.display())
+                            }
+                        },
+                    },
+                    other => other,
+                })
             }
         }
     }
@@ -924,6 +947,7 @@ impl Client {
             progress,
             server: self.server,
             path: remote_path,
+            stop: self.stop,
         };
         self.pipe.run(&mut job)?;
         let delivered = job.delivered;
@@ -980,25 +1004,49 @@ impl Client {
         job.total = meta.len();
         job.progress = Some(progress);
         job.source_name = local.display().to_string();
-        self.pipe.run(&mut job)?;
+        job.stop = self.stop;
+        let ran = self.pipe.run(&mut job);
         let sent = job.acked;
         let local_hash = hasher.digest128();
-        self.commit(handle, remote_path)?;
-        let (remote_size, remote_hash) = self.hash_handle(handle, remote_path)?;
-        if remote_size != sent || remote_hash != local_hash {
-            return Err(ClientError::ChecksumMismatch {
-                remote: remote_path.to_string(),
-                local_size: sent,
-                local_hash,
-                remote_size,
-                remote_hash,
-            });
-        }
-        Ok(TransferSummary {
-            bytes: sent,
-            elapsed: started.elapsed(),
-            hash: local_hash,
-            retransmissions: self.pipe.stats().retransmissions - retrans0,
+        let result = ran.and_then(|()| {
+            self.commit(handle, remote_path)?;
+            let (remote_size, remote_hash) = self.hash_handle(handle, remote_path)?;
+            if remote_size != sent || remote_hash != local_hash {
+                return Err(ClientError::ChecksumMismatch {
+                    remote: remote_path.to_string(),
+                    local_size: sent,
+                    local_hash,
+                    remote_size,
+                    remote_hash,
+                });
+            }
+            Ok(TransferSummary {
+                bytes: sent,
+                elapsed: started.elapsed(),
+                hash: local_hash,
+                retransmissions: self.pipe.stats().retransmissions - retrans0,
+            })
+        });
+        // The protocol has no rename, so the file is written in place: a
+        // put that fails or is interrupted removes what it wrote rather
+        // than leave a truncated file under the final name that looks like
+        // a finished copy. (Best effort: over a lost connection the remove
+        // cannot be sent, and the partial file stays.)
+        result.map_err(|e| {
+            let removed = self.remove(remote_path);
+            match e {
+                ClientError::Interrupted { .. } => ClientError::Interrupted {
+                    cleanup: match removed {
+                        Ok(()) => format!(
+                            "the partial file \"{remote_path}\" was removed from the server"
+                        ),
+                        Err(why) => format!(
+                            "the partial file \"{remote_path}\" is left on the server: {why}"
+                        ),
+                    },
+                },
+                other => other,
+            }
         })
     }
 
@@ -1186,6 +1234,7 @@ struct ReadStream<'a> {
     progress: &'a mut dyn FnMut(Progress),
     server: SocketAddr,
     path: &'a str,
+    stop: Option<&'a AtomicBool>,
 }
 
 impl ReadStream<'_> {
@@ -1200,8 +1249,20 @@ impl ReadStream<'_> {
     }
 }
 
+/// Whether `stop` was raised: as an error, so that the job ends between
+/// requests (the caller fills in what became of the partial file).
+fn check_stop(stop: Option<&AtomicBool>) -> Result<(), ClientError> {
+    match stop {
+        Some(flag) if flag.load(Ordering::Relaxed) => Err(ClientError::Interrupted {
+            cleanup: String::new(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl Job for ReadStream<'_> {
     fn next(&mut self, enc: &mut Encoder<'_>) -> Result<Option<u64>, ClientError> {
+        check_stop(self.stop)?;
         let stop = self.end.map_or(self.limit, |e| e.min(self.limit));
         if self.next >= stop {
             return Ok(None);
@@ -1303,6 +1364,7 @@ struct WriteFrom<'a> {
     progress: Option<&'a mut dyn FnMut(Progress)>,
     server: SocketAddr,
     path: &'a str,
+    stop: Option<&'a AtomicBool>,
 }
 
 impl<'a> WriteFrom<'a> {
@@ -1328,6 +1390,7 @@ impl<'a> WriteFrom<'a> {
             progress: None,
             server,
             path,
+            stop: None,
         }
     }
 
@@ -1356,6 +1419,7 @@ impl<'a> WriteFrom<'a> {
 
 impl Job for WriteFrom<'_> {
     fn next(&mut self, enc: &mut Encoder<'_>) -> Result<Option<u64>, ClientError> {
+        check_stop(self.stop)?;
         if self.source_done {
             return Ok(None);
         }

@@ -61,6 +61,11 @@ pub enum ClientError {
         remote_size: u64,
         remote_hash: u128,
     },
+    /// The stop flag was raised (Ctrl-C) during a `get` or `put`; the
+    /// transfer stopped between requests and says what became of its
+    /// partial file.
+    #[error("interrupted; {cleanup}")]
+    Interrupted { cleanup: String },
     #[error("{server}: {what}")]
     Unexpected { server: SocketAddr, what: String },
     #[error("cannot encode the request: {0}")]

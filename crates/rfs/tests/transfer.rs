@@ -367,9 +367,10 @@ fn a_full_disk_is_reported_as_nospc() {
     let mut c = Client::connect(server.addr, options(Transport::Udp, 8, 32 * 1024)).unwrap();
     let e = c.put(&src, "big", &mut |_| {}).unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::NoSpace), "{e}");
-    // The server still answers, and a small file still fits once the big
-    // one is gone.
-    c.remove("big").unwrap();
+    // The failed put removed what it wrote (nothing under the name looks
+    // like a copy), the server still answers, and a small file fits.
+    let gone = c.stat("big").unwrap_err();
+    assert_eq!(gone.code(), Some(ErrorCode::NoEnt), "{gone}");
     std::fs::write(&src, b"small").unwrap();
     c.put(&src, "small", &mut |_| {}).unwrap();
     drop(c);
