@@ -93,12 +93,14 @@ def main():
     ap.add_argument("--osprobe", required=True)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--part", choices=["all", "stream", "curves", "model"], default="all")
     a = ap.parse_args()
+    want = lambda part: a.part in ("all", part)
     report = {"stream": {}, "curves": [], "model": [], "model_skipped": ""}
 
     # 1. rfs over TCP against a plain TCP stream, alternating, median of runs.
     rfs_rates, plain_rates = [], []
-    for i in range(a.runs):
+    for i in range(a.runs if want("stream") else 0):
         order = ["rfs", "plain"] if i % 2 == 0 else ["plain", "rfs"]
         for who in order:
             if who == "plain":
@@ -110,13 +112,15 @@ def main():
                 if not found:
                     fail(f"rfs.throughput gave nothing: {why}")
                 rfs_rates.append(found["read"]["summary"]["p50"])
-    rfs_med, plain_med = statistics.median(rfs_rates), statistics.median(plain_rates)
-    report["stream"] = {"rfs_read_bits_per_s": rfs_med, "plain_tcp_bits_per_s": plain_med,
-                        "ratio": rfs_med / plain_med, "target": 0.5,
-                        "runs": a.runs}
+    if rfs_rates:
+        rfs_med, plain_med = statistics.median(rfs_rates), statistics.median(plain_rates)
+        report["stream"] = {"rfs_read_bits_per_s": rfs_med, "plain_tcp_bits_per_s": plain_med,
+                            "ratio": rfs_med / plain_med, "target": 0.5,
+                            "runs": a.runs,
+                            "rfs_runs": rfs_rates, "plain_runs": plain_rates}
 
     # 2. Curves over the window: SOS's figure 5 setting, both transports.
-    for transport in ["udp", "tcp"]:
+    for transport in ["udp", "tcp"] if want("curves") else []:
         for window in [1, 2, 4, 8, 16, 24, 30, 32, 48, 64]:
             found, why = bench(a.osprobe, {
                 "path": "loopback", "transport": transport, "window": window,
@@ -130,7 +134,7 @@ def main():
             })
 
     # 3. The model over an emulated 10 ms round trip (root).
-    for transport in ["udp", "tcp"]:
+    for transport in ["udp", "tcp"] if want("model") else []:
         for window in [1, 4, 16, 64]:
             found, why = bench(a.osprobe, {
                 "path": "emulated", "delay_ms": 5, "transport": transport,
@@ -154,18 +158,22 @@ def main():
         print(json.dumps(report, indent=2))
         return
     s = report["stream"]
-    verdict = "meets" if s["ratio"] >= s["target"] else "BELOW"
-    print("rfs over loopback TCP (window 32 x 32 KiB, 8 MiB read) vs a plain TCP stream of 8 MiB")
-    print(f"  rfs read {mbit(s['rfs_read_bits_per_s'])} Mbit/s   plain TCP {mbit(s['plain_tcp_bits_per_s'])} Mbit/s"
-          f"   ratio {s['ratio']:.2f} ({verdict} the target >= {s['target']}; median of {a.runs} runs)")
-    print()
-    print("window curves, loopback, 1284-byte packets, 1 MB file (Mbit/s, median per point)")
-    print(f"  {'window':>6}  {'UDP read':>9}  {'UDP write':>9}  {'TCP read':>9}  {'TCP write':>9}")
-    by = {(c["transport"], c["window"]): c for c in report["curves"]}
-    for window in sorted({c["window"] for c in report["curves"]}):
-        u, t = by[("udp", window)], by[("tcp", window)]
-        print(f"  {window:>6}  {mbit(u['read'])}  {mbit(u['write'])}  {mbit(t['read'])}  {mbit(t['write'])}")
-    print()
+    if s:
+        verdict = "meets" if s["ratio"] >= s["target"] else "BELOW"
+        print("rfs over loopback TCP (window 32 x 32 KiB, 8 MiB read) vs a plain TCP stream of 8 MiB")
+        print(f"  rfs read {mbit(s['rfs_read_bits_per_s'])} Mbit/s   plain TCP {mbit(s['plain_tcp_bits_per_s'])} Mbit/s"
+              f"   ratio {s['ratio']:.2f} ({verdict} the target >= {s['target']}; median of {a.runs} runs)")
+        print()
+    if report["curves"]:
+        print("window curves, loopback, 1284-byte packets, 1 MB file (Mbit/s, median per point)")
+        print(f"  {'window':>6}  {'UDP read':>9}  {'UDP write':>9}  {'TCP read':>9}  {'TCP write':>9}")
+        by = {(c["transport"], c["window"]): c for c in report["curves"]}
+        for window in sorted({c["window"] for c in report["curves"]}):
+            u, t = by[("udp", window)], by[("tcp", window)]
+            print(f"  {window:>6}  {mbit(u['read'])}  {mbit(u['write'])}  {mbit(t['read'])}  {mbit(t['write'])}")
+        print()
+    if not want("model"):
+        return
     if report["model_skipped"]:
         print(f"model over the emulated 10 ms path: skipped ({report['model_skipped']})")
         return
@@ -178,7 +186,6 @@ def main():
             mark = "  ok (within 20%)" if abs(r["ratio"] - 1) <= 0.2 else "  OFF by more than 20%"
         print(f"  {r['transport']:>9}  {r['window']:>6}  {mbit(r['measured'])}  {mbit(r['predicted'])}"
               f"  {r['ratio']:5.2f}  {r['binding']}{mark}")
-
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@
 #               target within 20% where the window term binds
 #
 # Usage: bench/rfs_compare.sh [--runs N] [--json] [--no-build]
+#                              [--part stream|curves|model]  (one part only)
 # Exit: 0 every comparison made (whatever the verdicts), 1 a measurement
 # failed, 2 cannot start.
 
@@ -33,14 +34,25 @@ PYTHON="${PYTHON:-python3}"
 OSPROBE="${OSPROBE:-}"
 
 usage() {
-    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
-parse_args "$@"
+# --part is this script's own; the shared flags go to parse_args.
+PART=all
+rest=()
+while (($#)); do
+    case "$1" in
+    --part) PART="${2:-}"; shift 2 || die 2 "--part needs a value" ;;
+    --part=*) PART="${1#--part=}"; shift ;;
+    *) rest+=("$1"); shift ;;
+    esac
+done
+[[ "$PART" =~ ^(all|stream|curves|model)$ ]] || die 2 "--part must be stream, curves or model, got '$PART'"
+parse_args ${rest[@]+"${rest[@]}"}
 command -v "$PYTHON" >/dev/null || die 2 "$PYTHON is needed (apt-get install python3)"
 build_osprobe
 "$OSPROBE" list 2>/dev/null | grep -q rfs.throughput || die 2 "$OSPROBE has no rfs.throughput (an older build?)"
 
-args=(--osprobe "$OSPROBE" --runs "$RUNS")
+args=(--osprobe "$OSPROBE" --runs "$RUNS" --part "$PART")
 ((JSON)) && args+=(--json)
 exec "$PYTHON" "$HELPER" "${args[@]}"

@@ -24,7 +24,7 @@
 //!
 //! Memory: per client, the duplicate-request cache (bounded by
 //! `max_client_memory` less the connection buffers) and, for TCP, an input
-//! buffer of two frames and an output buffer of one. UDP workers share one
+//! buffer of two frames and an output buffer of two. UDP workers share one
 //! datagram buffer each. So the server's memory is bounded by
 //! `(max_clients + 4) x max_client_memory` plus the handle table, whatever the
 //! clients send.
@@ -61,8 +61,14 @@ const UDP_BUFFER: usize = 8 << 20;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections accepted beyond `max_clients` only to be closed.
 const EXTRA_CONNECTIONS: usize = 4;
-/// What a TCP connection's buffers take.
-pub const CONNECTION_BUFFERS: usize = 3 * (MAX_MESSAGE + 4);
+/// TCP: replies to the requests already buffered are gathered up to this
+/// many bytes and written with one system call (a window of small
+/// requests arrives in one read; answering each with its own write cost
+/// a send and a segment apiece).
+const OUT_BUFFER: usize = 2 * (MAX_MESSAGE + 4);
+/// What a TCP connection's buffers take: input of two frames, output of
+/// [`OUT_BUFFER`].
+pub const CONNECTION_BUFFERS: usize = 2 * (MAX_MESSAGE + 4) + OUT_BUFFER;
 /// Duplicate-cache entries a client gets at least.
 pub const MIN_DRC_ENTRIES: usize = 64;
 /// The smallest per-client memory bound.
@@ -358,7 +364,7 @@ impl Server {
             return;
         }
         let mut frames = FrameBuffer::new();
-        let mut out = Vec::with_capacity(MAX_MESSAGE + 4);
+        let mut out = Vec::with_capacity(OUT_BUFFER);
         let mut last_frame = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             match frames.fill(&mut stream) {
@@ -378,27 +384,45 @@ impl Server {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return,
             }
+            // Answer every whole request buffered, gathering the replies;
+            // write them when the next might not fit, and when no whole
+            // request is left (never hold a reply while waiting for input).
+            out.clear();
             loop {
                 let frame = match frames.next_frame() {
                     Ok(Some(f)) => f,
                     Ok(None) => break,
-                    Err(()) => return, // a length we cannot trust: close
+                    Err(()) => break, // a length we cannot trust: close below
                 };
                 last_frame = Instant::now();
-                out.clear();
+                if out.len() + MAX_MESSAGE + 4 > OUT_BUFFER {
+                    if stream.write_all(&out).is_err() {
+                        return;
+                    }
+                    out.clear();
+                }
+                let at = out.len();
                 out.extend_from_slice(&[0u8; 4]);
                 match self.service.handle(peer, Transport::Tcp, frame, &mut out) {
                     Outcome::Reply => {
-                        let len = (out.len() - 4) as u32;
-                        out[..4].copy_from_slice(&len.to_be_bytes());
-                        if stream.write_all(&out).is_err() {
-                            return;
-                        }
+                        let len = (out.len() - at - 4) as u32;
+                        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
                     }
-                    Outcome::Drop => {}
-                    Outcome::Close => return,
+                    Outcome::Drop => out.truncate(at),
+                    Outcome::Close => {
+                        // The replies before it still go out.
+                        out.truncate(at);
+                        let _ = stream.write_all(&out);
+                        return;
+                    }
                 }
                 frames.consume();
+            }
+            if !out.is_empty() && stream.write_all(&out).is_err() {
+                return;
+            }
+            if frames.has_bad_frame() {
+                return;
             }
         }
     }
@@ -565,6 +589,21 @@ impl FrameBuffer {
             self.end -= self.start;
             self.start = 0;
         }
+    }
+
+    /// Whether the frame at the front has a length that cannot be trusted.
+    pub(crate) fn has_bad_frame(&self) -> bool {
+        self.end - self.start >= 4 && {
+            let mut len = [0u8; 4];
+            len.copy_from_slice(&self.buf[self.start..self.start + 4]);
+            !(crate::protocol::HEADER_LEN..=MAX_MESSAGE)
+                .contains(&(u32::from_be_bytes(len) as usize))
+        }
+    }
+
+    /// Whether no byte is buffered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.start == self.end
     }
 
     /// The next complete frame's body, None if more bytes are needed,
