@@ -137,7 +137,7 @@ def main():
     for transport in ["udp", "tcp"] if want("model") else []:
         for window in [1, 4, 16, 64]:
             found, why = bench(a.osprobe, {
-                "path": "emulated", "delay_ms": 5, "transport": transport,
+                "path": "emulated", "delay": "5ms", "transport": transport,
                 "window": window, "packet": "32K", "size": "1M"}, profile="smoke")
             if not found:
                 report["model_skipped"] = why

@@ -311,7 +311,7 @@ fn emulated_path_orders_windows_and_cleans_up() {
                 "--param",
                 "path=emulated",
                 "--param",
-                "delay_ms=2",
+                "delay=2ms",
                 "--param",
                 &format!("window={window}"),
                 "--param",

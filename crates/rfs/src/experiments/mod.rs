@@ -9,7 +9,7 @@
 //! - `loopback`: the server on 127.0.0.1.
 //! - `netns`: the server inside a network namespace joined by veth (root).
 //! - `emulated`: the server in side B of osprobe-link's emulated link and
-//!   the client's sockets in side A, with `delay_ms` each way (root).
+//!   the client's sockets in side A, with `delay` each way (root).
 //!
 //! Whatever a path builds is removed when its [`TestPath`] is dropped: on
 //! success, on error, and on Ctrl-C (the experiment stops at its next
@@ -47,15 +47,39 @@ pub const PATHS: &[&str] = &["loopback", "netns", "emulated"];
 
 pub const PATH_PARAM: ParamSpec = ParamSpec {
     name: "path",
-    help: "loopback (127.0.0.1), netns (the server in a network namespace joined by veth; root) or emulated (osprobe's link emulator with delay_ms each way; root)",
+    help: "loopback (127.0.0.1), netns (the server in a network namespace joined by veth; root) or emulated (osprobe's link emulator with `delay` each way; root)",
     kind: ParamKind::Choice(PATHS),
 };
 
+/// The same form as osprobe-net's `delay` (checked with osprobe-link's
+/// parser, bounded by the emulator's limit); defined here because
+/// experiment crates do not depend on each other.
 pub const DELAY_PARAM: ParamSpec = ParamSpec {
-    name: "delay_ms",
-    help: "path=emulated: one-way delay of each direction in milliseconds (the round trip is twice this)",
-    kind: ParamKind::Int { min: 0, max: 1000 },
+    name: "delay",
+    help: "path=emulated: one-way delay each way (the round trip is twice this; default 5ms)",
+    kind: ParamKind::Checked {
+        form: "DURATION, e.g. 5ms",
+        check: check_delay,
+    },
 };
+
+/// One-way delay of the emulated path when `delay` is not given.
+const DEFAULT_DELAY: Duration = Duration::from_millis(5);
+
+fn parse_delay(raw: &str) -> Result<Duration, String> {
+    let delay = osprobe_link::parse::duration(raw).map_err(|e| e.to_string())?;
+    if delay > osprobe_link::impairment::MAX_DELAY {
+        return Err(format!(
+            "at most {} s",
+            osprobe_link::impairment::MAX_DELAY.as_secs()
+        ));
+    }
+    Ok(delay)
+}
+
+fn check_delay(raw: &str) -> Result<(), String> {
+    parse_delay(raw).map(|_| ())
+}
 
 pub const WINDOW_PARAM: ParamSpec = ParamSpec {
     name: "window",
@@ -186,15 +210,21 @@ impl TestPath {
             }
             PathKind::Emulated => {
                 emulator_available().map_err(ExperimentError::Unsupported)?;
-                let delay = Duration::from_millis(params.int("delay_ms").unwrap_or(5) as u64);
+                // Checked when the command line was read; a grid's own
+                // value is a constant in this crate.
+                let delay = match params.text("delay") {
+                    Some(raw) => parse_delay(raw)
+                        .map_err(|why| ExperimentError::Failed(format!("delay '{raw}': {why}")))?,
+                    None => DEFAULT_DELAY,
+                };
                 let link = Link::start(LinkConfig::symmetric(DirectionConfig::delay(delay)))?;
                 let server_ip = link.addr_b();
                 let description = format!(
-                    "emulated link {} -> {}, {} ms each way (round trip {} ms), namespaces {} and {}",
+                    "emulated link {} -> {}, {:?} each way (round trip {:?}), namespaces {} and {}",
                     link.addr_a(),
                     server_ip,
-                    delay.as_millis(),
-                    2 * delay.as_millis(),
+                    delay,
+                    2 * delay,
                     link.namespace_a(),
                     link.namespace_b()
                 );
@@ -612,5 +642,36 @@ pub fn bits_text(bytes_per_s: f64) -> String {
         format!("{:.1} Mbit/s", bits / 1e6)
     } else {
         format!("{:.1} kbit/s", bits / 1e3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprobe_core::{Experiment, Profile};
+
+    #[test]
+    fn delay_takes_a_duration_and_bad_values_name_the_form() {
+        assert_eq!(parse_delay("2ms"), Ok(Duration::from_millis(2)));
+        assert_eq!(parse_delay("500us"), Ok(Duration::from_micros(500)));
+        assert!(DELAY_PARAM.parse("5ms").is_ok());
+        let e = DELAY_PARAM.parse("fast").unwrap_err();
+        assert!(e.contains("'fast'") && e.contains("5ms"), "{e}");
+        assert!(DELAY_PARAM.parse("61s").is_err());
+        assert!(DELAY_PARAM.parse("-1ms").is_err());
+    }
+
+    #[test]
+    fn every_grid_delay_is_accepted() {
+        for e in [
+            &throughput::Throughput as &dyn Experiment,
+            &remote_read::RemoteRead,
+        ] {
+            for p in e.grid(Profile::Full) {
+                if let Some(raw) = p.text("delay") {
+                    assert!(DELAY_PARAM.parse(raw).is_ok(), "{}: {p}", e.id());
+                }
+            }
+        }
     }
 }

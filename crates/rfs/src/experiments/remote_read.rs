@@ -84,8 +84,8 @@ impl Experiment for RemoteRead {
                 }
                 if super::emulator_available().is_ok() {
                     // About the seed's LAN: a 3 ms round trip.
-                    grid.push(point("emulated", 1).with("delay_ms", 1i64));
-                    grid.push(point("emulated", 16).with("delay_ms", 1i64));
+                    grid.push(point("emulated", 1).with("delay", "1ms"));
+                    grid.push(point("emulated", 16).with("delay", "1ms"));
                 }
                 grid
             }

@@ -127,9 +127,7 @@ impl Experiment for Throughput {
                 if super::emulator_available().is_ok() {
                     for t in ["udp", "tcp"] {
                         for w in [1, 4, 16, 64] {
-                            grid.push(
-                                point("emulated", t, w, 32 << 10, MIB).with("delay_ms", 5i64),
-                            );
+                            grid.push(point("emulated", t, w, 32 << 10, MIB).with("delay", "5ms"));
                         }
                     }
                 }
