@@ -278,6 +278,25 @@ impl Context {
     }
 }
 
+/// A measurement of values that are not timed by the harness (rates,
+/// counts, times measured elsewhere), with the same quality notes.
+pub fn value_measurement(
+    experiment: &str,
+    metric: &str,
+    params: Params,
+    unit: Unit,
+    values: &[f64],
+) -> Result<Measurement, ExperimentError> {
+    let summary = Summary::of(values).ok_or_else(|| {
+        ExperimentError::Failed(format!("{experiment} {metric}: no valid samples"))
+    })?;
+    let mut m = Measurement::new(experiment, metric, params, unit, summary);
+    if values.len() > 2 {
+        m.notes.extend(quality_notes(&m.summary));
+    }
+    Ok(m)
+}
+
 /// Warnings a reader should see beside a summary. (Outliers are counted in
 /// the summary itself; the median and its interval are robust to them.)
 pub fn quality_notes(s: &Summary) -> Vec<String> {

@@ -13,11 +13,7 @@ pub mod transfer;
 use crate::client::NetError;
 use crate::path::Endpoint;
 use crate::path::{PATH_PARAM, TO_PARAM};
-use osprobe_core::harness::quality_notes;
-use osprobe_core::stats::Summary;
-use osprobe_core::{
-    ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Registry, Unit,
-};
+use osprobe_core::{ExperimentError, ParamKind, ParamSpec, Params, Profile, Registry};
 use std::time::Duration;
 
 /// Add this crate's experiments to `registry`, in the order `run` shows them.
@@ -179,24 +175,7 @@ pub fn failed(err: NetError) -> ExperimentError {
     ExperimentError::Failed(err.to_string())
 }
 
-/// A measurement of values that are not times (rates, counts), with the
-/// same quality notes as times.
-pub fn value_measurement(
-    experiment: &str,
-    metric: &str,
-    params: Params,
-    unit: Unit,
-    values: &[f64],
-) -> Result<Measurement, ExperimentError> {
-    let summary = Summary::of(values).ok_or_else(|| {
-        ExperimentError::Failed(format!("{experiment} {metric}: no valid samples"))
-    })?;
-    let mut m = Measurement::new(experiment, metric, params, unit, summary);
-    if values.len() > 2 {
-        m.notes.extend(quality_notes(&m.summary));
-    }
-    Ok(m)
-}
+pub use osprobe_core::harness::value_measurement;
 
 /// 1234567 B/s as "9.88 Mbit/s" for notes.
 pub fn bits_per_second_text(bytes_per_s: f64) -> String {

@@ -21,12 +21,8 @@ pub mod throughput;
 use crate::protocol::{decode_reply, encode_request, Reply, Request};
 use crate::service::{Outcome, Peer, Service, ServiceConfig};
 use crate::{Client, ClientError, ClientOptions, OpenMode, Server, ServerOptions, Transports};
-use osprobe_core::harness::quality_notes;
 use osprobe_core::scratch::ScratchDir;
-use osprobe_core::stats::Summary;
-use osprobe_core::{
-    Context, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Registry, Unit,
-};
+use osprobe_core::{Context, ExperimentError, ParamKind, ParamSpec, Params, Registry};
 use osprobe_link::netns::NetnsPair;
 use osprobe_link::{DirectionConfig, Link, LinkConfig};
 use std::io::{self, Read, Write};
@@ -610,23 +606,7 @@ pub fn server_rate(
     Ok(bytes as f64 / started.elapsed().as_secs_f64())
 }
 
-/// A measurement of rates (not times), with the usual quality notes.
-pub fn rate_measurement(
-    experiment: &str,
-    metric: &str,
-    params: Params,
-    unit: Unit,
-    values: &[f64],
-) -> Result<Measurement, ExperimentError> {
-    let summary = Summary::of(values).ok_or_else(|| {
-        ExperimentError::Failed(format!("{experiment} {metric}: no valid samples"))
-    })?;
-    let mut m = Measurement::new(experiment, metric, params, unit, summary);
-    if values.len() > 2 {
-        m.notes.extend(quality_notes(&m.summary));
-    }
-    Ok(m)
-}
+pub use osprobe_core::harness::value_measurement as rate_measurement;
 
 /// Stop measuring if the user asked to.
 pub fn check(ctx: &Context) -> Result<(), ExperimentError> {
