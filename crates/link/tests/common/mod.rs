@@ -216,7 +216,9 @@ impl Traces {
             let net = o[3] & !3;
             for text in [&routes, &addrs] {
                 for line in text.lines() {
-                    let hit = (net..net + 4).any(|last| {
+                    // net + 3 <= 255; `net..net + 4` overflowed for the
+                    // last /30 of a /24 (.252).
+                    let hit = (net..=net + 3).any(|last| {
                         line.split_whitespace()
                             .any(|w| w.split('/').next() == Some(&format!("{prefix}{last}")))
                     });
