@@ -29,7 +29,9 @@ pub use experiment::{
     Context, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements,
 };
 pub use harness::{Budget, Harness, Samples};
-pub use model::{Measurement, ParamValue, Params, Profile, Run, Unit, SCHEMA_VERSION};
+pub use model::{
+    bits_per_second_text, Measurement, ParamValue, Params, Profile, Run, Unit, SCHEMA_VERSION,
+};
 pub use stats::Summary;
 
 use std::path::{Path, PathBuf};

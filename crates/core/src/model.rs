@@ -303,6 +303,19 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// A rate in bytes per second as bits per second for notes: 1234567 B/s
+/// is "9.9 Mbit/s". (Tables pick their prefixes in the report crate.)
+pub fn bits_per_second_text(bytes_per_s: f64) -> String {
+    let bits = bytes_per_s * 8.0;
+    if bits >= 1e9 {
+        format!("{:.2} Gbit/s", bits / 1e9)
+    } else if bits >= 1e6 {
+        format!("{:.1} Mbit/s", bits / 1e6)
+    } else {
+        format!("{:.1} kbit/s", bits / 1e3)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,5 +338,12 @@ mod tests {
         assert_eq!(h.counts, vec![2]);
         assert!(Histogram::log_spaced(&[], 10).is_none());
         assert!(Histogram::log_spaced(&[0.0], 10).is_none());
+    }
+
+    #[test]
+    fn rates_read_in_bits() {
+        assert_eq!(bits_per_second_text(1_234_567.0), "9.9 Mbit/s");
+        assert_eq!(bits_per_second_text(5e9), "40.00 Gbit/s");
+        assert_eq!(bits_per_second_text(1000.0), "8.0 kbit/s");
     }
 }

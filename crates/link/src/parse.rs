@@ -154,6 +154,22 @@ pub fn probability(text: &str) -> Result<f64, ParseError> {
     Ok(percent / 100.0)
 }
 
+/// A link's delay or jitter: a [`duration`] of at most
+/// [`crate::impairment::MAX_DELAY`].
+pub fn delay(text: &str) -> Result<Duration, ParseError> {
+    let delay = duration(text)?;
+    let max = crate::impairment::MAX_DELAY;
+    if delay > max {
+        return Err(error(
+            "delay",
+            text,
+            format!("at most {} s", max.as_secs()),
+            DURATION_FORMS,
+        ));
+    }
+    Ok(delay)
+}
+
 /// The highest rate accepted: 1 Tbit/s (far above what a user-space
 /// forwarder reaches; anything beyond is a typo).
 pub const MAX_RATE_BPS: u64 = 1_000_000_000_000;
@@ -369,6 +385,14 @@ pub fn loss(text: &str) -> Result<LossSpec, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delays_are_bounded() {
+        assert_eq!(delay("50ms"), Ok(Duration::from_millis(50)));
+        let e = delay("61s").unwrap_err().to_string();
+        assert!(e.contains("'61s'") && e.contains("at most 60 s"), "{e}");
+        assert!(delay("fast").is_err());
+    }
 
     #[test]
     fn durations() {

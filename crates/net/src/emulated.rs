@@ -64,14 +64,7 @@ pub const WMEM_PARAM: ParamSpec = ParamSpec {
 };
 
 fn check_delay(raw: &str) -> Result<(), String> {
-    let delay = parse::duration(raw).map_err(|e| e.to_string())?;
-    if delay > osprobe_link::impairment::MAX_DELAY {
-        return Err(format!(
-            "at most {} s",
-            osprobe_link::impairment::MAX_DELAY.as_secs()
-        ));
-    }
-    Ok(())
+    parse::delay(raw).map(|_| ()).map_err(|e| e.to_string())
 }
 
 fn check_loss(raw: &str) -> Result<(), String> {
@@ -98,7 +91,7 @@ impl EmulatedSpec {
     pub fn from_params(params: &Params) -> Result<EmulatedSpec, ExperimentError> {
         let bad = |e: parse::ParseError| ExperimentError::Failed(e.to_string());
         let delay = match params.text("delay") {
-            Some(t) => parse::duration(t).map_err(bad)?,
+            Some(t) => parse::delay(t).map_err(bad)?,
             None => Duration::ZERO,
         };
         let loss = match params.text("loss") {

@@ -177,14 +177,4 @@ pub fn failed(err: NetError) -> ExperimentError {
 
 pub use osprobe_core::harness::value_measurement;
 
-/// 1234567 B/s as "9.88 Mbit/s" for notes.
-pub fn bits_per_second_text(bytes_per_s: f64) -> String {
-    let bits = bytes_per_s * 8.0;
-    if bits >= 1e9 {
-        format!("{:.2} Gbit/s", bits / 1e9)
-    } else if bits >= 1e6 {
-        format!("{:.1} Mbit/s", bits / 1e6)
-    } else {
-        format!("{:.1} kbit/s", bits / 1e3)
-    }
-}
+pub use osprobe_core::bits_per_second_text;

@@ -63,14 +63,7 @@ pub const DELAY_PARAM: ParamSpec = ParamSpec {
 const DEFAULT_DELAY: Duration = Duration::from_millis(5);
 
 fn parse_delay(raw: &str) -> Result<Duration, String> {
-    let delay = osprobe_link::parse::duration(raw).map_err(|e| e.to_string())?;
-    if delay > osprobe_link::impairment::MAX_DELAY {
-        return Err(format!(
-            "at most {} s",
-            osprobe_link::impairment::MAX_DELAY.as_secs()
-        ));
-    }
-    Ok(delay)
+    osprobe_link::parse::delay(raw).map_err(|e| e.to_string())
 }
 
 fn check_delay(raw: &str) -> Result<(), String> {
@@ -613,17 +606,7 @@ pub fn check(ctx: &Context) -> Result<(), ExperimentError> {
     ctx.check_interrupt()
 }
 
-/// 1234567 B/s as "9.9 Mbit/s".
-pub fn bits_text(bytes_per_s: f64) -> String {
-    let bits = bytes_per_s * 8.0;
-    if bits >= 1e9 {
-        format!("{:.2} Gbit/s", bits / 1e9)
-    } else if bits >= 1e6 {
-        format!("{:.1} Mbit/s", bits / 1e6)
-    } else {
-        format!("{:.1} kbit/s", bits / 1e3)
-    }
-}
+pub use osprobe_core::bits_per_second_text as bits_text;
 
 #[cfg(test)]
 mod tests {
