@@ -58,6 +58,18 @@ pub struct TokenArg {
     pub token: Option<String>,
 }
 
+impl TokenArg {
+    /// The secret, refusing an empty one (it would protect nothing).
+    pub fn secret(&self) -> Result<Option<String>, crate::commands::UsageError> {
+        match &self.token {
+            Some(t) if t.is_empty() => Err(crate::commands::UsageError(
+                "--token: the secret must not be empty".into(),
+            )),
+            other => Ok(other.clone()),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct NetArgs {
     /// The test: rtt, connect, bandwidth, transfer.file_size, transfer.packet_size, transfer.connections, ack_stall, cc

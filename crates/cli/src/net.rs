@@ -4,26 +4,16 @@
 use crate::args::{SendArgs, ServeArgs};
 use crate::commands::UsageError;
 use anyhow::Result;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use osprobe_core::interrupt;
 use osprobe_net::client::Peer;
 use osprobe_net::send::{SendError, SendRequest};
 use osprobe_net::server::{Server, ServerConfig, ServerEvent};
 use osprobe_net::transfer::{SendMethod, TransferError};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn check_token(token: Option<String>) -> Result<Option<String>> {
-    match token {
-        Some(t) if t.is_empty() => {
-            Err(UsageError("--token: the secret must not be empty".into()).into())
-        }
-        other => Ok(other),
-    }
-}
 
 pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
     let bind: SocketAddr = args.bind.parse().map_err(|_| {
@@ -37,7 +27,7 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
             return Err(UsageError(format!("--dir {}: not a directory", dir.display())).into());
         }
     }
-    let token = check_token(args.token.token)?;
+    let token = args.token.secret()?;
     let config = ServerConfig {
         token: token.clone(),
         max_duration: Duration::from_secs(args.max_duration as u64),
@@ -48,14 +38,7 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
     let events: osprobe_net::server::EventSink = if quiet {
         Arc::new(|_: &ServerEvent| {})
     } else {
-        // A closed stdout (a log pipe gone) must not stop the server.
-        Arc::new(|event: &ServerEvent| {
-            let _ = writeln!(
-                std::io::stdout().lock(),
-                "{} {event}",
-                osprobe_core::now_rfc3339()
-            );
-        })
+        Arc::new(|event: &ServerEvent| crate::progress::log_line(event))
     };
     interrupt::install();
     let server = Server::bind(bind, config, events)?;
@@ -100,7 +83,7 @@ pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
     };
     let addr =
         osprobe_net::path::resolve(&args.to).map_err(|e| UsageError(format!("--to: {e}")))?;
-    let peer = Peer::new(addr, check_token(args.token.token)?);
+    let peer = Peer::new(addr, args.token.secret()?);
     let request = SendRequest {
         file: args.file.clone(),
         name: args.name.clone(),
@@ -108,7 +91,7 @@ pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
         packet,
     };
     interrupt::install();
-    let bar = byte_bar(quiet || args.json);
+    let bar = crate::progress::byte_bar(quiet || args.json);
     let outcome =
         osprobe_net::send::send(&peer, &request, interrupt::flag(), &mut |sent, total| {
             bar.set_length(total);
@@ -159,16 +142,4 @@ pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
     );
     println!("  {}", outcome.diagnosis);
     Ok(ExitCode::SUCCESS)
-}
-
-fn byte_bar(hidden: bool) -> ProgressBar {
-    let bar = ProgressBar::new(0);
-    if hidden || !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
 }

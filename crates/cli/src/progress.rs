@@ -1,5 +1,6 @@
-//! A progress bar on stderr while experiments run, when stderr is a
-//! terminal and --quiet is not given.
+//! What long-running commands show while they work: a progress bar on
+//! stderr while experiments run or a file moves (when stderr is a terminal
+//! and --quiet is not given), and the servers' event log on stdout.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use osprobe_core::runner::Observer;
@@ -56,4 +57,15 @@ pub fn byte_bar(hidden: bool) -> ProgressBar {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar
+}
+
+/// One server event as a time-stamped line on stdout. A closed stdout (a
+/// log pipe gone) must not stop the server, so write errors are ignored.
+pub fn log_line(event: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "{} {event}",
+        osprobe_core::now_rfc3339()
+    );
 }

@@ -136,15 +136,6 @@ pub fn rfs(args: RfsArgs, quiet: bool) -> Result<ExitCode> {
     }
 }
 
-fn check_token(token: Option<String>) -> Result<Option<String>> {
-    match token {
-        Some(t) if t.is_empty() => {
-            Err(UsageError("--token: the secret must not be empty".into()).into())
-        }
-        other => Ok(other),
-    }
-}
-
 fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
     let bind: SocketAddr = args.bind.parse().map_err(|_| {
         UsageError(format!(
@@ -164,7 +155,7 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         (false, true) => Transports::TCP,
         _ => Transports::BOTH,
     };
-    let token = check_token(args.token.token)?;
+    let token = args.token.secret()?;
     let options = ServerOptions {
         read_only: args.read_only,
         token: token.clone(),
@@ -174,14 +165,7 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
     let events: osprobe_rfs::EventSink = if quiet {
         Arc::new(|_: &ServerEvent| {})
     } else {
-        // A closed stdout (a log pipe gone) must not stop the server.
-        Arc::new(|event: &ServerEvent| {
-            let _ = writeln!(
-                std::io::stdout().lock(),
-                "{} {event}",
-                osprobe_core::now_rfc3339()
-            );
-        })
+        Arc::new(|event: &ServerEvent| crate::progress::log_line(event))
     };
     interrupt::install();
     let server = Server::bind_with_events(bind, transports, &args.dir, options, Some(events))?;
@@ -268,7 +252,7 @@ fn connect(args: &ClientArgs) -> Result<Client> {
         transport,
         window: args.window as usize,
         packet,
-        token: check_token(args.token.token.clone())?,
+        token: args.token.secret()?,
         ..ClientOptions::default()
     };
     Client::connect(server, options).map_err(client_error)
@@ -316,27 +300,14 @@ fn get(args: GetArgs, quiet: bool) -> Result<ExitCode> {
         Some(p) => p.clone(),
         None => PathBuf::from(&name),
     };
-    let mut client = connect_stoppable(&args.client)?;
-    let bar = crate::progress::byte_bar(quiet || args.client.json);
-    let outcome = client.get(&args.remote, &local, &mut |p| {
-        bar.set_length(p.total);
-        bar.set_position(p.done);
-    });
-    bar.finish_and_clear();
-    let summary = match outcome {
-        Err(e @ osprobe_rfs::ClientError::Interrupted { .. }) => return Ok(interrupted(e)),
-        other => other.map_err(client_error)?,
-    };
-    report_transfer(
+    transfer(
         "get",
-        &client,
+        &args.client,
         &args.remote,
         &local,
-        &summary,
-        args.client.json,
-    )?;
-    let _ = client.disconnect();
-    Ok(ExitCode::SUCCESS)
+        quiet,
+        |client, progress| client.get(&args.remote, &local, progress),
+    )
 }
 
 fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
@@ -362,9 +333,32 @@ fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
         ),
         Err(e) => anyhow::bail!("{}: {e}", args.local.display()),
     }
-    let mut client = connect_stoppable(&args.client)?;
-    let bar = crate::progress::byte_bar(quiet || args.client.json);
-    let outcome = client.put(&args.local, &remote, &mut |p| {
+    transfer(
+        "put",
+        &args.client,
+        &remote,
+        &args.local,
+        quiet,
+        |client, progress| client.put(&args.local, &remote, progress),
+    )
+}
+
+/// Connect, move one file with a progress bar, and report it; Ctrl-C ends
+/// with 130 and the client's word on the partial file it removed.
+fn transfer(
+    op: &str,
+    args: &ClientArgs,
+    remote: &str,
+    local: &Path,
+    quiet: bool,
+    mv: impl FnOnce(
+        &mut Client,
+        &mut dyn FnMut(osprobe_rfs::Progress),
+    ) -> Result<TransferSummary, osprobe_rfs::ClientError>,
+) -> Result<ExitCode> {
+    let mut client = connect_stoppable(args)?;
+    let bar = crate::progress::byte_bar(quiet || args.json);
+    let outcome = mv(&mut client, &mut |p| {
         bar.set_length(p.total);
         bar.set_position(p.done);
     });
@@ -373,14 +367,7 @@ fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
         Err(e @ osprobe_rfs::ClientError::Interrupted { .. }) => return Ok(interrupted(e)),
         other => other.map_err(client_error)?,
     };
-    report_transfer(
-        "put",
-        &client,
-        &remote,
-        &args.local,
-        &summary,
-        args.client.json,
-    )?;
+    report_transfer(op, &client, remote, local, &summary, args.json)?;
     let _ = client.disconnect();
     Ok(ExitCode::SUCCESS)
 }
