@@ -4,7 +4,7 @@
 mod common;
 
 use assert_cmd::cargo::CommandCargoExt;
-use common::{interrupt, json_of, measurements, p50};
+use common::{interrupt, json_of, measurements, need_root, osprobe_namespaces, p50};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -15,31 +15,6 @@ fn osprobe() -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
     cmd.env_remove("OSPROBE_TOKEN");
     cmd
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Namespace tests run as root; CI runs as root and must not skip them.
-fn need_root(test: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(std::env::var("CI").is_err(), "{test} needs root in CI");
-    eprintln!("skipping {test}: needs root");
-    false
-}
-
-fn osprobe_namespaces() -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("osprobe-"))
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]

@@ -4,7 +4,7 @@
 mod common;
 
 use assert_cmd::cargo::CommandCargoExt;
-use common::{json_of, measurements};
+use common::{json_of, measurements, need_root, osprobe_namespaces};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -276,31 +276,11 @@ fn fs_remote_read_smoke_has_block_times_and_a_round_trip_prediction() {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn osprobe_namespaces() -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("osprobe-"))
-        .map(str::to_string)
-        .collect()
-}
-
 /// Over the emulated link (root): a wider window is faster when the round
 /// trip dominates, and everything built is removed afterwards.
 #[test]
 fn emulated_path_orders_windows_and_cleans_up() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").is_err(),
-            "the emulated rfs path needs root in CI"
-        );
-        eprintln!("skipping emulated_path_orders_windows_and_cleans_up: needs root");
+    if !need_root("emulated_path_orders_windows_and_cleans_up") {
         return;
     }
     let before = osprobe_namespaces();

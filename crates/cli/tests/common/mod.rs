@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests: reading a run's JSON.
+//! Helpers shared by the integration tests: reading a run's JSON, root
+//! checks and the osprobe namespaces that exist.
 // Each test file uses its own subset.
 #![allow(dead_code)]
 
@@ -73,4 +74,33 @@ pub fn assert_follows_schema(run: &Value) {
             e.instance_path
         );
     }
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Namespace tests run as root; CI runs as root and must not skip them.
+pub fn need_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(std::env::var("CI").is_err(), "{test} needs root in CI");
+    eprintln!("skipping {test}: needs root");
+    false
+}
+
+/// The names of the osprobe-* network namespaces now.
+pub fn osprobe_namespaces() -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("osprobe-"))
+        .map(str::to_string)
+        .collect()
 }
