@@ -178,11 +178,11 @@ fn duration_text(d: Duration) -> String {
     }
 }
 
-/// A running emulated link with this thread inside side A. Drop order:
-/// the thread comes back first, then the link goes.
+/// A running emulated link with this thread inside side A. Field order is
+/// drop order: the thread comes back first, then the link goes.
 pub struct EmulatedLink {
     guard: Option<ThreadNetnsGuard>,
-    link: Option<Link>,
+    link: Link,
     pub spec: EmulatedSpec,
     /// The TCP buffer sysctls in force on each side, for notes.
     pub buffers_note: String,
@@ -218,14 +218,14 @@ impl EmulatedLink {
         );
         Ok(EmulatedLink {
             guard: None,
-            link: Some(link),
+            link,
             spec,
             buffers_note,
         })
     }
 
     pub fn link(&self) -> &Link {
-        self.link.as_ref().expect("the link lives until drop")
+        &self.link
     }
 
     /// Move this thread into A until drop.
@@ -255,13 +255,6 @@ impl EmulatedLink {
             c.downlink.packets_out,
             c.downlink.dropped_queue
         )
-    }
-}
-
-impl Drop for EmulatedLink {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        drop(self.link.take());
     }
 }
 
