@@ -20,6 +20,7 @@ pub mod loss;
 pub mod netns;
 pub mod parse;
 pub mod segment;
+pub mod serving;
 pub mod trace;
 pub mod tun;
 
@@ -31,4 +32,5 @@ pub use emulator::{
 pub use histogram::LogHistogram;
 pub use impairment::DirectionConfig;
 pub use parse::{LossSpec, ParseError, QueueLimit};
+pub use serving::ServingThread;
 pub use trace::Trace;

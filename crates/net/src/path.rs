@@ -16,8 +16,8 @@ use crate::netns::NetnsPair;
 use crate::protocol::DEFAULT_PORT;
 use crate::server::{Server, ServerConfig};
 use osprobe_core::{Context, ExperimentError, ParamKind, ParamSpec, Params};
+use osprobe_link::serving::{ServeBody, ServingThread};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -69,7 +69,7 @@ pub struct Endpoint {
     /// In words, for notes: "loopback 127.0.0.1", ...
     pub description: String,
     // Field order is drop order: stop the server before removing its host.
-    _server: Option<LocalServer>,
+    _server: Option<ServingThread>,
     netns: Option<NetnsPair>,
     emulated: Option<EmulatedLink>,
 }
@@ -109,12 +109,15 @@ impl Endpoint {
 
     /// A server thread on 127.0.0.1.
     pub fn loopback() -> Result<Endpoint, ExperimentError> {
-        let local = LocalServer::start(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
+        let (server, addr) = start_server(
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            ServingThread::plain_thread("osprobe-local-server"),
+        )?;
         Ok(Endpoint {
             kind: PathKind::Loopback,
-            peer: Peer::new(local.addr, None),
+            peer: Peer::new(addr, None),
             description: "loopback 127.0.0.1".into(),
-            _server: Some(local),
+            _server: Some(server),
             netns: None,
             emulated: None,
         })
@@ -127,7 +130,7 @@ impl Endpoint {
         let pair = NetnsPair::create()
             .map_err(|e| ExperimentError::Failed(format!("building the netns host: {e}")))?;
         let bind = SocketAddr::new(IpAddr::V4(pair.peer_addr()), 0);
-        let local = LocalServer::start_in(bind, |serve| pair.spawn_in(serve))?;
+        let (server, addr) = start_server(bind, |serve| pair.spawn_in(serve))?;
         let description = format!(
             "netns {} via veth {} -> {}",
             pair.name(),
@@ -136,9 +139,9 @@ impl Endpoint {
         );
         Ok(Endpoint {
             kind: PathKind::Netns,
-            peer: Peer::new(local.addr, None),
+            peer: Peer::new(addr, None),
             description,
-            _server: Some(local),
+            _server: Some(server),
             netns: Some(pair),
             emulated: None,
         })
@@ -150,7 +153,7 @@ impl Endpoint {
         let mut emulated = EmulatedLink::start(spec)?;
         let link = emulated.link();
         let bind = SocketAddr::new(IpAddr::V4(link.addr_b()), 0);
-        let local = LocalServer::start_in(bind, |serve| link.spawn_in_b(serve))?;
+        let (server, addr) = start_server(bind, |serve| link.spawn_in_b(serve))?;
         let description = format!(
             "emulated link {} -> {} ({}); {}",
             link.addr_a(),
@@ -161,9 +164,9 @@ impl Endpoint {
         emulated.enter_client_side()?;
         Ok(Endpoint {
             kind: PathKind::Emulated,
-            peer: Peer::new(local.addr, None),
+            peer: Peer::new(addr, None),
             description,
-            _server: Some(local),
+            _server: Some(server),
             netns: None,
             emulated: Some(emulated),
         })
@@ -214,16 +217,6 @@ fn has_port(to: &str) -> bool {
     }
 }
 
-/// The body of a server thread started inside a namespace.
-type ServeInNamespace = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
-
-/// A server thread of this process, stopped on drop.
-struct LocalServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<std::io::Result<()>>>,
-}
-
 fn local_config() -> ServerConfig {
     ServerConfig {
         max_duration: Duration::from_secs(3600),
@@ -231,66 +224,26 @@ fn local_config() -> ServerConfig {
     }
 }
 
-impl LocalServer {
-    fn start(bind: SocketAddr) -> Result<LocalServer, ExperimentError> {
-        let server = Server::bind(bind, local_config(), Arc::new(|_| {}))
-            .map_err(|e| ExperimentError::io("starting the local server", e))?;
-        let addr = server
-            .local_addr()
-            .map_err(|e| ExperimentError::io("local server address", e))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("osprobe-local-server".into())
-            .spawn(move || server.serve(&flag))
-            .map_err(|e| ExperimentError::io("starting the local server thread", e))?;
-        Ok(LocalServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// Bind and serve from a thread that `spawn_in` starts inside a
-    /// namespace.
-    fn start_in<S>(bind: SocketAddr, spawn_in: S) -> Result<LocalServer, ExperimentError>
-    where
-        S: FnOnce(ServeInNamespace) -> std::io::Result<JoinHandle<std::io::Result<()>>>,
-    {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = spawn_in(Box::new(move || {
-            let server = match Server::bind(bind, local_config(), Arc::new(|_| {})) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                    return Err(e);
-                }
-            };
-            let _ = tx.send(server.local_addr().map_err(|e| e.to_string()));
-            server.serve(&flag)
-        }))
-        .map_err(|e| ExperimentError::io("entering the namespace", e))?;
-        let addr = rx
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| ExperimentError::Failed("the namespace's server did not start".into()))?
-            .map_err(|e| ExperimentError::Failed(format!("server in the namespace: {e}")))?;
-        Ok(LocalServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for LocalServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// An osprobe server on `bind`, on a thread `spawn` starts (here, or
+/// inside a namespace); stopped when the returned thread is dropped.
+fn start_server<S>(
+    bind: SocketAddr,
+    spawn: S,
+) -> Result<(ServingThread, SocketAddr), ExperimentError>
+where
+    S: FnOnce(ServeBody) -> std::io::Result<JoinHandle<std::io::Result<()>>>,
+{
+    ServingThread::start(spawn, "osprobe server", move |stop, ready| {
+        let server = match Server::bind(bind, local_config(), Arc::new(|_| {})) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = ready.send(Err(e.to_string()));
+                return Err(e);
+            }
+        };
+        let _ = ready.send(server.local_addr().map_err(|e| e.to_string()));
+        server.serve(&stop)
+    })
 }
 
 #[cfg(test)]

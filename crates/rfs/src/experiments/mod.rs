@@ -24,6 +24,7 @@ use crate::{Client, ClientError, ClientOptions, OpenMode, Server, ServerOptions,
 use osprobe_core::scratch::ScratchDir;
 use osprobe_core::{Context, ExperimentError, ParamKind, ParamSpec, Params, Registry};
 use osprobe_link::netns::NetnsPair;
+use osprobe_link::serving::{ServeBody, ServingThread};
 use osprobe_link::{DirectionConfig, Link, LinkConfig};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -108,22 +109,6 @@ pub fn emulator_available() -> Result<(), String> {
     osprobe_link::check_requirements().map_err(|e| e.to_string())
 }
 
-/// A thread serving something until its flag is raised; stopped and
-/// joined on drop.
-struct ServingThread {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<io::Result<()>>>,
-}
-
-impl Drop for ServingThread {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// An rfs server and a TCP bandwidth sink on one path, with an export
 /// directory holding the files the experiment reads and writes.
 pub struct TestPath {
@@ -159,9 +144,7 @@ impl TestPath {
                     export,
                 };
                 path.start_servers(Ipv4Addr::LOCALHOST, |f| {
-                    std::thread::Builder::new()
-                        .name("osprobe-rfs-server".into())
-                        .spawn(f)
+                    ServingThread::plain_thread("osprobe-rfs-server")(f)
                 })?;
                 Ok(path)
             }
@@ -248,7 +231,7 @@ impl TestPath {
     /// thread `spawn` starts where the server side lives.
     fn start_servers<S>(&mut self, ip: Ipv4Addr, spawn: S) -> Result<(), ExperimentError>
     where
-        S: Fn(Box<dyn FnOnce() -> io::Result<()> + Send>) -> io::Result<JoinHandle<io::Result<()>>>,
+        S: Fn(ServeBody) -> io::Result<JoinHandle<io::Result<()>>>,
     {
         let bind = SocketAddr::new(IpAddr::V4(ip), 0);
         let export = self.export.path().to_path_buf();
@@ -296,7 +279,7 @@ impl TestPath {
         body: F,
     ) -> Result<SocketAddr, ExperimentError>
     where
-        S: Fn(Box<dyn FnOnce() -> io::Result<()> + Send>) -> io::Result<JoinHandle<io::Result<()>>>,
+        S: Fn(ServeBody) -> io::Result<JoinHandle<io::Result<()>>>,
         F: FnOnce(
                 Arc<AtomicBool>,
                 std::sync::mpsc::Sender<Result<SocketAddr, String>>,
@@ -304,19 +287,7 @@ impl TestPath {
             + Send
             + 'static,
     {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = spawn(Box::new(move || body(flag, tx)))
-            .map_err(|e| ExperimentError::io(format!("starting the {what} thread"), e))?;
-        let serving = ServingThread {
-            stop,
-            thread: Some(thread),
-        };
-        let addr = rx
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| ExperimentError::Failed(format!("the {what} did not start")))?
-            .map_err(|e| ExperimentError::Failed(format!("starting the {what}: {e}")))?;
+        let (serving, addr) = ServingThread::start(spawn, what, body)?;
         self.threads.push(serving);
         Ok(addr)
     }
