@@ -1,6 +1,7 @@
 //! Seedable pseudo-randomness for experiments: random chains, shuffled
 //! block orders, file contents, and later loss models. Seeded so a run can
-//! be repeated exactly; not for cryptography.
+//! be repeated exactly; not for cryptography. For nonces and session ids,
+//! [`os_random_bytes`] asks the kernel.
 
 /// splitmix64 (Steele, Lea and Flood): a tiny, fast, seedable generator
 /// that passes BigCrush.
@@ -57,6 +58,27 @@ pub fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     shuffle(&mut order, &mut SplitMix64::new(seed));
     order
+}
+
+/// `N` bytes from the kernel's random generator (getrandom), for nonces
+/// and session ids that a peer must not guess.
+pub fn os_random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut buf = [0u8; N];
+    let mut filled = 0;
+    while filled < N {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`,
+        // which stays borrowed for the duration of the call.
+        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), N - filled, 0) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        filled += n as usize;
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]

@@ -449,24 +449,7 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// `n` bytes from the kernel's random generator.
-pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
-    let mut buf = [0u8; N];
-    let mut filled = 0;
-    while filled < N {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
-        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), N - filled, 0) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        filled += n as usize;
-    }
-    Ok(buf)
-}
+pub use osprobe_core::random::os_random_bytes as random_bytes;
 
 #[cfg(test)]
 mod tests {

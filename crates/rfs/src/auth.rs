@@ -60,25 +60,7 @@ pub fn verify(
         .is_ok()
 }
 
-/// `N` bytes from the kernel's random generator.
-pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
-    let mut buf = [0u8; N];
-    let mut filled = 0;
-    while filled < N {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`,
-        // which stays borrowed for the duration of the call.
-        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), N - filled, 0) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        filled += n as usize;
-    }
-    Ok(buf)
-}
+pub use osprobe_core::random::os_random_bytes as random_bytes;
 
 /// A random u64 that is never 0 (0 means "no session" on the wire).
 pub fn random_nonzero_u64() -> io::Result<u64> {
