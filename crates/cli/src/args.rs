@@ -44,6 +44,10 @@ pub enum Command {
     Link(crate::link::LinkArgs),
     /// The remote file service: `rfs serve DIR`, and get, put, ls, stat against it
     Rfs(crate::rfs::RfsArgs),
+    /// Compare two stored runs metric by metric; exit 1 when one regressed beyond --threshold (for CI)
+    Compare(crate::compare::CompareArgs),
+    /// The seed documents' reference figures beside a stored run's, with the ratio
+    Reproduce(crate::reproduce::ReproduceArgs),
 }
 
 #[derive(Debug, Args)]

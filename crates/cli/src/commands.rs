@@ -44,10 +44,12 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Send(args) => crate::net::send(args, cli.quiet),
         Command::Link(args) => crate::link::link(args, cli.quiet),
         Command::Rfs(args) => crate::rfs::rfs(args, cli.quiet),
+        Command::Compare(args) => crate::compare::run(args, db),
+        Command::Reproduce(args) => crate::reproduce::run(args, db),
     }
 }
 
-fn db_path(db: Option<PathBuf>) -> Result<PathBuf> {
+pub(crate) fn db_path(db: Option<PathBuf>) -> Result<PathBuf> {
     match db {
         Some(p) => Ok(p),
         None => Ok(osprobe_store::default_path()?),

@@ -3,9 +3,11 @@
 
 mod args;
 mod commands;
+mod compare;
 mod link;
 mod net;
 mod progress;
+mod reproduce;
 mod rfs;
 
 use clap::Parser;

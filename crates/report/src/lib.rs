@@ -1,7 +1,9 @@
 //! osprobe-report: turns results into things people read. Experiments
 //! return values; everything about how they look lives here.
 
+pub mod compare;
 pub mod human;
+pub mod reproduce;
 pub mod table;
 pub mod terminal;
 

@@ -325,7 +325,8 @@ impl Store {
             .map_err(|e| self.classify(e))
     }
 
-    /// Resolve `latest`, a full id or a unique prefix of one.
+    /// Resolve `latest`, `latest~N` (N runs before the latest), a full id or
+    /// a unique prefix of one.
     pub fn resolve_id(&self, id: &str) -> Result<String, StoreError> {
         let runs = self.list_runs()?;
         if runs.is_empty() {
@@ -339,6 +340,25 @@ impl Store {
         }
         if id == "latest" {
             return Ok(runs.last().map(|r| r.id.clone()).unwrap_or_default());
+        }
+        // `latest~N`: the run N before the latest (as git's HEAD~N).
+        if let Some(back) = id.strip_prefix("latest~") {
+            let n: usize = back.parse().map_err(|_| StoreError::UnknownRun {
+                id: id.to_string(),
+                hint: "write latest~N with N a whole number, e.g. latest~1 for the run before the latest".into(),
+            })?;
+            return match runs.len().checked_sub(n + 1) {
+                Some(i) => Ok(runs[i].id.clone()),
+                None => Err(StoreError::UnknownRun {
+                    id: id.to_string(),
+                    hint: format!(
+                        "the store {} holds {} run{}",
+                        self.path.display(),
+                        runs.len(),
+                        if runs.len() == 1 { "" } else { "s" }
+                    ),
+                }),
+            };
         }
         let wanted = id.to_ascii_uppercase();
         let matches: Vec<&RunSummary> = runs.iter().filter(|r| r.id.starts_with(&wanted)).collect();

@@ -85,6 +85,26 @@ fn unknown_and_ambiguous_ids() {
 }
 
 #[test]
+fn latest_and_the_runs_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("r.db"), Access::Write).unwrap();
+    let mut first = sample_run("01AB", 1);
+    first.started = "2026-11-22T09:00:00.000Z".into();
+    store.save_run(&first).unwrap();
+    store.save_run(&sample_run("01AC", 1)).unwrap();
+    assert_eq!(store.resolve_id("latest").unwrap(), "01AC");
+    assert_eq!(store.resolve_id("latest~0").unwrap(), "01AC");
+    assert_eq!(store.resolve_id("latest~1").unwrap(), "01AB");
+    let err = store.resolve_id("latest~2").unwrap_err().to_string();
+    assert!(
+        err.contains("'latest~2'") && err.contains("holds 2 runs"),
+        "{err}"
+    );
+    let err = store.resolve_id("latest~x").unwrap_err().to_string();
+    assert!(err.contains("latest~N"), "{err}");
+}
+
+#[test]
 fn migrations_bring_a_new_file_to_the_latest_version_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.db");

@@ -1,0 +1,64 @@
+//! `osprobe compare A B`: two stored runs, metric by metric, with an exit
+//! code for CI (like critcmp and benchstat): 0 when nothing regressed beyond
+//! the threshold, 1 when something did, 2 for a usage error. Wiring only:
+//! the arithmetic lives in osprobe-report's compare module.
+
+use crate::commands::{db_path, UsageError};
+use anyhow::Result;
+use clap::Args;
+use osprobe_core::Run;
+use osprobe_report::compare::{compare, parse_threshold, render};
+use osprobe_store::{Access, Store, StoreError};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest)
+    pub a: String,
+    /// The run compared with it (same forms)
+    pub b: String,
+    /// Smallest relative change that counts, as a percentage (5%) or a fraction (0.05)
+    #[arg(long, value_name = "PERCENT", default_value = "5%")]
+    pub threshold: String,
+    /// Print the comparison as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Open the store for reading; a missing store is the user's to fix (exit 2).
+pub fn open_store(db: Option<PathBuf>) -> Result<Store> {
+    match Store::open(&db_path(db)?, Access::Read) {
+        Ok(store) => Ok(store),
+        Err(e @ StoreError::Missing(_)) => Err(UsageError(e.to_string()).into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Load a run; an unknown, ambiguous or absent id is a usage error.
+pub fn load_run(store: &Store, id: &str) -> Result<Run> {
+    store.load_run(id).map_err(|e| match e {
+        StoreError::UnknownRun { .. } | StoreError::AmbiguousRun { .. } => {
+            anyhow::Error::new(UsageError(e.to_string()))
+        }
+        other => other.into(),
+    })
+}
+
+pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {
+    let threshold = parse_threshold(&args.threshold).map_err(|e| UsageError(e.to_string()))?;
+    let store = open_store(db)?;
+    let a = load_run(&store, &args.a)?;
+    let b = load_run(&store, &args.b)?;
+    let comparison = compare(&a, &b, threshold);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    } else {
+        print!("{}", render(&comparison));
+    }
+    Ok(if comparison.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,74 @@
+//! `osprobe reproduce [--seed N] [RUN]`: the seed documents' reference
+//! figures beside a stored run's, with the ratio. Wiring only: the data and
+//! the table live in osprobe-report's reproduce module.
+
+use crate::commands::UsageError;
+use crate::compare::{load_run, open_store};
+use anyhow::{Context as _, Result};
+use clap::Args;
+use osprobe_report::reproduce::{self, parse_seed, references};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// The run: an id, a unique prefix of one, `latest` or `latest~N`
+    #[arg(default_value = "latest")]
+    pub run: String,
+    /// Only the figures of one seed document: 000, 001, 002, 003 or 004 (see seeds/README.md)
+    #[arg(long, value_name = "SEED")]
+    pub seed: Option<String>,
+    /// Print the rows as JSON
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the rows as CSV
+    #[arg(long)]
+    pub csv: bool,
+}
+
+pub fn run(args: ReproduceArgs, db: Option<PathBuf>) -> Result<ExitCode> {
+    let seed = match &args.seed {
+        None => None,
+        Some(s) => Some(parse_seed(s).ok_or_else(|| {
+            UsageError(format!(
+                "--seed '{s}': expected one of 000, 001, 002, 003, 004 (the documents in seeds/)"
+            ))
+        })?),
+    };
+    let refs = references().context("the reference data built into osprobe")?;
+    let store = open_store(db)?;
+    let run = load_run(&store, &args.run)?;
+    let rows = reproduce::reproduce(&run, &refs, seed.as_deref());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else if args.csv {
+        print!("{}", reproduce::to_csv(&rows));
+    } else {
+        print!("{}", reproduce::render(&run, &rows));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use osprobe_report::reproduce::references;
+
+    #[test]
+    fn every_reference_names_an_experiment_of_this_build() {
+        let registry = crate::commands::registry();
+        for r in references().unwrap() {
+            let Some(id) = &r.experiment else { continue };
+            let exp = registry
+                .get(id)
+                .unwrap_or_else(|| panic!("reference '{}' names unknown experiment {id}", r.what));
+            // Every parameter the reference selects is one the experiment has.
+            for name in r.params.0.keys() {
+                assert!(
+                    exp.params().iter().any(|p| p.name == *name),
+                    "reference '{}': {id} has no parameter '{name}'",
+                    r.what
+                );
+            }
+        }
+    }
+}

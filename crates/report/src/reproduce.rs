@@ -1,0 +1,836 @@
+//! `osprobe reproduce`: the reference figures of the seed documents beside
+//! this machine's.
+//!
+//! The figures live in `data/reference.json` (embedded at build time), one
+//! row per figure with its source, what it measured, the reference machine
+//! and the osprobe experiment, metric and parameters that correspond. A row
+//! is compared with the stored measurement that has that experiment and
+//! metric and every listed parameter; the measured median is converted to
+//! the reference's unit and the ratio is this machine / the reference.
+
+use crate::compare::Better;
+use crate::human::number;
+use crate::table::{Align, Table};
+use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
+use serde::{Deserialize, Serialize};
+
+/// The reference data, as shipped.
+pub const REFERENCE_JSON: &str = include_str!("../data/reference.json");
+
+/// The seeds a `--seed` may name.
+pub const SEEDS: [&str; 5] = ["000", "001", "002", "003", "004"];
+
+/// One reference figure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// 000 .. 004, the file in seeds/.
+    pub seed: String,
+    /// Document and section, table or figure, as the seed names them.
+    pub source: String,
+    /// The table or figure the row belongs to (rows are grouped by it).
+    pub table: String,
+    /// What was measured, in words.
+    pub what: String,
+    /// The osprobe experiment; None when no experiment measures it yet.
+    pub experiment: Option<String>,
+    pub metric: String,
+    /// Parameters a matching measurement must have (a subset of its own).
+    #[serde(default)]
+    pub params: Params,
+    /// The figure, in `unit`.
+    pub value: f64,
+    pub unit: String,
+    /// The reference machine, where the seed names one.
+    pub machine: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+    /// `p50` (default), `prediction`, or `argmax:PARAM`.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// The reference machine's clock, for cycle figures when a run has no cycle counts.
+    #[serde(default)]
+    pub clock_ghz: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReferenceFile {
+    #[allow(dead_code)]
+    about: String,
+    rows: Vec<Reference>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    #[error("reference data does not parse: {0}")]
+    Parse(#[from] serde_json::Error),
+    #[error("reference row {row} ({what}): {reason}")]
+    Invalid {
+        row: usize,
+        what: String,
+        reason: String,
+    },
+}
+
+/// What a reference unit measures and its size in the base unit of that kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// Base: ns.
+    Time,
+    /// Base: cycles.
+    Cycles,
+    /// Base: bit/s.
+    Bits,
+    /// Base: B/s.
+    ByteRate,
+    /// Base: B.
+    Size,
+    Ratio,
+    Count,
+    /// A parameter's value (argmax rows).
+    Param,
+}
+
+fn unit_kind(unit: &str) -> Option<(Kind, f64)> {
+    Some(match unit {
+        "cycles" => (Kind::Cycles, 1.0),
+        "ns" => (Kind::Time, 1.0),
+        "us" => (Kind::Time, 1e3),
+        "ms" => (Kind::Time, 1e6),
+        "s" => (Kind::Time, 1e9),
+        "bit/s" => (Kind::Bits, 1.0),
+        "kbit/s" => (Kind::Bits, 1e3),
+        "Mbit/s" => (Kind::Bits, 1e6),
+        "Gbit/s" => (Kind::Bits, 1e9),
+        "bits/us" => (Kind::Bits, 1e6),
+        "B/s" => (Kind::ByteRate, 1.0),
+        "kB/s" => (Kind::ByteRate, 1e3),
+        "MB/s" => (Kind::ByteRate, 1e6),
+        "GB/s" => (Kind::ByteRate, 1e9),
+        "B" => (Kind::Size, 1.0),
+        "KiB" => (Kind::Size, 1024.0),
+        "MiB" => (Kind::Size, 1048576.0),
+        "GiB" => (Kind::Size, 1073741824.0),
+        "GB" => (Kind::Size, 1e9),
+        "x" => (Kind::Ratio, 1.0),
+        "count" => (Kind::Count, 1.0),
+        "window" => (Kind::Param, 1.0),
+        _ => return None,
+    })
+}
+
+/// The measured unit's kind and size in the base unit.
+fn measured_kind(unit: Unit) -> (Kind, f64) {
+    match unit {
+        Unit::Nanoseconds => (Kind::Time, 1.0),
+        Unit::Cycles => (Kind::Cycles, 1.0),
+        Unit::Bytes => (Kind::Size, 1.0),
+        Unit::BytesPerSecond => (Kind::ByteRate, 1.0),
+        Unit::BitsPerSecond => (Kind::Bits, 1.0),
+        Unit::Count => (Kind::Count, 1.0),
+        Unit::Ratio => (Kind::Ratio, 1.0),
+    }
+}
+
+impl Reference {
+    fn field(&self) -> &str {
+        self.field.as_deref().unwrap_or("p50")
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !SEEDS.contains(&self.seed.as_str()) {
+            return Err(format!("seed '{}' is not one of 000..004", self.seed));
+        }
+        for (name, text) in [
+            ("source", &self.source),
+            ("table", &self.table),
+            ("what", &self.what),
+            ("metric", &self.metric),
+        ] {
+            if text.trim().is_empty() {
+                return Err(format!("{name} is empty"));
+            }
+        }
+        if !self.value.is_finite() || self.value <= 0.0 {
+            return Err(format!("value {} is not a positive number", self.value));
+        }
+        let Some((kind, _)) = unit_kind(&self.unit) else {
+            return Err(format!("unknown unit '{}'", self.unit));
+        };
+        match self.field() {
+            "p50" | "prediction" if kind != Kind::Param => {}
+            f if f.starts_with("argmax:") && kind == Kind::Param => {}
+            f => return Err(format!("field '{f}' does not fit unit '{}'", self.unit)),
+        }
+        if kind == Kind::Cycles && !self.clock_ghz.is_some_and(|g| g.is_finite() && g > 0.0) {
+            return Err("a figure in cycles needs the machine's clock_ghz".into());
+        }
+        if let Some(id) = &self.experiment {
+            let ok = id.contains('.')
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '.' || c == '_');
+            if !ok {
+                return Err(format!("'{id}' is not an experiment id"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `m` is a measurement of this row.
+    pub fn matches(&self, m: &Measurement) -> bool {
+        self.experiment.as_deref() == Some(m.experiment.as_str())
+            && self.metric == m.metric
+            && self
+                .params
+                .0
+                .iter()
+                .all(|(k, v)| m.params.get(k).is_some_and(|mv| same_value(v, mv)))
+    }
+
+    /// The command that would measure this row.
+    pub fn bench_hint(&self) -> Option<String> {
+        let id = self.experiment.as_ref()?;
+        let mut cmd = format!("osprobe bench {id}");
+        let label = crate::human::params_label(&self.params);
+        for kv in label.split_whitespace() {
+            cmd.push_str(&format!(" --param {kv}"));
+        }
+        if self.params.text("path") == Some("remote") {
+            cmd.push_str(" --param to=HOST");
+        }
+        Some(cmd)
+    }
+}
+
+fn same_value(a: &ParamValue, b: &ParamValue) -> bool {
+    match (a, b) {
+        (ParamValue::Int(x), ParamValue::Float(y)) | (ParamValue::Float(y), ParamValue::Int(x)) => {
+            *x as f64 == *y
+        }
+        _ => a == b,
+    }
+}
+
+/// Parse and check reference data.
+pub fn parse_references(text: &str) -> Result<Vec<Reference>, ReferenceError> {
+    let file: ReferenceFile = serde_json::from_str(text)?;
+    for (i, r) in file.rows.iter().enumerate() {
+        r.validate().map_err(|reason| ReferenceError::Invalid {
+            row: i + 1,
+            what: format!("seed {} {}", r.seed, r.what),
+            reason,
+        })?;
+    }
+    Ok(file.rows)
+}
+
+/// The shipped reference data.
+pub fn references() -> Result<Vec<Reference>, ReferenceError> {
+    parse_references(REFERENCE_JSON)
+}
+
+/// How a row fared against the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status", content = "detail")]
+pub enum Status {
+    /// Compared; `this` and `ratio` are set.
+    Measured,
+    /// The run has no matching measurement; the text says how to measure it.
+    NotMeasured(String),
+    /// No osprobe experiment measures this (yet).
+    NoExperiment(String),
+    /// A matching measurement exists but cannot be put in the reference's unit.
+    NotComparable(String),
+}
+
+/// One line of the reproduce table: plain data for every renderer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReproduceRow {
+    pub seed: String,
+    pub table: String,
+    pub source: String,
+    pub what: String,
+    pub experiment: Option<String>,
+    pub metric: String,
+    /// The reference's parameter selection, `k=v k=v`.
+    pub params: String,
+    /// The parameters of the measurement compared, when one was.
+    pub measured_params: Option<String>,
+    pub reference: f64,
+    pub unit: String,
+    /// This machine's figure in the reference's unit.
+    pub this: Option<f64>,
+    /// this / reference.
+    pub ratio: Option<f64>,
+    /// For a ratio: `better`, `worse` or none, from the unit's direction.
+    pub reads: Option<String>,
+    pub machine: Option<String>,
+    pub notes: Vec<String>,
+    #[serde(flatten)]
+    pub status: Status,
+}
+
+/// A seed as `--seed` accepts it: 000..004, also written 0..4.
+pub fn parse_seed(input: &str) -> Option<String> {
+    let n: usize = input.trim().parse().ok()?;
+    SEEDS.get(n).map(|s| s.to_string())
+}
+
+/// Every reference row (of `seed`, if given) beside this run's figure.
+pub fn reproduce(run: &Run, references: &[Reference], seed: Option<&str>) -> Vec<ReproduceRow> {
+    references
+        .iter()
+        .filter(|r| seed.is_none_or(|s| r.seed == s))
+        .map(|r| row(run, r))
+        .collect()
+}
+
+fn row(run: &Run, r: &Reference) -> ReproduceRow {
+    let mut out = ReproduceRow {
+        seed: r.seed.clone(),
+        table: r.table.clone(),
+        source: r.source.clone(),
+        what: r.what.clone(),
+        experiment: r.experiment.clone(),
+        metric: r.metric.clone(),
+        params: crate::human::params_label(&r.params),
+        measured_params: None,
+        reference: r.value,
+        unit: r.unit.clone(),
+        this: None,
+        ratio: None,
+        reads: None,
+        machine: r.machine.clone(),
+        notes: r.note.iter().cloned().collect(),
+        status: Status::Measured,
+    };
+    let Some(id) = &r.experiment else {
+        out.status = Status::NoExperiment("no osprobe experiment measures this yet".into());
+        return out;
+    };
+    let matching: Vec<&Measurement> = run.measurements.iter().filter(|m| r.matches(m)).collect();
+    let Some(first) = matching.first() else {
+        let skipped = run.skipped.iter().find(|s| {
+            s.experiment == *id
+                && r.params
+                    .0
+                    .iter()
+                    .all(|(k, v)| s.params.get(k).is_none_or(|sv| same_value(v, sv)))
+        });
+        out.status = Status::NotMeasured(match skipped {
+            Some(s) => format!("skipped in this run: {}", s.reason),
+            None => format!(
+                "not measured in this run (run `{}`)",
+                r.bench_hint().unwrap_or_default()
+            ),
+        });
+        return out;
+    };
+    let (value, picked) = match r.field() {
+        "prediction" => match &first.prediction {
+            Some(p) => (convert(r, first.unit, p.value, None, run), *first),
+            None => {
+                out.status =
+                    Status::NotComparable("the measurement carries no model prediction".into());
+                return out;
+            }
+        },
+        f if f.starts_with("argmax:") => {
+            let param = &f["argmax:".len()..];
+            let best = matching
+                .iter()
+                .copied()
+                .max_by(|a, b| a.summary.p50.total_cmp(&b.summary.p50))
+                .unwrap_or(first);
+            let v = match best.params.get(param) {
+                Some(ParamValue::Int(i)) => Ok(*i as f64),
+                Some(ParamValue::Float(x)) => Ok(*x),
+                _ => Err(format!("the measurements have no numeric '{param}'")),
+            };
+            out.notes.push(format!(
+                "the largest median among {} matching points",
+                matching.len()
+            ));
+            (v.map(|v| (v, None)), best)
+        }
+        _ => (
+            convert(
+                r,
+                first.unit,
+                first.summary.p50,
+                first.cycles.as_ref().map(|c| c.p50),
+                run,
+            ),
+            *first,
+        ),
+    };
+    out.measured_params = Some(crate::human::params_label(&picked.params));
+    if matching.len() > 1 && !r.field().starts_with("argmax:") {
+        out.notes.push(format!(
+            "{} measurements match; the first ({}) is shown",
+            matching.len(),
+            crate::human::params_label(&picked.params)
+        ));
+    }
+    match value {
+        Ok((v, note)) => {
+            out.notes.extend(note);
+            let ratio = v / r.value;
+            out.this = Some(v);
+            out.ratio = Some(ratio);
+            out.reads = Better::of(picked.unit)
+                .word(ratio)
+                .filter(|_| !r.field().starts_with("argmax:"))
+                .map(str::to_string);
+        }
+        Err(reason) => out.status = Status::NotComparable(reason),
+    }
+    out
+}
+
+/// A measured value (`unit`, with its cycle count if any) in the
+/// reference's unit, and a note when the conversion assumed something.
+fn convert(
+    r: &Reference,
+    unit: Unit,
+    value: f64,
+    cycles: Option<f64>,
+    run: &Run,
+) -> Result<(f64, Option<String>), String> {
+    let (ref_kind, ref_size) = unit_kind(&r.unit).ok_or("unknown unit")?;
+    let (kind, size) = measured_kind(unit);
+    let base = value * size;
+    let in_ref = |b: f64| b / ref_size;
+    match (ref_kind, kind) {
+        (a, b) if a == b => Ok((in_ref(base), None)),
+        (Kind::Cycles, Kind::Time) => {
+            if let Some(c) = cycles {
+                return Ok((c, None));
+            }
+            if let Some(hz) = run.environment.clock.tsc_hz.filter(|h| *h > 0.0) {
+                return Ok((
+                    base * hz / 1e9,
+                    Some(format!(
+                        "cycles from the time at this machine's TSC rate ({:.3} GHz)",
+                        hz / 1e9
+                    )),
+                ));
+            }
+            let ghz = r.clock_ghz.unwrap_or(1.0);
+            Ok((
+                base * ghz,
+                Some(format!(
+                    "this run has no cycle counts: its time is shown as cycles of the reference machine's {ghz} GHz clock"
+                )),
+            ))
+        }
+        (Kind::Bits, Kind::ByteRate) => Ok((in_ref(base * 8.0), None)),
+        (Kind::ByteRate, Kind::Bits) => Ok((in_ref(base / 8.0), None)),
+        _ => Err(format!(
+            "the measurement is in {unit}, the reference in {}",
+            r.unit
+        )),
+    }
+}
+
+/// A number in the reference's style: `109.1`, `0.110`, `1,231,790`.
+fn figure(v: f64) -> String {
+    number(v)
+}
+
+fn ratio_text(row: &ReproduceRow) -> String {
+    match (row.ratio, &row.reads) {
+        (Some(r), Some(w)) => format!("{}x {w}", ratio_number(r)),
+        (Some(r), None) => format!("{}x", ratio_number(r)),
+        _ => String::new(),
+    }
+}
+
+fn ratio_number(r: f64) -> String {
+    if r >= 100.0 {
+        format!("{r:.0}")
+    } else if r >= 10.0 {
+        format!("{r:.1}")
+    } else if r >= 0.1 {
+        format!("{r:.2}")
+    } else {
+        // Two significant digits however small.
+        let digits = (-r.log10().floor()) as usize + 1;
+        format!("{r:.digits$}")
+    }
+}
+
+/// The groups of rows in order: (seed, table) as they first appear.
+pub fn groups(rows: &[ReproduceRow]) -> Vec<(&str, &str, Vec<&ReproduceRow>)> {
+    let mut out: Vec<(&str, &str, Vec<&ReproduceRow>)> = Vec::new();
+    for r in rows {
+        match out
+            .iter_mut()
+            .find(|(s, t, _)| *s == r.seed && *t == r.table)
+        {
+            Some(g) => g.2.push(r),
+            None => out.push((&r.seed, &r.table, vec![r])),
+        }
+    }
+    out
+}
+
+/// The terminal rendering: per seed and table, the reference machine, a
+/// table of figures, and numbered notes at the end.
+pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
+    let mut out = format!(
+        "run {} ({} profile, {}) on {} ({})\nratio = this machine / reference; \"better\"/\"worse\" by the unit (less time, more rate)\n",
+        run.id,
+        run.profile,
+        run.started,
+        run.environment.hostname,
+        run.environment.cpu_model
+    );
+    let mut notes: Vec<String> = Vec::new();
+    let mut note_ref = |n: &str| {
+        let i = notes.iter().position(|k| k == n).unwrap_or_else(|| {
+            notes.push(n.to_string());
+            notes.len() - 1
+        });
+        format!("[{}]", i + 1)
+    };
+    let mut previous_seed = "";
+    let mut previous_machine = "";
+    for (seed, table_name, group) in groups(rows) {
+        if seed != previous_seed {
+            out.push_str(&format!("\n=== seed {seed} ===\n"));
+            previous_seed = seed;
+        }
+        out.push_str(&format!("\n{table_name}\n"));
+        let mut machines: Vec<&str> = group.iter().filter_map(|r| r.machine.as_deref()).collect();
+        machines.dedup();
+        // The machine once, until it changes.
+        if machines.len() == 1 && machines[0] != previous_machine {
+            out.push_str(&format!("reference machine: {}\n", machines[0]));
+            previous_machine = machines[0];
+        }
+        let mut table = Table::new(&[
+            ("what", Align::Left),
+            ("osprobe", Align::Left),
+            ("reference", Align::Right),
+            ("this machine", Align::Right),
+            ("unit", Align::Left),
+            ("ratio", Align::Left),
+            ("notes", Align::Left),
+        ]);
+        for r in group {
+            let mut refs: Vec<String> = r.notes.iter().map(|n| note_ref(n)).collect();
+            if machines.len() > 1 {
+                if let Some(m) = &r.machine {
+                    refs.push(note_ref(&format!("reference machine: {m}")));
+                }
+            }
+            let this = match &r.status {
+                Status::Measured => r.this.map(figure).unwrap_or_default(),
+                Status::NotMeasured(why) | Status::NoExperiment(why) => {
+                    refs.push(note_ref(why));
+                    "-".into()
+                }
+                Status::NotComparable(why) => {
+                    refs.push(note_ref(&format!("not comparable: {why}")));
+                    "-".into()
+                }
+            };
+            let osprobe = match &r.experiment {
+                Some(id) => {
+                    let params = if r.params.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {}", r.params)
+                    };
+                    format!("{id} {}{params}", r.metric)
+                }
+                None => "-".into(),
+            };
+            table.row(vec![
+                r.what.clone(),
+                osprobe,
+                figure(r.reference),
+                this,
+                r.unit.clone(),
+                ratio_text(r),
+                refs.join(""),
+            ]);
+        }
+        out.push_str(&table.render());
+    }
+    let measured = rows.iter().filter(|r| r.status == Status::Measured).count();
+    out.push_str(&format!(
+        "\n{measured} of {} reference figures compared with this run\n",
+        rows.len()
+    ));
+    if !notes.is_empty() {
+        out.push('\n');
+        for (i, n) in notes.iter().enumerate() {
+            out.push_str(&format!("[{}] {n}\n", i + 1));
+        }
+    }
+    out
+}
+
+/// A CSV field, quoted when it needs to be (RFC 4180).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The rows as CSV, one line per reference figure, with a header.
+pub fn to_csv(rows: &[ReproduceRow]) -> String {
+    let mut out = String::from(
+        "seed,table,source,what,experiment,metric,params,measured_params,reference,this,unit,ratio,reads,status,detail,machine,notes\n",
+    );
+    let num = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for r in rows {
+        let (status, detail) = match &r.status {
+            Status::Measured => ("measured", String::new()),
+            Status::NotMeasured(d) => ("not_measured", d.clone()),
+            Status::NoExperiment(d) => ("no_experiment", d.clone()),
+            Status::NotComparable(d) => ("not_comparable", d.clone()),
+        };
+        let fields = [
+            r.seed.clone(),
+            r.table.clone(),
+            r.source.clone(),
+            r.what.clone(),
+            r.experiment.clone().unwrap_or_default(),
+            r.metric.clone(),
+            r.params.clone(),
+            r.measured_params.clone().unwrap_or_default(),
+            r.reference.to_string(),
+            num(r.this),
+            r.unit.clone(),
+            num(r.ratio),
+            r.reads.clone().unwrap_or_default(),
+            status.to_string(),
+            detail,
+            r.machine.clone().unwrap_or_default(),
+            r.notes.join("; "),
+        ];
+        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+        out.push_str(&line.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprobe_core::{Environment, Profile, Summary, SCHEMA_VERSION};
+
+    fn run(ms: Vec<Measurement>) -> Run {
+        Run {
+            schema: SCHEMA_VERSION,
+            id: "01TEST".into(),
+            started: "2024-01-01T00:00:00Z".into(),
+            ended: "2024-01-01T00:01:00Z".into(),
+            osprobe_version: "0".into(),
+            profile: Profile::Quick,
+            command: String::new(),
+            environment: Environment::default(),
+            measurements: ms,
+            skipped: Vec::new(),
+        }
+    }
+
+    fn m(exp: &str, metric: &str, params: Params, unit: Unit, p50: f64) -> Measurement {
+        Measurement::new(exp, metric, params, unit, Summary::of(&[p50]).unwrap())
+    }
+
+    #[test]
+    fn shipped_reference_data_loads_and_covers_every_seed() {
+        let refs = references().unwrap();
+        assert!(refs.len() > 100, "{}", refs.len());
+        for seed in SEEDS {
+            assert!(refs.iter().any(|r| r.seed == seed), "no row of seed {seed}");
+        }
+        // Figures checked against the seeds' text.
+        let find = |exp: &str, metric: &str, what: &str| {
+            refs.iter()
+                .find(|r| {
+                    r.experiment.as_deref() == Some(exp)
+                        && r.metric == metric
+                        && r.what.contains(what)
+                })
+                .unwrap_or_else(|| panic!("{exp} {metric} {what}"))
+        };
+        assert_eq!(find("cpu.syscall", "getppid", "getppid").value, 1696.34);
+        assert_eq!(find("proc.fork", "fork_exit_wait", "fork").value, 1231790.0);
+        assert_eq!(find("net.rtt", "tcp", "loopback").value, 79.0);
+        assert_eq!(find("fs.read", "random", "128 MB").value, 178.233);
+        assert_eq!(find("net.cc", "throughput", "CUBIC, behind").value, 632.63);
+        assert_eq!(find("net.ack_stall", "quickack", "QUICKACK").unit, "MB/s");
+    }
+
+    #[test]
+    fn every_reference_row_becomes_one_reproduce_row() {
+        let refs = references().unwrap();
+        let rows = reproduce(&run(vec![]), &refs, None);
+        assert_eq!(rows.len(), refs.len());
+        for (r, row) in refs.iter().zip(&rows) {
+            assert_eq!(row.reference, r.value);
+            assert_eq!(row.what, r.what);
+            match (&r.experiment, &row.status) {
+                (Some(_), Status::NotMeasured(text)) => {
+                    assert!(text.contains("not measured in this run (run `osprobe bench"))
+                }
+                (None, Status::NoExperiment(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let only = reproduce(&run(vec![]), &refs, Some("003"));
+        assert_eq!(only.len(), 3);
+        let text = render(&run(vec![]), &rows);
+        for r in &refs {
+            assert!(text.contains(&r.what), "missing {}", r.what);
+        }
+        let csv = to_csv(&rows);
+        assert_eq!(csv.lines().count(), refs.len() + 1);
+    }
+
+    #[test]
+    fn ratios_convert_units() {
+        let refs = parse_references(
+            r#"{"about": "t", "rows": [
+            {"seed": "004", "source": "s", "table": "T", "what": "syscall", "experiment": "cpu.syscall",
+             "metric": "getppid", "params": {"call": "getppid"}, "value": 1000, "unit": "cycles",
+             "machine": "m", "clock_ghz": 2.0},
+            {"seed": "004", "source": "s", "table": "T", "what": "rtt", "experiment": "net.rtt",
+             "metric": "tcp", "params": {"path": "loopback"}, "value": 80, "unit": "us", "machine": null},
+            {"seed": "002", "source": "s", "table": "U", "what": "tx", "experiment": "net.transfer.file_size",
+             "metric": "tx", "params": {}, "value": 500, "unit": "bits/us", "machine": null},
+            {"seed": "003", "source": "s", "table": "V", "what": "quick", "experiment": "net.ack_stall",
+             "metric": "quickack", "params": {}, "value": 2.2, "unit": "MB/s", "machine": null},
+            {"seed": "001", "source": "s", "table": "W", "what": "bbr", "experiment": "net.cc",
+             "metric": "throughput", "params": {}, "value": 9414.4, "unit": "Mbit/s", "machine": null},
+            {"seed": "000", "source": "s", "table": "X", "what": "best window", "experiment": "rfs.throughput",
+             "metric": "write", "params": {}, "value": 30, "unit": "window", "machine": null, "field": "argmax:window"}
+            ]}"#,
+        )
+        .unwrap();
+        let mut syscall = m(
+            "cpu.syscall",
+            "getppid",
+            Params::new().with("call", "getppid"),
+            Unit::Nanoseconds,
+            100.0,
+        );
+        syscall.cycles = Some(Summary::of(&[250.0]).unwrap());
+        let ms = vec![
+            syscall,
+            m(
+                "net.rtt",
+                "tcp",
+                Params::new().with("path", "loopback").with("proto", "tcp"),
+                Unit::Nanoseconds,
+                40_000.0,
+            ),
+            m(
+                "net.transfer.file_size",
+                "tx",
+                Params::new(),
+                Unit::BitsPerSecond,
+                1e9,
+            ),
+            m(
+                "net.ack_stall",
+                "quickack",
+                Params::new(),
+                Unit::BytesPerSecond,
+                4.4e6,
+            ),
+            m(
+                "net.cc",
+                "throughput",
+                Params::new(),
+                Unit::BytesPerSecond,
+                1e9,
+            ),
+            m(
+                "rfs.throughput",
+                "write",
+                Params::new().with("window", 4),
+                Unit::BitsPerSecond,
+                1e6,
+            ),
+            m(
+                "rfs.throughput",
+                "write",
+                Params::new().with("window", 16),
+                Unit::BitsPerSecond,
+                5e6,
+            ),
+        ];
+        let rows = reproduce(&run(ms), &refs, None);
+        let got: Vec<(Option<f64>, Option<f64>)> = rows.iter().map(|r| (r.this, r.ratio)).collect();
+        assert_eq!(got[0], (Some(250.0), Some(0.25)));
+        assert_eq!(got[1], (Some(40.0), Some(0.5)));
+        assert_eq!(got[2], (Some(1000.0), Some(2.0)));
+        assert_eq!(got[3], (Some(4.4), Some(2.0)));
+        assert_eq!(got[4].0, Some(8000.0));
+        assert_eq!(got[5], (Some(16.0), Some(16.0 / 30.0)));
+        assert_eq!(rows[0].reads.as_deref(), Some("better"));
+        assert_eq!(rows[2].reads.as_deref(), Some("better"));
+        assert_eq!(rows[5].reads, None);
+        // Without cycle counts or a TSC rate: the reference machine's clock.
+        let mut plain = m(
+            "cpu.syscall",
+            "getppid",
+            Params::new().with("call", "getppid"),
+            Unit::Nanoseconds,
+            100.0,
+        );
+        plain.cycles = None;
+        let rows = reproduce(&run(vec![plain]), &refs[..1], None);
+        assert_eq!(rows[0].this, Some(200.0));
+        assert!(rows[0].notes[0].contains("2 GHz"), "{:?}", rows[0].notes);
+        let text = render(&run(vec![]), &rows);
+        assert!(
+            text.contains("200.0") && text.contains("0.20x better"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_reference_rows_are_named() {
+        let bad = |row: &str| {
+            let text = format!(r#"{{"about": "t", "rows": [{row}]}}"#);
+            parse_references(&text).unwrap_err().to_string()
+        };
+        let base = r#""source": "s", "table": "T", "what": "w", "experiment": "a.b", "metric": "m", "params": {}, "machine": null"#;
+        assert!(bad(&format!(
+            r#"{{"seed": "007", {base}, "value": 1, "unit": "ns"}}"#
+        ))
+        .contains("seed '007'"));
+        assert!(bad(&format!(
+            r#"{{"seed": "004", {base}, "value": 1, "unit": "furlongs"}}"#
+        ))
+        .contains("unknown unit"));
+        assert!(bad(&format!(
+            r#"{{"seed": "004", {base}, "value": 0, "unit": "ns"}}"#
+        ))
+        .contains("positive"));
+        assert!(bad(&format!(
+            r#"{{"seed": "004", {base}, "value": 1, "unit": "cycles"}}"#
+        ))
+        .contains("clock_ghz"));
+        assert!(bad(&format!(
+            r#"{{"seed": "004", {base}, "value": 1, "unit": "ns", "extra": 1}}"#
+        ))
+        .contains("unknown field"));
+        assert_eq!(parse_seed("4").as_deref(), Some("004"));
+        assert_eq!(parse_seed("000").as_deref(), Some("000"));
+        assert_eq!(parse_seed("5"), None);
+        assert_eq!(parse_seed("x"), None);
+    }
+}
