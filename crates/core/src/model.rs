@@ -143,6 +143,54 @@ impl fmt::Display for Params {
 pub struct Prediction {
     pub value: f64,
     pub formula: String,
+    /// How far the measurement may be from `value`, relative (0.2 = 20%),
+    /// before the model is said to disagree; None: the model states none
+    /// (and runs stored before this field existed).
+    #[serde(default)]
+    pub tolerance: Option<f64>,
+    /// The model gives a ceiling, not an estimate: only a measurement above
+    /// `value` (beyond the tolerance) disagrees with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub upper_bound: bool,
+}
+
+impl Prediction {
+    /// An estimate without a stated tolerance.
+    pub fn new(value: f64, formula: impl Into<String>) -> Prediction {
+        Prediction {
+            value,
+            formula: formula.into(),
+            tolerance: None,
+            upper_bound: false,
+        }
+    }
+
+    /// A ceiling the measurement should stay under.
+    pub fn bound(value: f64, formula: impl Into<String>) -> Prediction {
+        Prediction {
+            upper_bound: true,
+            ..Prediction::new(value, formula)
+        }
+    }
+
+    /// The same with a relative tolerance.
+    pub fn within(mut self, tolerance: f64) -> Prediction {
+        self.tolerance = Some(tolerance);
+        self
+    }
+
+    /// measured / predicted, when the model disagrees with `measured` by
+    /// more than its tolerance; None when it agrees or states no tolerance.
+    pub fn disagreement(&self, measured: f64) -> Option<f64> {
+        let tolerance = self.tolerance?;
+        if self.value.is_nan() || self.value <= 0.0 || !measured.is_finite() {
+            return None;
+        }
+        let ratio = measured / self.value;
+        let above = ratio > 1.0 + tolerance;
+        let below = !self.upper_bound && ratio < 1.0 / (1.0 + tolerance);
+        (above || below).then_some(ratio)
+    }
 }
 
 /// Counts of samples in bins; `edges` has one more entry than `counts`.
@@ -338,6 +386,24 @@ mod tests {
         assert_eq!(h.counts, vec![2]);
         assert!(Histogram::log_spaced(&[], 10).is_none());
         assert!(Histogram::log_spaced(&[0.0], 10).is_none());
+    }
+
+    #[test]
+    fn predictions_disagree_beyond_their_tolerance() {
+        let p = Prediction::new(100.0, "f").within(0.2);
+        assert_eq!(p.disagreement(110.0), None);
+        assert_eq!(p.disagreement(85.0), None);
+        assert_eq!(p.disagreement(130.0), Some(1.3));
+        assert_eq!(p.disagreement(50.0), Some(0.5));
+        assert_eq!(Prediction::new(100.0, "f").disagreement(1e9), None);
+        let ceiling = Prediction::bound(100.0, "f").within(0.1);
+        assert_eq!(ceiling.disagreement(1.0), None);
+        assert_eq!(ceiling.disagreement(120.0), Some(1.2));
+        // Old runs: no tolerance, no bound.
+        let old: Prediction = serde_json::from_str(r#"{"value": 1.0, "formula": "x"}"#).unwrap();
+        assert_eq!(old, Prediction::new(1.0, "x"));
+        let json = serde_json::to_string(&Prediction::new(1.0, "x").within(0.5)).unwrap();
+        assert_eq!(json, r#"{"value":1.0,"formula":"x","tolerance":0.5}"#);
     }
 
     #[test]

@@ -369,6 +369,16 @@ pub fn change_text(change: Option<f64>) -> String {
     }
 }
 
+/// A fraction as a short percentage: 0.05 is `5`, 0.125 is `12.5`.
+fn percent(fraction: f64) -> String {
+    let p = fraction * 100.0;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{p:.0}")
+    } else {
+        format!("{}", (p * 1000.0).round() / 1000.0)
+    }
+}
+
 /// The terminal rendering: header, environment differences, the table,
 /// metrics in one run only, and a summary line.
 pub fn render(c: &Comparison) -> String {
@@ -382,7 +392,7 @@ pub fn render(c: &Comparison) -> String {
         c.b.profile,
         c.b.started,
         c.b.host,
-        number(c.threshold * 100.0)
+        percent(c.threshold)
     );
     if !c.environment.is_empty() {
         out.push_str("\nnote: the runs come from different machines or set-ups:\n");
@@ -439,6 +449,19 @@ pub fn render(c: &Comparison) -> String {
             continue;
         }
         out.push_str(&format!("\n{label} ({}):\n", list.len()));
+        if list.len() > 20 {
+            // Many (a full run against a partial one): by experiment.
+            let mut counts: Vec<(&str, usize)> = Vec::new();
+            for s in list.iter() {
+                match counts.iter_mut().find(|(e, _)| *e == s.experiment) {
+                    Some(c) => c.1 += 1,
+                    None => counts.push((&s.experiment, 1)),
+                }
+            }
+            let line: Vec<String> = counts.iter().map(|(e, n)| format!("{e} ({n})")).collect();
+            out.push_str(&format!("  {}\n", line.join(", ")));
+            continue;
+        }
         for s in list {
             let scale = scale_for(s.unit, s.p50);
             out.push_str(&format!(
@@ -602,6 +625,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("only in A (1)") && text.contains("only in B (1)"));
+        assert!(text.contains("threshold 5%;"), "{text}");
+        assert_eq!(percent(0.125), "12.5");
         // Against itself: nothing changes, nothing fails.
         let same = compare(&a, &a, 0.05);
         assert!(!same.failed());

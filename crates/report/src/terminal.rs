@@ -22,22 +22,25 @@ pub fn measurements_table(measurements: &[Measurement]) -> String {
         ("p99", Align::Right),
         ("unit", Align::Left),
         ("cycles", Align::Right),
+        ("model", Align::Right),
         ("n", Align::Right),
         ("outliers", Align::Right),
         ("notes", Align::Left),
     ]);
-    let mut notes: Vec<&str> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     let mut previous_experiment = "";
     for m in measurements {
         let s = &m.summary;
         let scale = scale_for(m.unit, s.p50);
         let v = |x: f64| number(x / scale.divisor);
+        let (model, model_notes) = model_cells(m, scale.divisor);
         let refs: Vec<String> = m
             .notes
             .iter()
+            .chain(&model_notes)
             .map(|n| {
                 let index = notes.iter().position(|k| k == n).unwrap_or_else(|| {
-                    notes.push(n);
+                    notes.push(n.clone());
                     notes.len() - 1
                 });
                 format!("[{}]", index + 1)
@@ -59,6 +62,7 @@ pub fn measurements_table(measurements: &[Measurement]) -> String {
             v(s.p99),
             scale.label.to_string(),
             m.cycles.as_ref().map(|c| number(c.p50)).unwrap_or_default(),
+            model,
             s.n.to_string(),
             s.outliers.to_string(),
             refs.join(""),
@@ -72,6 +76,58 @@ pub fn measurements_table(measurements: &[Measurement]) -> String {
         }
     }
     out
+}
+
+/// The model's cell (`~63.0` for an estimate, `<=1.2` for a ceiling, in the
+/// row's scale) and its notes: the formula, and in plain words whether the
+/// measurement disagrees with it beyond the model's tolerance.
+fn model_cells(m: &Measurement, divisor: f64) -> (String, Vec<String>) {
+    let Some(p) = &m.prediction else {
+        return (String::new(), Vec::new());
+    };
+    let cell = format!(
+        "{}{}",
+        if p.upper_bound { "<=" } else { "~" },
+        number(p.value / divisor)
+    );
+    let tolerance = p
+        .tolerance
+        .map(|t| format!(", tolerance {:.0}%", t * 100.0))
+        .unwrap_or_default();
+    let kind = if p.upper_bound { "ceiling" } else { "model" };
+    let mut notes = vec![format!("{kind}: {}{tolerance}", p.formula)];
+    if let Some(ratio) = p.disagreement(m.summary.p50) {
+        let better = crate::compare::Better::of(m.unit);
+        let how = match (better, ratio > 1.0) {
+            _ if p.upper_bound => "above the ceiling",
+            (crate::compare::Better::Lower, true) | (crate::compare::Better::Higher, false) => {
+                "slower than predicted"
+            }
+            (crate::compare::Better::Lower, false) | (crate::compare::Better::Higher, true) => {
+                "faster than predicted"
+            }
+            (crate::compare::Better::Neither, true) => "above the prediction",
+            (crate::compare::Better::Neither, false) => "below the prediction",
+        };
+        let params = params_label(&m.params);
+        let what = if params.is_empty() {
+            m.metric.clone()
+        } else {
+            format!("{} {params}", m.metric)
+        };
+        notes.push(if p.upper_bound {
+            format!(
+                "disagrees: {} {what} measured {ratio:.2}x its ceiling ({how}); the ceiling's inputs did not hold during the test, or it was measured wrongly",
+                m.experiment
+            )
+        } else {
+            format!(
+                "disagrees: {} {what} measured {ratio:.2}x the prediction, outside its tolerance ({how}); something the model leaves out matters here",
+                m.experiment
+            )
+        });
+    }
+    (cell, notes)
 }
 
 /// The machine, as a block of `label: value` lines and its warnings.
@@ -153,6 +209,7 @@ pub fn list_table(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osprobe_core::model::Prediction;
     use osprobe_core::{Params, Summary, Unit};
 
     #[test]
@@ -174,11 +231,53 @@ mod tests {
         )
         .note("shared note")
         .note("own note");
-        let out = measurements_table(&[fast, slow]);
+        let out = measurements_table(&[fast.clone(), slow]);
         assert!(out.contains("63.00"), "{out}");
         assert!(out.contains("155.0") && out.contains("µs"), "{out}");
         assert!(out.contains("k=v"));
         assert!(out.contains("[1] shared note\n[2] own note\n"), "{out}");
         assert_eq!(out.matches("shared note").count(), 1);
+    }
+
+    #[test]
+    fn predictions_stand_beside_the_measurement_with_a_note_when_they_disagree() {
+        let mut agrees = Measurement::new(
+            "net.connect",
+            "connect",
+            Params::new().with("path", "loopback"),
+            Unit::Nanoseconds,
+            Summary::of(&[20_000.0, 21_000.0]).unwrap(),
+        );
+        agrees.prediction = Some(Prediction::new(20_000.0, "1 x RTT").within(0.5));
+        let mut off = agrees.clone();
+        off.metric = "other".into();
+        off.prediction = Some(Prediction::new(5_000.0, "1 x RTT").within(0.5));
+        let mut ceiling = Measurement::new(
+            "net.bandwidth",
+            "sender",
+            Params::new(),
+            Unit::BytesPerSecond,
+            Summary::of(&[2e9]).unwrap(),
+        );
+        ceiling.prediction = Some(Prediction::bound(1e9, "sndbuf / RTT").within(0.1));
+        let out = measurements_table(&[agrees.clone(), off, ceiling]);
+        assert!(out.contains("model") && out.contains("~20.00"), "{out}");
+        assert!(out.contains("<=1.000"), "{out}");
+        assert!(out.contains("model: 1 x RTT, tolerance 50%"), "{out}");
+        assert!(
+            out.contains(
+                "disagrees: net.connect other path=loopback measured 4.10x the prediction"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("(slower than predicted)"), "{out}");
+        assert!(
+            out.contains("measured 2.00x its ceiling (above the ceiling)"),
+            "{out}"
+        );
+        assert_eq!(out.matches("disagrees").count(), 2, "{out}");
+        // A model without tolerance never disagrees.
+        agrees.prediction = Some(Prediction::new(1.0, "f"));
+        assert!(!measurements_table(&[agrees]).contains("disagrees"));
     }
 }

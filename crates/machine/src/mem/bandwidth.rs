@@ -236,17 +236,15 @@ impl Op {
     /// The peak as a prediction: a copy moves every counted byte twice.
     fn peak_prediction(self, peak: &MemoryPeak) -> Prediction {
         match self {
-            Op::Copy(_) => Prediction {
-                value: peak.bytes_per_second / 2.0,
-                formula: format!(
+            Op::Copy(_) => Prediction::bound(
+                peak.bytes_per_second / 2.0,
+                format!(
                     "({}) / 2: each byte copied is read once and written once",
                     peak.formula
                 ),
-            },
-            _ => Prediction {
-                value: peak.bytes_per_second,
-                formula: peak.formula.clone(),
-            },
+            )
+            .within(0.05),
+            _ => Prediction::bound(peak.bytes_per_second, peak.formula.clone()).within(0.05),
         }
     }
 }

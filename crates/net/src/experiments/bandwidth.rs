@@ -105,6 +105,38 @@ impl Experiment for Bandwidth {
     }
 }
 
+/// The window / RTT ceiling: a stream never has more bytes in flight than
+/// its send buffer holds, so it sends at most send buffer / round trip
+/// (TCP_INFO's smoothed RTT at the end), summed over the streams. None when
+/// a stream's buffer or round trip is unknown.
+fn window_bound(result: &bulk::BulkResult) -> Option<osprobe_core::model::Prediction> {
+    let mut bound = 0.0;
+    let mut terms = Vec::new();
+    for (info, buffer) in result.sender_info.iter().zip(&result.send_buffers) {
+        let (Some(info), Some(buffer)) = (info, buffer) else {
+            return None;
+        };
+        if info.rtt_us == 0 {
+            return None;
+        }
+        bound += *buffer as f64 / (info.rtt_us as f64 / 1e6);
+        terms.push(format!("{buffer} B / {} us", info.rtt_us));
+    }
+    if terms.is_empty() {
+        return None;
+    }
+    Some(
+        osprobe_core::model::Prediction::bound(
+            bound,
+            format!(
+                "sum over streams of send buffer / RTT (TCP_INFO at the end) = {}: the window bounds bytes in flight",
+                terms.join(" + ")
+            ),
+        )
+        .within(0.1),
+    )
+}
+
 /// The measurements of one bulk test, shared with net.cc.
 pub fn bulk_measurements(
     id: &str,
@@ -148,6 +180,7 @@ pub fn bulk_measurements(
     }
     sender.notes.push(diagnosis.line());
     sender.notes.push(path.clone());
+    sender.prediction = window_bound(result);
 
     let mut receiver = value_measurement(
         id,

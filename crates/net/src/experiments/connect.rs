@@ -77,10 +77,16 @@ impl Experiment for Connect {
 
         let mut setup = ctx.time_measurement(self.id(), "connect", params.clone(), &connect)?;
         setup.histogram = Histogram::log_spaced(&connect.ns, 24);
-        setup.prediction = Some(Prediction {
-            value: rtt_ns,
-            formula: "1 x TCP round trip (SYN, SYN-ACK; connect() returns before the final ACK arrives), round trip measured just before".into(),
-        });
+        // Seed 004 predicted 1.5 RTT (the whole handshake); the client's
+        // connect() returns after the SYN-ACK, one round trip. Loopback
+        // round trips include the echo's wake-ups, hence the wide tolerance.
+        setup.prediction = Some(
+            Prediction::new(
+                rtt_ns,
+                "1 x TCP round trip (SYN, SYN-ACK; connect() returns before the final ACK arrives; seed 004's 1.5 RTT counts the whole handshake), round trip measured just before",
+            )
+            .within(0.5),
+        );
         setup
             .notes
             .push("one sample = connect() of a blocking TCP socket until it returns".into());

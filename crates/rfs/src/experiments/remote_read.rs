@@ -191,15 +191,16 @@ impl Experiment for RemoteRead {
         for (metric, samples, per_call) in [("sequential", &seq, batch), ("random", &random, 1)] {
             let mut m =
                 ctx.time_measurement(self.id(), metric, params.clone(), samples as &Samples)?;
-            m.prediction = Some(Prediction {
-                value: rtt / per_call as f64 + server_ns_per_block,
-                formula: format!(
+            m.prediction = Some(Prediction::new(
+                rtt / per_call as f64 + server_ns_per_block,
+                format!(
                     "RTT / {per_call} + server time per block = {:.1} us / {per_call} + {:.1} us (one round trip per {per_call} block{} in flight; RTT measured just before)",
                     rtt / 1e3,
                     server_ns_per_block / 1e3,
                     if per_call == 1 { "" } else { "s" }
                 ),
-            });
+            )
+            .within(0.3));
             m.notes.extend(common.iter().cloned());
             out.push(m);
         }

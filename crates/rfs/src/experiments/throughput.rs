@@ -336,13 +336,7 @@ impl Model {
             self.stream_bytes >> 20,
             self.packet,
         );
-        (
-            Prediction {
-                value: value * 8.0,
-                formula,
-            },
-            binding,
-        )
+        (Prediction::new(value * 8.0, formula).within(0.2), binding)
     }
 }
 
