@@ -6,10 +6,28 @@
 //! and replaced pages FIFO: it wanted Second Chance but "did not know
 //! where to obtain the referenced bit". Here the application's memory is
 //! a region served by userfaultfd, and the referenced bit is obtained in
-//! user space (see [`region`] for how and what it costs).
+//! user space (see [`pager`] for how and what it costs).
 //!
 //! Layers:
 //! - [`policy`]: replacement policies behind one trait (FIFO, Second
 //!   Chance, LRU approximation, OPT for offline traces);
+//! - [`trace`]: the access traces of `pager.policy`; [`simulate`]: the
+//!   offline simulator (every access seen);
+//! - [`uffd`]: userfaultfd through raw system calls;
+//! - [`table`]: the page table with regions, the frame table;
+//! - [`swap`]: swap backends (a local file, the remote file service) and
+//!   the swap map;
+//! - [`pager`]: the live pager, its handler thread and counters.
 
+pub mod experiments;
+pub mod pager;
 pub mod policy;
+pub mod simulate;
+pub mod swap;
+pub mod table;
+pub mod trace;
+pub mod uffd;
+pub mod workload;
+
+pub use experiments::register;
+pub use pager::{Pager, PagerConfig, PagerCounters, PagerError, ServiceTimes};

@@ -1,0 +1,25 @@
+//! The pager's experiments: `pager.fault` (what a fault served in user
+//! space costs) and `pager.policy` (how replacement policies compare).
+
+pub mod fault;
+
+use crate::uffd::Userfaultfd;
+use osprobe_core::affinity::PinGuard;
+use osprobe_core::{ExperimentError, Registry};
+
+pub fn register(registry: &mut Registry) {
+    registry.register(Box::new(fault::PageFault));
+}
+
+/// userfaultfd with what the pager needs, or why not (skipped, with the
+/// fix in the reason).
+pub fn check_pager() -> Result<(), ExperimentError> {
+    Userfaultfd::open()
+        .map(drop)
+        .map_err(|e| ExperimentError::Unsupported(e.to_string()))
+}
+
+/// Keep the measuring thread on one CPU (the handler joins it there).
+pub fn one_cpu() -> Result<PinGuard, ExperimentError> {
+    PinGuard::first_allowed().map_err(|e| ExperimentError::io("pinning to a CPU", e))
+}

@@ -1,0 +1,944 @@
+//! The live pager: a region of the application's memory whose every page
+//! fault is served by a handler thread, within a fixed number of frames.
+//!
+//! # How the region is built, and where the referenced bit comes from
+//!
+//! The region's memory is a memfd (shared memory, THP off) mapped twice:
+//! once for the application, registered with userfaultfd for *missing*
+//! and *minor* faults, and once for the handler, not registered. A page
+//! is "resident" when it is in the memfd's page cache.
+//!
+//! - First touch (zero-fill): the page is missing from the page cache;
+//!   the handler answers with UFFDIO_ZEROPAGE.
+//! - Swap-in: the handler reads the page from the swap backend and
+//!   answers with UFFDIO_COPY, which puts it in the page cache and maps it.
+//! - Referenced bit: SOS did not know where to get it; the MMU's accessed
+//!   bit is not visible from user space. Here the bit is *clearing the
+//!   application's mapping of the page* (MADV_DONTNEED on a shared mapping
+//!   drops the page-table entry but keeps the page in the page cache). The
+//!   next touch is then a minor fault, which the handler records as "the
+//!   bit is set" and resolves with UFFDIO_CONTINUE (map the page that is
+//!   already there). Cost: one madvise per cleared bit and one minor
+//!   fault (a round trip through the handler, a few microseconds) per page
+//!   referenced after its bit was cleared. Pages whose bit is set run at
+//!   full speed; policies only read bits when they choose a victim.
+//!   (The alternative, write-protect tracking, sees only writes.)
+//! - Eviction never loses a write: the application's mapping of the page
+//!   is dropped *first* (any touch from then on waits in a fault the
+//!   handler does not serve until the eviction is over), then the page is
+//!   compared with what it held when loaded and written to swap if it
+//!   changed, and only then removed from the page cache (punch a hole).
+//!   A fault queued meanwhile finds the page in swap and is served as a
+//!   swap-in: the handler decides from its own page table, never from the
+//!   fault's kind.
+//! - Dirty bit: not visible from user space either. A page is "changed"
+//!   when the 128-bit xxh3 hash of its contents differs from the hash
+//!   taken when it was loaded (about 0.2 us per page; the chance that a
+//!   change goes unnoticed is 2^-128 per eviction). A clean page keeps its
+//!   swap slot and is not written again; a page still all zeros that never
+//!   had a slot goes back to "untouched".
+//! - Errors: a swap backend that fails or is full, or an access outside
+//!   every region, makes the faulting access raise SIGBUS (UFFDIO_POISON,
+//!   or tgkill on kernels without it), with the reason logged on stderr
+//!   and kept in [`Pager::last_error`]. The application is never handed a
+//!   page it did not write.
+
+use crate::policy::{FrameId, Policy, ReferenceBits};
+use crate::swap::{SwapBackend, SwapError, SwapMap};
+use crate::table::{Frame, FrameTable, PageState, PageTable, Region};
+use crate::uffd::{Fault, OpenError, Userfaultfd, PAGEFAULT_FLAG_WRITE};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Why the pager could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PagerError {
+    #[error(transparent)]
+    Userfaultfd(#[from] OpenError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> PagerError {
+    let what = what.into();
+    move |source| PagerError::Io { what, source }
+}
+
+/// What the pager manages and how.
+pub struct PagerConfig {
+    /// Pages in the region (the application's virtual memory).
+    pub pages: u64,
+    /// Frames: at most this many pages are resident at once.
+    pub frames: usize,
+    pub policy: Box<dyn Policy>,
+    pub swap: Box<dyn SwapBackend>,
+    /// Slots the swap may use (default: one per page).
+    pub swap_slots: Option<u64>,
+    /// How long the handler polls for the next fault before it sleeps:
+    /// spinning saves the wake-up (several microseconds across CPUs) at
+    /// the price of a busy CPU while faults keep coming.
+    pub spin: Duration,
+    /// Read-only regions (name, first page, pages); the rest is one
+    /// writable region "data".
+    pub read_only: Vec<(String, u64, u64)>,
+    /// Keep the handler thread on this CPU.
+    pub handler_cpu: Option<usize>,
+}
+
+impl PagerConfig {
+    /// `pages` of memory in `frames` frames, nothing else set: one
+    /// writable region, one swap slot per page, a handler that sleeps
+    /// between faults on whatever CPU the scheduler picks.
+    pub fn new(
+        pages: u64,
+        frames: usize,
+        policy: Box<dyn Policy>,
+        swap: Box<dyn SwapBackend>,
+    ) -> PagerConfig {
+        PagerConfig {
+            pages,
+            frames,
+            policy,
+            swap,
+            swap_slots: None,
+            spin: Duration::ZERO,
+            read_only: Vec::new(),
+            handler_cpu: None,
+        }
+    }
+}
+
+/// The counters, shared with the handler thread.
+#[derive(Debug, Default)]
+struct Counters {
+    faults: AtomicU64,
+    zero_fills: AtomicU64,
+    swap_ins: AtomicU64,
+    referenced_bit_faults: AtomicU64,
+    duplicate_faults: AtomicU64,
+    evictions: AtomicU64,
+    write_backs: AtomicU64,
+    bits_cleared: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// A snapshot of the counters. `faults` counts every fault the handler
+/// served; it equals `zero_fills + swap_ins + referenced_bit_faults`
+/// (faults of several threads on one page that the first one's service
+/// already resolved are `duplicate_faults`, not in `faults`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PagerCounters {
+    pub faults: u64,
+    pub zero_fills: u64,
+    pub swap_ins: u64,
+    pub referenced_bit_faults: u64,
+    pub duplicate_faults: u64,
+    pub evictions: u64,
+    /// Evictions of a changed page, written to swap.
+    pub write_backs: u64,
+    /// Referenced bits cleared by the policy (one madvise each).
+    pub bits_cleared: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Faults answered with SIGBUS.
+    pub failures: u64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> PagerCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PagerCounters {
+            faults: get(&self.faults),
+            zero_fills: get(&self.zero_fills),
+            swap_ins: get(&self.swap_ins),
+            referenced_bit_faults: get(&self.referenced_bit_faults),
+            duplicate_faults: get(&self.duplicate_faults),
+            evictions: get(&self.evictions),
+            write_backs: get(&self.write_backs),
+            bits_cleared: get(&self.bits_cleared),
+            bytes_in: get(&self.bytes_in),
+            bytes_out: get(&self.bytes_out),
+            failures: get(&self.failures),
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// Service times measured by the handler, from reading the fault to the
+/// resolving ioctl's return, in nanoseconds (the first `SAMPLE_CAP` of
+/// each kind).
+#[derive(Debug, Clone, Default)]
+pub struct ServiceTimes {
+    pub zero_fill: Vec<f64>,
+    pub swap_in: Vec<f64>,
+    pub referenced_bit: Vec<f64>,
+    /// Of the swap-ins: the part spent evicting a victim (hash, write-back).
+    pub eviction: Vec<f64>,
+}
+
+const SAMPLE_CAP: usize = 1 << 16;
+
+fn record(samples: &mut Vec<f64>, ns: f64) {
+    if samples.len() < SAMPLE_CAP {
+        samples.push(ns);
+    }
+}
+
+/// A mapping that is unmapped on drop.
+struct Mapping {
+    addr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; who touches it is the pager's
+// business (the handler only ever touches resident pages).
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn shared(fd: &OwnedFd, len: usize) -> Result<Mapping, PagerError> {
+        // SAFETY: a fresh shared mapping of our memfd.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io_error("mapping the region")(io::Error::last_os_error()));
+        }
+        let mapping = Mapping {
+            addr: addr.cast(),
+            len,
+        };
+        // Huge pages would make a "page" 2 MiB; the memfd's THP setting
+        // (shmem_enabled) usually says never, this makes sure.
+        // SAFETY: advice on our own mapping.
+        unsafe { libc::madvise(addr, len, libc::MADV_NOHUGEPAGE) };
+        Ok(mapping)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what we mapped.
+        unsafe { libc::munmap(self.addr.cast(), self.len) };
+    }
+}
+
+/// The running pager. The region's memory is the [`Pager::len`] bytes
+/// from [`Pager::as_ptr`]; dropping the pager unmaps it first (a later
+/// access is a segmentation fault, never a silent zero page) and then
+/// stops the handler.
+pub struct Pager {
+    // Field order is drop order: the application's mapping goes first.
+    app: Mapping,
+    stop: Arc<AtomicBool>,
+    handler: Option<JoinHandle<Handler>>,
+    counters: Arc<Counters>,
+    last_error: Arc<Mutex<Option<String>>>,
+    page_size: usize,
+    pages: u64,
+    frames: usize,
+    policy_name: &'static str,
+    swap_description: String,
+    user_mode_only: bool,
+}
+
+impl Pager {
+    /// Build the region and start the handler thread.
+    pub fn start(config: PagerConfig) -> Result<Pager, PagerError> {
+        let page_size = page_size();
+        if config.frames == 0 {
+            return Err(PagerError::Config("frames must be at least 1".into()));
+        }
+        if config.pages == 0 {
+            return Err(PagerError::Config("pages must be at least 1".into()));
+        }
+        let len = (config.pages as usize)
+            .checked_mul(page_size)
+            .filter(|l| *l <= 1 << 40)
+            .ok_or_else(|| PagerError::Config(format!("{} pages is too many", config.pages)))?;
+        let uffd = Userfaultfd::open()?;
+        let memfd = memfd(len)?;
+        let app = Mapping::shared(&memfd, len)?;
+        let own = Mapping::shared(&memfd, len)?;
+        uffd.register(app.addr as u64, len as u64)
+            .map_err(io_error("registering the region with userfaultfd"))?;
+
+        let mut table = PageTable::new(config.pages);
+        let mut first_writable = 0;
+        let mut read_only = config.read_only.clone();
+        read_only.sort_by_key(|r| r.1);
+        for (name, first_page, pages) in &read_only {
+            if *first_page > first_writable {
+                table
+                    .add_region(Region {
+                        name: "data".into(),
+                        first_page: first_writable,
+                        pages: first_page - first_writable,
+                        writable: true,
+                    })
+                    .map_err(PagerError::Config)?;
+            }
+            table
+                .add_region(Region {
+                    name: name.clone(),
+                    first_page: *first_page,
+                    pages: *pages,
+                    writable: false,
+                })
+                .map_err(PagerError::Config)?;
+            // The MMU enforces it: a write is a segmentation fault
+            // before it ever reaches the handler.
+            // SAFETY: a range inside our own mapping (checked by add_region).
+            let rc = unsafe {
+                libc::mprotect(
+                    app.addr.add(*first_page as usize * page_size).cast(),
+                    *pages as usize * page_size,
+                    libc::PROT_READ,
+                )
+            };
+            if rc != 0 {
+                return Err(io_error(format!("protecting region '{name}'"))(
+                    io::Error::last_os_error(),
+                ));
+            }
+            first_writable = first_page + pages;
+        }
+        if first_writable < config.pages {
+            table
+                .add_region(Region {
+                    name: "data".into(),
+                    first_page: first_writable,
+                    pages: config.pages - first_writable,
+                    writable: true,
+                })
+                .map_err(PagerError::Config)?;
+        }
+
+        let counters = Arc::new(Counters::default());
+        let last_error = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let user_mode_only = uffd.user_mode_only;
+        let policy_name = config.policy.name();
+        let swap_description = config.swap.describe();
+        let frames = config.frames;
+        let handler = Handler {
+            uffd,
+            memfd,
+            app_base: app.addr as u64,
+            own,
+            page_size,
+            table,
+            frames: FrameTable::new(config.frames),
+            swap_map: SwapMap::new(config.swap_slots.unwrap_or(config.pages)),
+            swap: config.swap,
+            policy: config.policy,
+            counters: counters.clone(),
+            last_error: last_error.clone(),
+            times: ServiceTimes::default(),
+            buffer: PageBuffer::new(page_size),
+            zero_hash: xxhash_rust::xxh3::xxh3_128(&vec![0u8; page_size]),
+            spin: config.spin,
+        };
+        let stop_flag = stop.clone();
+        let handler_cpu = config.handler_cpu;
+        let handler = std::thread::Builder::new()
+            .name("osprobe-pager".into())
+            .spawn(move || {
+                if let Some(cpu) = handler_cpu {
+                    // Best effort: an unpinned handler still serves.
+                    let _ = osprobe_core::affinity::pin_current_thread(cpu);
+                }
+                let mut handler = handler;
+                handler.serve(&stop_flag);
+                handler
+            })
+            .map_err(io_error("starting the handler thread"))?;
+        Ok(Pager {
+            app,
+            stop,
+            handler: Some(handler),
+            counters,
+            last_error,
+            page_size,
+            pages: config.pages,
+            frames,
+            policy_name,
+            swap_description,
+            user_mode_only,
+        })
+    }
+
+    /// The first byte of the region.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.app.addr
+    }
+
+    /// The region's length in bytes.
+    pub fn len(&self) -> usize {
+        self.app.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.app.len == 0
+    }
+
+    /// The whole region, for one thread at a time.
+    pub fn memory(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping lives as long as self; &mut self makes this
+        // the only safe view of it.
+        unsafe { std::slice::from_raw_parts_mut(self.app.addr, self.app.len) }
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy_name
+    }
+
+    pub fn swap_description(&self) -> &str {
+        &self.swap_description
+    }
+
+    /// Opened with UFFD_USER_MODE_ONLY (an unprivileged process): a
+    /// system call that reads or writes the region gets EFAULT.
+    pub fn user_mode_only(&self) -> bool {
+        self.user_mode_only
+    }
+
+    pub fn counters(&self) -> PagerCounters {
+        self.counters.snapshot()
+    }
+
+    /// Why the last faulting access got SIGBUS, if one did.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Unmap the region, stop the handler and return the final counters
+    /// and the service times it measured.
+    pub fn finish(mut self) -> (PagerCounters, ServiceTimes) {
+        let times = self.stop_handler();
+        (self.counters.snapshot(), times)
+    }
+
+    fn stop_handler(&mut self) -> ServiceTimes {
+        // SAFETY: remove the application's view before the handler goes,
+        // so nothing can fault once nobody serves faults. Leave a
+        // PROT_NONE reservation so the address is not reused while
+        // `app` still names it.
+        unsafe {
+            libc::mmap(
+                self.app.addr.cast(),
+                self.app.len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        self.stop.store(true, Ordering::Release);
+        match self.handler.take().map(|h| h.join()) {
+            Some(Ok(handler)) => handler.times,
+            _ => ServiceTimes::default(),
+        }
+    }
+}
+
+impl Drop for Pager {
+    fn drop(&mut self) {
+        if self.handler.is_some() {
+            self.stop_handler();
+        }
+    }
+}
+
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
+
+fn memfd(len: usize) -> Result<OwnedFd, PagerError> {
+    // SAFETY: a NUL-terminated name and flags.
+    let fd = unsafe { libc::memfd_create(c"osprobe-pager".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io_error("memfd_create")(io::Error::last_os_error()));
+    }
+    // SAFETY: a new descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sizing our own memfd.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(io_error("sizing the memfd")(io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
+/// A page-aligned buffer for UFFDIO_COPY's source.
+struct PageBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: owned heap memory.
+unsafe impl Send for PageBuffer {}
+
+impl PageBuffer {
+    fn new(len: usize) -> PageBuffer {
+        let layout = std::alloc::Layout::from_size_align(len, len).expect("page layout");
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        PageBuffer { ptr, len }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: our allocation of len bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PageBuffer {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len, self.len).expect("page layout");
+        // SAFETY: allocated with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+/// Everything the handler thread owns.
+struct Handler {
+    uffd: Userfaultfd,
+    memfd: OwnedFd,
+    app_base: u64,
+    own: Mapping,
+    page_size: usize,
+    table: PageTable,
+    frames: FrameTable,
+    swap_map: SwapMap,
+    swap: Box<dyn SwapBackend>,
+    policy: Box<dyn Policy>,
+    counters: Arc<Counters>,
+    last_error: Arc<Mutex<Option<String>>>,
+    times: ServiceTimes,
+    buffer: PageBuffer,
+    zero_hash: u128,
+    spin: Duration,
+}
+
+/// The referenced bits as the policy sees them: clearing one drops the
+/// application's mapping of the page.
+struct LiveBits<'a> {
+    frames: &'a mut FrameTable,
+    app_base: u64,
+    page_size: usize,
+    counters: &'a Counters,
+}
+
+impl ReferenceBits for LiveBits<'_> {
+    fn test_and_clear(&mut self, frame: FrameId) -> bool {
+        let Some(f) = self.frames.get_mut(frame) else {
+            return false;
+        };
+        if !f.referenced {
+            return false;
+        }
+        f.referenced = false;
+        let addr = self.app_base + f.page * self.page_size as u64;
+        drop_mapping(addr, self.page_size);
+        bump(&self.counters.bits_cleared, 1);
+        true
+    }
+}
+
+/// Drop the application's page-table entry for one page (the page stays
+/// in the memfd's page cache).
+fn drop_mapping(addr: u64, len: usize) {
+    // SAFETY: a page of the registered mapping; MADV_DONTNEED on a shared
+    // mapping only unmaps.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+}
+
+/// How one fault was served, for the counters and service times.
+enum Served {
+    ZeroFill,
+    SwapIn { eviction_ns: Option<f64> },
+    ReferencedBit,
+    Duplicate,
+}
+
+impl Handler {
+    fn serve(&mut self, stop: &AtomicBool) {
+        let mut faults: Vec<Fault> = Vec::with_capacity(16);
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            if let Err(e) = self.uffd.read_faults(&mut faults) {
+                self.log(format!("reading faults from userfaultfd: {e}"));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if faults.is_empty() {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < self.spin {
+                    std::hint::spin_loop();
+                } else {
+                    self.wait_readable(Duration::from_millis(20));
+                }
+                continue;
+            }
+            idle_since = None;
+            for fault in faults.iter().copied() {
+                let started = Instant::now();
+                match self.serve_fault(fault) {
+                    Ok(served) => self.account(served, started),
+                    Err(reason) => self.fail(fault, &reason),
+                }
+            }
+        }
+    }
+
+    fn wait_readable(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.uffd.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+    }
+
+    /// Count a fault before the ioctl that wakes its thread: once awake,
+    /// the application may read the counters and must find it there.
+    fn count(&self, served: &Served) {
+        let c = &self.counters;
+        match served {
+            Served::ZeroFill => bump(&c.zero_fills, 1),
+            Served::SwapIn { .. } => {
+                bump(&c.swap_ins, 1);
+                bump(&c.bytes_in, self.page_size as u64);
+            }
+            Served::ReferencedBit => bump(&c.referenced_bit_faults, 1),
+            Served::Duplicate => {
+                bump(&c.duplicate_faults, 1);
+                return;
+            }
+        }
+        bump(&c.faults, 1);
+    }
+
+    /// Take back a count made before an ioctl that failed.
+    fn uncount(&self, served: &Served) {
+        let c = &self.counters;
+        let down = |counter: &AtomicU64, by: u64| counter.fetch_sub(by, Ordering::Relaxed);
+        match served {
+            Served::ZeroFill => down(&c.zero_fills, 1),
+            Served::SwapIn { .. } => {
+                down(&c.bytes_in, self.page_size as u64);
+                down(&c.swap_ins, 1)
+            }
+            Served::ReferencedBit => down(&c.referenced_bit_faults, 1),
+            Served::Duplicate => return,
+        };
+        down(&c.faults, 1);
+    }
+
+    /// The service time, after the fact (the handler's own samples).
+    fn account(&mut self, served: Served, started: Instant) {
+        let ns = started.elapsed().as_nanos() as f64;
+        match served {
+            Served::ZeroFill => record(&mut self.times.zero_fill, ns),
+            Served::SwapIn { eviction_ns } => {
+                record(&mut self.times.swap_in, ns);
+                if let Some(e) = eviction_ns {
+                    record(&mut self.times.eviction, e);
+                }
+            }
+            Served::ReferencedBit => record(&mut self.times.referenced_bit, ns),
+            Served::Duplicate => {}
+        }
+    }
+
+    fn page_addr(&self, page: u64) -> u64 {
+        self.app_base + page * self.page_size as u64
+    }
+
+    fn serve_fault(&mut self, fault: Fault) -> Result<Served, String> {
+        let page_bytes = self.page_size as u64;
+        let offset = fault.address.wrapping_sub(self.app_base);
+        let page = offset / page_bytes;
+        let region = self
+            .table
+            .region_of(page)
+            .ok_or_else(|| format!("address {:#x} lies outside every region", fault.address))?;
+        if fault.flags & PAGEFAULT_FLAG_WRITE != 0 && !region.writable {
+            return Err(format!(
+                "write to page {page} of read-only region '{}'",
+                region.name
+            ));
+        }
+        let addr = self.page_addr(page);
+        match self.table.get(page).state {
+            PageState::Resident(frame) => {
+                // The bit was cleared (the mapping dropped), or another
+                // thread's fault on this page was served first.
+                let was_referenced = self.frames.get(frame).is_some_and(|f| f.referenced);
+                self.count(&Served::ReferencedBit);
+                match self.uffd.continue_(addr, page_bytes) {
+                    Ok(()) => {
+                        if let Some(f) = self.frames.get_mut(frame) {
+                            f.referenced = true;
+                        }
+                        if !was_referenced {
+                            self.policy.referenced(frame, page);
+                        }
+                        Ok(Served::ReferencedBit)
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                        self.uncount(&Served::ReferencedBit);
+                        self.count(&Served::Duplicate);
+                        self.wake(addr)?;
+                        Ok(Served::Duplicate)
+                    }
+                    Err(e) => {
+                        self.uncount(&Served::ReferencedBit);
+                        Err(format!("UFFDIO_CONTINUE of page {page}: {e}"))
+                    }
+                }
+            }
+            PageState::Untouched => {
+                let (frame, _) = self.obtain_frame()?;
+                self.count(&Served::ZeroFill);
+                if let Err(e) = self.uffd.zeropage(addr, page_bytes) {
+                    self.uncount(&Served::ZeroFill);
+                    self.frames.release(frame);
+                    return self.install_failed(page, addr, "UFFDIO_ZEROPAGE", e);
+                }
+                self.install(page, frame, self.zero_hash);
+                Ok(Served::ZeroFill)
+            }
+            PageState::Swapped(slot) => {
+                let (frame, eviction_ns) = self.obtain_frame()?;
+                let read = self.swap.read_page(slot, self.buffer.bytes());
+                if let Err(e) = read {
+                    // Nothing installed yet: the frame goes back unused.
+                    self.frames.release(frame);
+                    return Err(format!("swap-in of page {page}: {e}"));
+                }
+                let hash = xxhash_rust::xxh3::xxh3_128(self.buffer.bytes());
+                let served = Served::SwapIn { eviction_ns };
+                self.count(&served);
+                if let Err(e) = self.uffd.copy(addr, self.buffer.ptr, page_bytes) {
+                    self.uncount(&served);
+                    self.frames.release(frame);
+                    return self.install_failed(page, addr, "UFFDIO_COPY", e);
+                }
+                self.install(page, frame, hash);
+                Ok(served)
+            }
+        }
+    }
+
+    /// EEXIST from ZEROPAGE/COPY means the page table and the page cache
+    /// disagree, which the eviction order rules out; wake the thread (it
+    /// sees whatever is mapped) and report it rather than hide it.
+    fn install_failed(
+        &mut self,
+        page: u64,
+        addr: u64,
+        what: &str,
+        e: io::Error,
+    ) -> Result<Served, String> {
+        if e.raw_os_error() == Some(libc::EEXIST) {
+            self.wake(addr)?;
+            self.log(format!(
+                "{what} of page {page}: already present (pager state out of step)"
+            ));
+            return Ok(Served::Duplicate);
+        }
+        Err(format!("{what} of page {page}: {e}"))
+    }
+
+    fn install(&mut self, page: u64, frame: FrameId, hash: u128) {
+        self.frames.fill(
+            frame,
+            Frame {
+                page,
+                referenced: true,
+                loaded_hash: hash,
+            },
+        );
+        self.table.entry(page).state = PageState::Resident(frame);
+        self.policy.loaded(frame, page);
+    }
+
+    fn wake(&self, addr: u64) -> Result<(), String> {
+        self.uffd
+            .wake(addr, self.page_size as u64)
+            .map_err(|e| format!("UFFDIO_WAKE: {e}"))
+    }
+
+    /// A free frame, evicting the policy's victim when none is; with the
+    /// time the eviction took.
+    fn obtain_frame(&mut self) -> Result<(FrameId, Option<f64>), String> {
+        if let Some(frame) = self.frames.take_free() {
+            return Ok((frame, None));
+        }
+        let started = Instant::now();
+        let mut bits = LiveBits {
+            frames: &mut self.frames,
+            app_base: self.app_base,
+            page_size: self.page_size,
+            counters: &self.counters,
+        };
+        let victim = self.policy.victim(&mut bits);
+        if let Err(e) = self.evict(victim) {
+            // The page stays; the policy must know it is still there.
+            if let Some(f) = self.frames.get(victim) {
+                self.policy.loaded(victim, f.page);
+            }
+            return Err(e);
+        }
+        Ok((victim, Some(started.elapsed().as_nanos() as f64)))
+    }
+
+    /// Take the page in `frame` away from the application, save it if it
+    /// changed, and free the frame. On error the page stays resident and
+    /// intact (its mapping is restored by the next fault on it).
+    fn evict(&mut self, frame: FrameId) -> Result<(), String> {
+        let Some(f) = self.frames.get(frame).copied() else {
+            return Err(format!("policy chose frame {frame}, which is empty"));
+        };
+        let page = f.page;
+        let addr = self.page_addr(page);
+        if f.referenced {
+            drop_mapping(addr, self.page_size);
+            if let Some(f) = self.frames.get_mut(frame) {
+                f.referenced = false;
+            }
+        }
+        let offset = page as usize * self.page_size;
+        // SAFETY: the page is resident (in the page cache), so reading it
+        // through our own, unregistered mapping neither faults to us nor
+        // allocates; the application cannot write it (its mapping is gone).
+        let contents =
+            unsafe { std::slice::from_raw_parts(self.own.addr.add(offset), self.page_size) };
+        let changed = xxhash_rust::xxh3::xxh3_128(contents) != f.loaded_hash;
+        let entry = *self.table.entry(page);
+        let new_state = if changed {
+            let slot = match entry.slot {
+                Some(slot) => slot,
+                None => self.swap_map.allocate().ok_or_else(|| {
+                    SwapError::Full {
+                        slots: self.swap_map.capacity(),
+                        bytes: self.swap_map.capacity() * self.page_size as u64,
+                    }
+                    .to_string()
+                })?,
+            };
+            self.table.entry(page).slot = Some(slot);
+            if let Err(e) = self.swap.write_page(slot, contents) {
+                return Err(format!("write-back of page {page}: {e}"));
+            }
+            bump(&self.counters.write_backs, 1);
+            bump(&self.counters.bytes_out, self.page_size as u64);
+            PageState::Swapped(slot)
+        } else {
+            match entry.slot {
+                Some(slot) => PageState::Swapped(slot),
+                // Loaded as zeros and still zeros.
+                None => PageState::Untouched,
+            }
+        };
+        // Only now may the page leave memory.
+        // SAFETY: punching a hole in our own memfd.
+        let rc = unsafe {
+            libc::fallocate(
+                self.memfd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                self.page_size as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "removing page {page} from memory: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        self.table.entry(page).state = new_state;
+        self.frames.vacate(frame);
+        bump(&self.counters.evictions, 1);
+        Ok(())
+    }
+
+    /// Answer a fault that cannot be served with SIGBUS, and say why.
+    fn fail(&mut self, fault: Fault, reason: &str) {
+        bump(&self.counters.failures, 1);
+        self.log(format!(
+            "{reason}; the access at {:#x} gets SIGBUS",
+            fault.address
+        ));
+        let page_start = fault.address & !(self.page_size as u64 - 1);
+        if self.uffd.has_poison() && self.uffd.poison(page_start, self.page_size as u64).is_ok() {
+            return;
+        }
+        if self.uffd.has_thread_id() && fault.thread != 0 {
+            // SAFETY: signalling a thread of this process.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    fault.thread as libc::pid_t,
+                    libc::SIGBUS,
+                )
+            };
+        }
+        let _ = self.uffd.wake(page_start, self.page_size as u64);
+    }
+
+    fn log(&self, message: String) {
+        eprintln!("osprobe pager: {message}");
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(message);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Where evicted pages go: swap backends behind one trait (a local file,
+//! the remote file service), and the swap map of slots.
+
+use osprobe_rfs::client::{Client, Fd, OpenMode};
+use osprobe_rfs::protocol::CreateHow;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// A failed or full swap backend, with what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum SwapError {
+    #[error("swap is full: all {slots} slots ({bytes} bytes) are in use")]
+    Full { slots: u64, bytes: u64 },
+    #[error("{backend}: {what} slot {slot}: {reason}")]
+    Io {
+        backend: String,
+        what: &'static str,
+        slot: u64,
+        reason: String,
+    },
+    #[error("{backend}: short read of slot {slot}: {got} of {want} bytes")]
+    Short {
+        backend: String,
+        slot: u64,
+        got: usize,
+        want: usize,
+    },
+    #[error("{0}")]
+    Open(String),
+}
+
+/// Storage for evicted pages, addressed by slot (slot * page size).
+pub trait SwapBackend: Send {
+    /// In words, for notes and errors: `file /tmp/x`, `rfs 127.0.0.1:1234 swap`.
+    fn describe(&self) -> String;
+    /// Write one page to `slot`.
+    fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError>;
+    /// Read one page from `slot` into `page`.
+    fn read_page(&mut self, slot: u64, page: &mut [u8]) -> Result<(), SwapError>;
+}
+
+/// The swap map: which slots are free. A page keeps its slot for as long
+/// as the pager lives (so a clean page need not be written again), and
+/// the map refuses more pages than the backend may hold.
+#[derive(Debug)]
+pub struct SwapMap {
+    capacity: u64,
+    next_unused: u64,
+    free: Vec<u64>,
+}
+
+impl SwapMap {
+    pub fn new(capacity_slots: u64) -> SwapMap {
+        SwapMap {
+            capacity: capacity_slots,
+            next_unused: 0,
+            free: Vec::new(),
+        }
+    }
+
+    /// A free slot, or None when the swap is full.
+    pub fn allocate(&mut self) -> Option<u64> {
+        if let Some(slot) = self.free.pop() {
+            return Some(slot);
+        }
+        if self.next_unused < self.capacity {
+            self.next_unused += 1;
+            return Some(self.next_unused - 1);
+        }
+        None
+    }
+
+    pub fn release(&mut self, slot: u64) {
+        debug_assert!(slot < self.next_unused && !self.free.contains(&slot));
+        self.free.push(slot);
+    }
+
+    pub fn in_use(&self) -> u64 {
+        self.next_unused - self.free.len() as u64
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
+/// A swap file on a local file system. Reads come from the page cache
+/// when the file's pages are cached (as the kernel's own swap-in from a
+/// swap cache would); the experiments say so.
+pub struct FileSwap {
+    file: File,
+    path: PathBuf,
+    remove_on_drop: bool,
+}
+
+impl FileSwap {
+    /// Create (or truncate) the swap file at `path`.
+    pub fn create(path: &Path) -> Result<FileSwap, SwapError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| SwapError::Open(format!("swap file {}: {e}", path.display())))?;
+        Ok(FileSwap {
+            file,
+            path: path.to_path_buf(),
+            remove_on_drop: false,
+        })
+    }
+
+    /// Create the swap file at `path` and remove it when the backend is
+    /// dropped (a swap file means nothing once its pager is gone).
+    pub fn create_removed_after(path: &Path) -> Result<FileSwap, SwapError> {
+        let mut swap = FileSwap::create(path)?;
+        swap.remove_on_drop = true;
+        Ok(swap)
+    }
+
+    /// A swap file in `dir` that is removed when the backend is dropped.
+    pub fn temporary(dir: &Path) -> Result<FileSwap, SwapError> {
+        let name = format!(
+            "osprobe-swap-{}-{:x}",
+            std::process::id(),
+            osprobe_core::random::SplitMix64::new(nanos_now()).next_u64()
+        );
+        FileSwap::create_removed_after(&dir.join(name))
+    }
+
+    fn io(&self, what: &'static str, slot: u64, e: std::io::Error) -> SwapError {
+        SwapError::Io {
+            backend: self.describe(),
+            what,
+            slot,
+            reason: e.to_string(),
+        }
+    }
+}
+
+fn nanos_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Drop for FileSwap {
+    fn drop(&mut self) {
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl SwapBackend for FileSwap {
+    fn describe(&self) -> String {
+        format!("swap file {}", self.path.display())
+    }
+
+    fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError> {
+        let offset = slot * page.len() as u64;
+        self.file
+            .write_all_at(page, offset)
+            .map_err(|e| self.io("writing", slot, e))
+    }
+
+    fn read_page(&mut self, slot: u64, page: &mut [u8]) -> Result<(), SwapError> {
+        let offset = slot * page.len() as u64;
+        self.file
+            .read_exact_at(page, offset)
+            .map_err(|e| self.io("reading", slot, e))
+    }
+}
+
+/// A swap file on the remote file service (SOS paged to NFS). A page
+/// travels as page/packet requests, all in flight at once within the
+/// client's window.
+pub struct RfsSwap {
+    client: Client,
+    fd: Fd,
+    name: String,
+    remove_on_drop: bool,
+}
+
+impl RfsSwap {
+    /// Create (or truncate) `name` on the server `client` talks to.
+    pub fn create(mut client: Client, name: &str) -> Result<RfsSwap, SwapError> {
+        let fd = client
+            .create(name, CreateHow::Truncate, 0o600)
+            .or_else(|_| client.open(name, OpenMode::ReadWrite))
+            .map_err(|e| {
+                SwapError::Open(format!(
+                    "swap file '{name}' on rfs {}: {e}",
+                    client.server()
+                ))
+            })?;
+        Ok(RfsSwap {
+            client,
+            fd,
+            name: name.to_string(),
+            remove_on_drop: false,
+        })
+    }
+
+    /// Remove the swap file from the server when dropped.
+    pub fn remove_on_drop(mut self) -> RfsSwap {
+        self.remove_on_drop = true;
+        self
+    }
+
+    fn io(&self, what: &'static str, slot: u64, reason: String) -> SwapError {
+        SwapError::Io {
+            backend: self.describe(),
+            what,
+            slot,
+            reason,
+        }
+    }
+}
+
+impl Drop for RfsSwap {
+    fn drop(&mut self) {
+        let _ = self.client.close(self.fd);
+        if self.remove_on_drop {
+            let _ = self.client.remove(&self.name);
+        }
+    }
+}
+
+impl SwapBackend for RfsSwap {
+    fn describe(&self) -> String {
+        format!("rfs {} swap file '{}'", self.client.server(), self.name)
+    }
+
+    fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError> {
+        let offset = slot * page.len() as u64;
+        match self.client.write_at(self.fd, offset, page) {
+            Ok(n) if n == page.len() => Ok(()),
+            Ok(n) => Err(self.io(
+                "writing",
+                slot,
+                format!("wrote {n} of {} bytes", page.len()),
+            )),
+            Err(e) => Err(self.io("writing", slot, e.to_string())),
+        }
+    }
+
+    fn read_page(&mut self, slot: u64, page: &mut [u8]) -> Result<(), SwapError> {
+        let offset = slot * page.len() as u64;
+        let want = page.len();
+        match self.client.read_at(self.fd, offset, page) {
+            Ok(n) if n == want => Ok(()),
+            Ok(got) => Err(SwapError::Short {
+                backend: self.describe(),
+                slot,
+                got,
+                want,
+            }),
+            Err(e) => Err(self.io("reading", slot, e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_swap_map_reuses_released_slots_and_refuses_past_capacity() {
+        let mut map = SwapMap::new(2);
+        assert_eq!(map.allocate(), Some(0));
+        assert_eq!(map.allocate(), Some(1));
+        assert_eq!(map.allocate(), None);
+        map.release(0);
+        assert_eq!(map.in_use(), 1);
+        assert_eq!(map.allocate(), Some(0));
+        assert_eq!(map.allocate(), None);
+    }
+
+    #[test]
+    fn a_file_swap_returns_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut swap = FileSwap::temporary(dir.path()).unwrap();
+        let page: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        swap.write_page(3, &page).unwrap();
+        let mut back = vec![0u8; 4096];
+        swap.read_page(3, &mut back).unwrap();
+        assert_eq!(back, page);
+        // A slot never written lies past the end of the file.
+        assert!(swap.read_page(9, &mut back).is_err());
+    }
+}
