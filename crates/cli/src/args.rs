@@ -44,6 +44,8 @@ pub enum Command {
     Link(crate::link::LinkArgs),
     /// The remote file service: `rfs serve DIR`, and get, put, ls, stat against it
     Rfs(crate::rfs::RfsArgs),
+    /// The user-space demand pager: `pager run --frames N -- WORKLOAD` (userfaultfd)
+    Pager(crate::pager::PagerArgs),
     /// Compare two stored runs metric by metric; exit 1 when one regressed beyond --threshold (for CI)
     Compare(crate::compare::CompareArgs),
     /// The seed documents' reference figures beside a stored run's, with the ratio

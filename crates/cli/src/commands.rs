@@ -28,6 +28,7 @@ pub fn registry() -> Registry {
     osprobe_machine::register(&mut registry);
     osprobe_net::register(&mut registry);
     osprobe_rfs::register(&mut registry);
+    osprobe_pager::register(&mut registry);
     registry
 }
 
@@ -44,6 +45,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Send(args) => crate::net::send(args, cli.quiet),
         Command::Link(args) => crate::link::link(args, cli.quiet),
         Command::Rfs(args) => crate::rfs::rfs(args, cli.quiet),
+        Command::Pager(args) => crate::pager::pager(args, cli.quiet),
         Command::Compare(args) => crate::compare::run(args, db),
         Command::Reproduce(args) => crate::reproduce::run(args, db),
     }

@@ -6,6 +6,7 @@ mod commands;
 mod compare;
 mod link;
 mod net;
+mod pager;
 mod progress;
 mod reproduce;
 mod rfs;

@@ -231,7 +231,7 @@ pub fn resolve_server(raw: &str) -> Result<SocketAddr> {
 }
 
 /// Check the client flags and connect.
-fn connect(args: &ClientArgs) -> Result<Client> {
+pub fn connect(args: &ClientArgs) -> Result<Client> {
     let transport = if args.tcp {
         Transport::Tcp
     } else {

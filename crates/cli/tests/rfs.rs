@@ -4,67 +4,16 @@
 mod common;
 
 use assert_cmd::cargo::CommandCargoExt;
-use common::{json_of, measurements, need_root, osprobe_namespaces};
+use common::{json_of, measurements, need_root, osprobe_namespaces, Served};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 fn osprobe() -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
     cmd.env_remove("OSPROBE_TOKEN");
     cmd
-}
-
-/// An `osprobe rfs serve` child on 127.0.0.1 and a free port; stopped with
-/// SIGINT on drop.
-struct Served {
-    child: Option<Child>,
-    addr: String,
-}
-
-impl Served {
-    fn start(dir: &Path, extra: &[&str]) -> Served {
-        let mut child = osprobe()
-            .args(["rfs", "serve"])
-            .arg(dir)
-            .args(["--bind", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .split_whitespace()
-            .find(|w| w.starts_with("127.0.0.1:"))
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_string();
-        Served {
-            child: Some(child),
-            addr,
-        }
-    }
-
-    /// SIGINT, and the server's exit status and output.
-    fn stop(mut self) -> Output {
-        let child = self.child.take().unwrap();
-        // SAFETY: kill(2) of our own child, not yet reaped.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-        child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn rfs(args: &[&str], server: &str) -> Output {

@@ -3,7 +3,11 @@
 // Each test file uses its own subset.
 #![allow(dead_code)]
 
+use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 
 /// The measurements of one experiment in a run document.
 pub fn measurements<'a>(run: &'a Value, experiment: &str) -> Vec<&'a Value> {
@@ -103,4 +107,57 @@ pub fn osprobe_namespaces() -> Vec<String> {
         .filter(|n| n.starts_with("osprobe-"))
         .map(str::to_string)
         .collect()
+}
+
+/// An `osprobe rfs serve` child on 127.0.0.1 and a free port; stopped with
+/// SIGINT on drop.
+pub struct Served {
+    child: Option<Child>,
+    pub addr: String,
+}
+
+impl Served {
+    pub fn start(dir: &Path, extra: &[&str]) -> Served {
+        let mut child = Command::cargo_bin("osprobe")
+            .unwrap()
+            .env_remove("OSPROBE_TOKEN")
+            .args(["rfs", "serve"])
+            .arg(dir)
+            .args(["--bind", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let addr = first
+            .split_whitespace()
+            .find(|w| w.starts_with("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .to_string();
+        Served {
+            child: Some(child),
+            addr,
+        }
+    }
+
+    /// SIGINT, and the server's exit status and output.
+    pub fn stop(mut self) -> Output {
+        let child = self.child.take().unwrap();
+        // SAFETY: kill(2) of our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

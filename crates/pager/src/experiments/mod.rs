@@ -2,6 +2,7 @@
 //! space costs) and `pager.policy` (how replacement policies compare).
 
 pub mod fault;
+pub mod policy;
 
 use crate::uffd::Userfaultfd;
 use osprobe_core::affinity::PinGuard;
@@ -9,6 +10,7 @@ use osprobe_core::{ExperimentError, Registry};
 
 pub fn register(registry: &mut Registry) {
     registry.register(Box::new(fault::PageFault));
+    registry.register(Box::new(policy::PagePolicy));
 }
 
 /// userfaultfd with what the pager needs, or why not (skipped, with the

@@ -90,12 +90,12 @@ impl Experiment for PagePolicy {
     }
 
     fn grid(&self, profile: Profile) -> Vec<Params> {
-        let (offline_frames, live_frames, pages, length): (&[i64], &[i64], i64, i64) =
-            match profile {
-                Profile::Smoke => (&[64], &[16], 256, 2_000),
-                Profile::Quick => (&[32, 64, 128], &[64], 512, 20_000),
-                Profile::Full => (&[16, 32, 64, 128, 256], &[32, 64, 128], 1024, 100_000),
-            };
+        let (offline_frames, live_frames, pages, length): (&[i64], &[i64], i64, i64) = match profile
+        {
+            Profile::Smoke => (&[64], &[16], 256, 2_000),
+            Profile::Quick => (&[32, 64, 128], &[64], 512, 20_000),
+            Profile::Full => (&[16, 32, 64, 128, 256], &[32, 64, 128], 1024, 100_000),
+        };
         let mut grid = Vec::new();
         for policy in POLICIES {
             for frames in [3, 4] {
@@ -141,7 +141,8 @@ impl Experiment for PagePolicy {
             "offline" => {
                 let mut policy =
                     policy_by_name(policy_name, Some(&trace)).map_err(|e| failed(e.to_string()))?;
-                let result = simulate(&trace, frames, policy.as_mut()).map_err(|e| failed(e.to_string()))?;
+                let result =
+                    simulate(&trace, frames, policy.as_mut()).map_err(|e| failed(e.to_string()))?;
                 let mut m = count("faults", params, result.faults)?;
                 m.notes.push(format!(
                     "offline simulation: {} accesses, {} hits, {} evictions",
@@ -153,15 +154,19 @@ impl Experiment for PagePolicy {
                 Ok(vec![m])
             }
             "live" => live(params, &trace, frames, policy_name),
-            other => Err(failed(format!(
-                "mode '{other}': expected offline or live"
-            ))),
+            other => Err(failed(format!("mode '{other}': expected offline or live"))),
         }
     }
 }
 
 fn count(metric: &str, params: &Params, value: u64) -> Result<Measurement, ExperimentError> {
-    value_measurement("pager.policy", metric, params.clone(), Unit::Count, &[value as f64])
+    value_measurement(
+        "pager.policy",
+        metric,
+        params.clone(),
+        Unit::Count,
+        &[value as f64],
+    )
 }
 
 /// "Belady's anomaly" when FIFO faults more with these frames than with
@@ -204,8 +209,10 @@ fn live(
         other => failed(other.to_string()),
     })?;
     let counters = outcome.counters;
-    let mut offline_policy = policy_by_name(policy_name, None).map_err(|e| failed(e.to_string()))?;
-    let offline = simulate(trace, frames, offline_policy.as_mut()).map_err(|e| failed(e.to_string()))?;
+    let mut offline_policy =
+        policy_by_name(policy_name, None).map_err(|e| failed(e.to_string()))?;
+    let offline =
+        simulate(trace, frames, offline_policy.as_mut()).map_err(|e| failed(e.to_string()))?;
     let faults = counters.zero_fills + counters.swap_ins;
     let mut m = count("faults", params, faults)?;
     m.notes.push(format!(

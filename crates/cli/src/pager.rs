@@ -1,0 +1,286 @@
+//! `osprobe pager run`: run a built-in workload on memory served by
+//! osprobe's user-space pager and print what the pager did. Wiring only:
+//! the pager, the policies, the traces and the workloads live in
+//! osprobe-pager.
+
+use crate::args::TokenArg;
+use crate::commands::UsageError;
+use crate::rfs::ClientArgs;
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use osprobe_core::interrupt;
+use osprobe_pager::policy::policy_by_name;
+use osprobe_pager::swap::{FileSwap, RfsSwap, SwapBackend};
+use osprobe_pager::trace::{generate, TraceKind};
+use osprobe_pager::workload::{self, WorkloadError, WorkloadOutcome};
+use osprobe_pager::{Pager, PagerConfig, ServiceTimes};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct PagerArgs {
+    #[command(subcommand)]
+    pub command: PagerCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PagerCommand {
+    /// Run a workload on pager-served memory: `osprobe pager run --frames 64 -- zipf`
+    Run(RunArgs),
+}
+
+pub const WORKLOADS: &str = "sequential, loop, uniform, zipf, classic (access traces) or sort";
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Frames: at most this many pages in memory at once
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub frames: u32,
+    /// Pages of memory the workload uses (default: 4 x frames)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=16_777_216))]
+    pub pages: Option<u64>,
+    /// Replacement policy: fifo, clock (Second Chance) or lru (aging)
+    #[arg(long, default_value = "clock", value_parser = ["fifo", "clock", "lru"])]
+    pub policy: String,
+    /// Where evicted pages go: file:PATH (removed afterwards), or rfs:HOST[:PORT] (an `osprobe rfs serve`); default a file in the temp directory
+    #[arg(long, value_name = "file:PATH|rfs:HOST[:PORT]")]
+    pub swap: Option<String>,
+    /// Accesses of a trace workload (default: 20 x pages)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub length: Option<u64>,
+    /// Seed of the random traces and of the sort's numbers
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// rfs swap: requests in flight
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=osprobe_rfs::MAX_WINDOW as i64))]
+    pub window: u32,
+    /// rfs swap: bytes per request (a 4 KiB page is page/packet requests in flight)
+    #[arg(long, value_name = "SIZE", default_value = "4K")]
+    pub packet: String,
+    /// rfs swap: talk TCP instead of UDP
+    #[arg(long)]
+    pub tcp: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+    /// Print the outcome as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// The workload: sequential, loop, uniform, zipf, classic or sort
+    #[arg(last = true, value_name = "WORKLOAD", required = true, num_args = 1..)]
+    pub workload: Vec<String>,
+}
+
+pub fn pager(args: PagerArgs, quiet: bool) -> Result<ExitCode> {
+    match args.command {
+        PagerCommand::Run(args) => run(args, quiet),
+    }
+}
+
+enum Workload {
+    Trace(TraceKind),
+    Sort,
+}
+
+fn parse_workload(words: &[String]) -> Result<Workload, UsageError> {
+    let [word] = words else {
+        return Err(UsageError(format!(
+            "workload '{}': expected one word, one of {WORKLOADS}",
+            words.join(" ")
+        )));
+    };
+    if word == "sort" {
+        return Ok(Workload::Sort);
+    }
+    word.parse::<TraceKind>()
+        .map(Workload::Trace)
+        .map_err(|_| UsageError(format!("workload '{word}': expected one of {WORKLOADS}")))
+}
+
+fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
+    let Some(raw) = &args.swap else {
+        return Ok(Box::new(FileSwap::temporary(&std::env::temp_dir())?));
+    };
+    let bad = || {
+        UsageError(format!(
+            "--swap '{raw}': expected file:PATH or rfs:HOST[:PORT]"
+        ))
+    };
+    match raw.split_once(':') {
+        Some(("file", path)) if !path.is_empty() => {
+            let path = PathBuf::from(path);
+            if path.is_dir() {
+                return Err(UsageError(format!(
+                    "--swap '{raw}': {} is a directory; name a file",
+                    path.display()
+                ))
+                .into());
+            }
+            Ok(Box::new(FileSwap::create_removed_after(&path)?))
+        }
+        Some(("rfs", server)) if !server.is_empty() => {
+            let client_args = ClientArgs {
+                server: server.to_string(),
+                window: args.window,
+                packet: args.packet.clone(),
+                udp: !args.tcp,
+                tcp: args.tcp,
+                token: TokenArg {
+                    token: args.token.token.clone(),
+                },
+                json: false,
+            };
+            let client = crate::rfs::connect(&client_args)?;
+            let name = format!("osprobe-pager-{}.swap", std::process::id());
+            Ok(Box::new(RfsSwap::create(client, &name)?.remove_on_drop()))
+        }
+        _ => Err(bad().into()),
+    }
+}
+
+fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
+    let workload = parse_workload(&args.workload)?;
+    let frames = args.frames as usize;
+    let pages = args.pages.unwrap_or(4 * frames as u64);
+    let trace = match workload {
+        Workload::Trace(kind) => {
+            let length = args.length.unwrap_or(20 * pages) as usize;
+            Some(generate(kind, pages, length, frames, args.seed))
+        }
+        Workload::Sort => None,
+    };
+    // The classic string names pages 1..=5.
+    let pages = match &trace {
+        Some(t) => pages.max(t.iter().max().map_or(0, |m| m + 1)),
+        None => pages,
+    };
+    let policy = policy_by_name(&args.policy, None).map_err(|e| UsageError(e.to_string()))?;
+    let swap = swap_backend(&args)?;
+    interrupt::install();
+    // The workload and the handler on one CPU: a fault is then two
+    // context switches there, not a wake-up of the other CPU (4x slower
+    // on a VM).
+    let pin = osprobe_core::affinity::PinGuard::first_allowed().ok();
+    let mut config = PagerConfig::new(pages, frames, policy, swap);
+    config.handler_cpu = pin.as_ref().map(|p| p.cpu);
+    let mut pager = Pager::start(config)?;
+    if !quiet && !args.json {
+        eprintln!(
+            "pager: {} pages of {} bytes in {} frames, policy {}, {}",
+            pages,
+            pager.page_size(),
+            frames,
+            pager.policy_name(),
+            pager.swap_description()
+        );
+    }
+    let outcome = match &trace {
+        Some(trace) => workload::replay(&mut pager, trace, interrupt::flag()),
+        None => workload::sort(&mut pager, args.seed, interrupt::flag()),
+    };
+    let last_error = pager.last_error();
+    let description = (pager.policy_name(), pager.swap_description().to_string());
+    let (_, times) = pager.finish();
+    match outcome {
+        Ok(outcome) => {
+            print_outcome(&args, pages, &description, &outcome, &times)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(WorkloadError::Interrupted) => {
+            eprintln!("osprobe: interrupted");
+            Ok(ExitCode::from(130))
+        }
+        Err(e) => {
+            let why = last_error
+                .map(|l| format!(" (pager: {l})"))
+                .unwrap_or_default();
+            Err(anyhow::anyhow!("the workload failed: {e}{why}"))
+        }
+    }
+}
+
+fn median_us(values: &[f64]) -> Option<f64> {
+    osprobe_core::stats::Summary::of(values).map(|s| s.p50 / 1e3)
+}
+
+fn print_outcome(
+    args: &RunArgs,
+    pages: u64,
+    (policy, swap): &(&str, String),
+    outcome: &WorkloadOutcome,
+    times: &ServiceTimes,
+) -> Result<()> {
+    let c = &outcome.counters;
+    if args.json {
+        let value = serde_json::json!({
+            "workload": args.workload.join(" "),
+            "frames": args.frames,
+            "pages": pages,
+            "policy": policy,
+            "swap": swap,
+            "accesses": outcome.accesses,
+            "run_time_ns": outcome.elapsed.as_nanos() as u64,
+            "checked": outcome.checked,
+            "counters": {
+                "faults": c.faults,
+                "zero_fills": c.zero_fills,
+                "swap_ins": c.swap_ins,
+                "referenced_bit_faults": c.referenced_bit_faults,
+                "duplicate_faults": c.duplicate_faults,
+                "evictions": c.evictions,
+                "write_backs": c.write_backs,
+                "bits_cleared": c.bits_cleared,
+                "bytes_in": c.bytes_in,
+                "bytes_out": c.bytes_out,
+                "failures": c.failures,
+            },
+            "service_time_p50_ns": {
+                "zero_fill": median_us(&times.zero_fill).map(|u| u * 1e3),
+                "swap_in": median_us(&times.swap_in).map(|u| u * 1e3),
+                "referenced_bit": median_us(&times.referenced_bit).map(|u| u * 1e3),
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    let time = |v: &[f64]| match median_us(v) {
+        Some(us) => format!("{us:.2} us"),
+        None => "-".into(),
+    };
+    println!(
+        "{} on {} pages in {} frames ({policy}, {swap})",
+        args.workload.join(" "),
+        pages,
+        args.frames
+    );
+    println!(
+        "  run time        {:.3} s for {} accesses",
+        outcome.elapsed.as_secs_f64(),
+        outcome.accesses
+    );
+    println!("  checked         {}", outcome.checked);
+    println!(
+        "  faults          {} = {} zero-fill + {} swap-in + {} referenced-bit",
+        c.faults, c.zero_fills, c.swap_ins, c.referenced_bit_faults
+    );
+    println!(
+        "  evictions       {} ({} written back, {} clean)",
+        c.evictions,
+        c.write_backs,
+        c.evictions - c.write_backs
+    );
+    println!("  bits cleared    {}", c.bits_cleared);
+    println!(
+        "  moved           {} bytes in, {} bytes out",
+        c.bytes_in, c.bytes_out
+    );
+    println!(
+        "  service p50     zero-fill {}, swap-in {}, referenced-bit {} (inside the handler)",
+        time(&times.zero_fill),
+        time(&times.swap_in),
+        time(&times.referenced_bit)
+    );
+    if c.duplicate_faults > 0 {
+        println!("  duplicates      {}", c.duplicate_faults);
+    }
+    Ok(())
+}

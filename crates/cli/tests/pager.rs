@@ -1,0 +1,175 @@
+//! `osprobe pager run` and the pager experiments, driven through the
+//! binary. They need userfaultfd (root here, and in CI).
+
+mod common;
+
+use assert_cmd::cargo::CommandCargoExt;
+use common::{json_of, measurements, need_root, Served};
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn osprobe(args: &[&str]) -> Output {
+    Command::cargo_bin("osprobe")
+        .unwrap()
+        .env_remove("OSPROBE_TOKEN")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn counters(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", stderr(out));
+    json_of(out)["counters"].clone()
+}
+
+fn add_up(c: &Value) {
+    let n = |k: &str| c[k].as_u64().unwrap();
+    assert_eq!(
+        n("faults"),
+        n("zero_fills") + n("swap_ins") + n("referenced_bit_faults"),
+        "{c}"
+    );
+    assert_eq!(n("failures"), 0, "{c}");
+}
+
+#[test]
+fn pager_run_pages_a_trace_and_a_sort_through_a_swap_file() {
+    if !need_root("pager_run_pages_a_trace_and_a_sort_through_a_swap_file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let swap = dir.path().join("swap");
+    let spec = format!("file:{}", swap.display());
+    let out = osprobe(&[
+        "pager", "run", "--frames", "16", "--swap", &spec, "--json", "--", "zipf",
+    ]);
+    let c = counters(&out);
+    add_up(&c);
+    assert!(c["swap_ins"].as_u64().unwrap() > 0, "{c}");
+    assert!(!swap.exists(), "the swap file is removed afterwards");
+    let out = osprobe(&[
+        "pager", "run", "--frames", "32", "--pages", "256", "--policy", "fifo", "--json", "--",
+        "sort",
+    ]);
+    let doc = json_of(&out);
+    assert!(doc["checked"].as_str().unwrap().contains("sorted"), "{doc}");
+    add_up(&doc["counters"]);
+    // The human form names the counters.
+    let out = osprobe(&[
+        "pager", "run", "--frames", "3", "--policy", "fifo", "--", "classic",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text.contains("faults          9 = 5 zero-fill + 4 swap-in"),
+        "{text}"
+    );
+}
+
+#[test]
+fn pager_run_swaps_to_the_remote_file_service() {
+    if !need_root("pager_run_swaps_to_the_remote_file_service") {
+        return;
+    }
+    let export = tempfile::tempdir().unwrap();
+    let server = Served::start(export.path(), &[]);
+    let spec = format!("rfs:{}", server.addr);
+    let out = osprobe(&[
+        "pager", "run", "--frames", "16", "--pages", "64", "--swap", &spec, "--json", "--",
+        "uniform",
+    ]);
+    let c = counters(&out);
+    add_up(&c);
+    assert!(c["write_backs"].as_u64().unwrap() > 0, "{c}");
+    drop(server);
+    let left: Vec<_> = std::fs::read_dir(export.path()).unwrap().collect();
+    assert!(left.is_empty(), "the remote swap file is removed: {left:?}");
+}
+
+#[test]
+fn bad_pager_input_is_a_usage_error_naming_what_is_accepted() {
+    for (args, expect) in [
+        (
+            vec!["pager", "run", "--frames", "8", "--", "quicksort"],
+            "expected one of",
+        ),
+        (
+            vec![
+                "pager", "run", "--frames", "8", "--swap", "nfs:host", "--", "zipf",
+            ],
+            "file:PATH or rfs:HOST[:PORT]",
+        ),
+        (
+            vec!["pager", "run", "--frames", "0", "--", "zipf"],
+            "frames",
+        ),
+        (
+            vec![
+                "pager", "run", "--frames", "8", "--policy", "opt", "--", "zipf",
+            ],
+            "opt",
+        ),
+        (
+            vec!["pager", "run", "--frames", "8", "--", "zipf", "loop"],
+            "one word",
+        ),
+    ] {
+        let out = osprobe(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expect), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn the_pager_experiments_in_the_smoke_profile() {
+    if !need_root("the_pager_experiments_in_the_smoke_profile") {
+        return;
+    }
+    let out = osprobe(&[
+        "run",
+        "--profile",
+        "smoke",
+        "--only",
+        "pager.*",
+        "--no-store",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run = json_of(&out);
+    let faults = measurements(&run, "pager.fault");
+    let metrics: Vec<&str> = faults
+        .iter()
+        .map(|m| m["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(metrics, ["zero_fill", "swap_in_file", "swap_in_rfs"]);
+    for m in &faults {
+        assert_eq!(m["unit"], "ns");
+        let notes = m["notes"].to_string();
+        assert!(notes.contains("kernel's own"), "{notes}");
+    }
+    let policy = measurements(&run, "pager.policy");
+    let classic = |mode: &str, frames: i64| {
+        policy
+            .iter()
+            .find(|m| {
+                m["metric"] == "faults"
+                    && m["params"]["trace"] == "classic"
+                    && m["params"]["policy"] == "fifo"
+                    && m["params"]["mode"] == mode
+                    && m["params"]["frames"] == frames
+            })
+            .unwrap_or_else(|| panic!("no classic fifo {mode} {frames}"))
+    };
+    for mode in ["offline", "live"] {
+        assert_eq!(classic(mode, 3)["summary"]["p50"], 9.0);
+        assert_eq!(classic(mode, 4)["summary"]["p50"], 10.0);
+        assert!(classic(mode, 4)["notes"]
+            .to_string()
+            .contains("Belady's anomaly"));
+    }
+    assert!(policy.iter().any(|m| m["metric"] == "run_time"));
+}
