@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod human;
 pub mod reproduce;
+pub mod svg;
 pub mod table;
 pub mod terminal;
 
