@@ -172,6 +172,9 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
             pager.policy_name(),
             pager.swap_description()
         );
+        if pager.user_mode_only() {
+            eprintln!("pager: userfaultfd for user-mode faults only (unprivileged; vm.unprivileged_userfaultfd=0): fine for these workloads, a system call reading or writing the region would get EFAULT");
+        }
     }
     let outcome = match &trace {
         Some(trace) => workload::replay(&mut pager, trace, interrupt::flag()),
