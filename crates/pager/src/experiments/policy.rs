@@ -113,8 +113,8 @@ impl Experiment for PagePolicy {
             grid.push(point("live", "classic", "fifo", frames, 5, 12));
         }
         let live_traces: &[&str] = match profile {
-            Profile::Smoke => &["zipf"],
-            _ => &["loop", "zipf"],
+            Profile::Full => &["loop", "zipf"],
+            _ => &["zipf"],
         };
         for trace in live_traces {
             for policy in ["fifo", "clock", "lru"] {
