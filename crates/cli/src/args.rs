@@ -50,6 +50,8 @@ pub enum Command {
     Compare(crate::compare::CompareArgs),
     /// The seed documents' reference figures beside a stored run's, with the ratio
     Reproduce(crate::reproduce::ReproduceArgs),
+    /// Write a stored run as one self-contained HTML file: environment, summary table, plots
+    Report(crate::report::ReportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -226,8 +228,14 @@ pub struct ShowArgs {
     /// Run id, a unique prefix of one, or `latest`
     pub run: String,
     /// Print the run as JSON
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["csv", "markdown"])]
     pub json: bool,
+    /// Print the measurements as CSV, one row per measurement (columns: see README)
+    #[arg(long, conflicts_with = "markdown")]
+    pub csv: bool,
+    /// Print the run as Markdown tables
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 fn parse_param(raw: &str) -> Result<(String, String), String> {

@@ -1,7 +1,7 @@
 //! One function per verb: wiring between the registry, the runner, the
 //! store and the renderers. No measuring and no formatting happen here.
 
-use crate::args::{BenchArgs, Cli, Command, NetArgs, ProfileArgs, RunArgs};
+use crate::args::{BenchArgs, Cli, Command, NetArgs, ProfileArgs, RunArgs, ShowArgs};
 use crate::progress::Bar;
 use anyhow::{Context as _, Result};
 use osprobe_core::runner::{self, Plan};
@@ -39,7 +39,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench(args, db, cli.quiet),
         Command::List(args) => list(args.json),
         Command::History(args) => history(db, args.json),
-        Command::Show(args) => show(db, &args.run, args.json),
+        Command::Show(args) => show(db, args),
         Command::Net(args) => net(args, db, cli.quiet),
         Command::Serve(args) => crate::net::serve(args, cli.quiet),
         Command::Send(args) => crate::net::send(args, cli.quiet),
@@ -48,6 +48,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Pager(args) => crate::pager::pager(args, cli.quiet),
         Command::Compare(args) => crate::compare::run(args, db),
         Command::Reproduce(args) => crate::reproduce::run(args, db),
+        Command::Report(args) => crate::report::run(args, db),
     }
 }
 
@@ -63,7 +64,7 @@ fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let selected = registry
         .select(&args.only)
         .map_err(|e| UsageError(format!("--only: {e}")))?;
-    measure(selected, &args.profile, &[], db, quiet, None)
+    measure(selected, &args.profile, &[], db, quiet, None, true)
 }
 
 fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
@@ -75,7 +76,15 @@ fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
             registry.ids().join(", ")
         ))
     })?;
-    measure(vec![exp], &args.profile, &args.params, db, quiet, None)
+    measure(
+        vec![exp],
+        &args.profile,
+        &args.params,
+        db,
+        quiet,
+        None,
+        false,
+    )
 }
 
 /// `osprobe net TEST`: `bench net.TEST` with the path chosen by --to or
@@ -113,10 +122,12 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         db,
         quiet,
         args.token.token,
+        false,
     )
 }
 
 /// Plan, open the store, measure, store, print: shared by `run` and `bench`.
+/// With `report`, a stored run also gets its HTML report beside the store.
 fn measure(
     selected: Vec<&dyn Experiment>,
     opts: &ProfileArgs,
@@ -124,6 +135,7 @@ fn measure(
     db: Option<PathBuf>,
     quiet: bool,
     peer_token: Option<String>,
+    report: bool,
 ) -> Result<ExitCode> {
     let profile = Profile::parse(&opts.profile).ok_or_else(|| {
         UsageError(format!(
@@ -180,6 +192,13 @@ fn measure(
     if let Some(store) = &mut store {
         store.save_run(&run).context("storing the run")?;
     }
+    // A report that cannot be written costs the run nothing: warn only.
+    let report_path = match (&store, report) {
+        (Some(store), true) => crate::report::write_beside_store(&run, store.path())
+            .map_err(|e| eprintln!("osprobe: warning: no HTML report: {e:#}"))
+            .ok(),
+        _ => None,
+    };
 
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
@@ -193,6 +212,9 @@ fn measure(
                 store.path().display(),
                 run.id
             );
+        }
+        if let Some(path) = &report_path {
+            println!("report: {}", path.display());
         }
     }
     for f in &outcome.failures {
@@ -246,17 +268,24 @@ fn history(db: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn show(db: Option<PathBuf>, id: &str, json: bool) -> Result<ExitCode> {
+fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
     let store = Store::open(&db_path(db)?, Access::Read)?;
-    let run = store.load_run(id).map_err(|e| match e {
+    let run = store.load_run(&args.run).map_err(|e| match e {
         osprobe_store::StoreError::UnknownRun { .. }
         | osprobe_store::StoreError::AmbiguousRun { .. } => {
             anyhow::Error::new(UsageError(e.to_string()))
         }
         other => other.into(),
     })?;
-    if json {
+    if args.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
+    } else if args.csv {
+        print!(
+            "{}",
+            osprobe_report::csv::measurements_csv(&run.measurements)
+        );
+    } else if args.markdown {
+        print!("{}", osprobe_report::markdown::run_markdown(&run));
     } else {
         println!(
             "run {} ({} profile, {} .. {}, osprobe {})",

@@ -8,6 +8,7 @@ mod link;
 mod net;
 mod pager;
 mod progress;
+mod report;
 mod reproduce;
 mod rfs;
 

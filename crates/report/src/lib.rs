@@ -1,8 +1,14 @@
 //! osprobe-report: turns results into things people read. Experiments
 //! return values; everything about how they look lives here.
 
+pub mod axis;
+pub mod chart;
 pub mod compare;
+pub mod csv;
+pub mod html;
 pub mod human;
+pub mod markdown;
+pub mod plot;
 pub mod reproduce;
 pub mod svg;
 pub mod table;

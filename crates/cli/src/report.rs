@@ -1,0 +1,75 @@
+//! `osprobe report [RUN] [--out FILE]`: a stored run as one self-contained
+//! HTML file; and the report `osprobe run` writes beside the store. Wiring
+//! only: the page is osprobe-report's html module.
+
+use crate::commands::UsageError;
+use crate::compare::{load_run, open_store};
+use anyhow::{Context as _, Result};
+use clap::Args;
+use osprobe_core::{Run, SCHEMA_VERSION};
+use osprobe_report::html::Report;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The run: an id, a unique prefix of one, `latest` or `latest~N`
+    #[arg(default_value = "latest")]
+    pub run: String,
+    /// Where to write the HTML (default: osprobe-report-RUN.html in the current directory)
+    #[arg(long, short, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
+    let store = open_store(db)?;
+    let run = load_run(&store, &args.run)?;
+    readable_schema(&run)?;
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("osprobe-report-{}.html", run.id)));
+    if out.is_dir() {
+        return Err(UsageError(format!(
+            "--out {}: is a directory; give a file name, e.g. {}",
+            out.display(),
+            out.join(format!("osprobe-report-{}.html", run.id))
+                .display()
+        ))
+        .into());
+    }
+    let bytes = write(&run, &out)?;
+    println!("{} ({} KiB)", out.display(), bytes.div_ceil(1024));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A run written by a newer osprobe may hold what this one cannot show.
+fn readable_schema(run: &Run) -> Result<()> {
+    match run.measurements.iter().map(|m| m.schema).max() {
+        Some(v) if v > SCHEMA_VERSION => Err(UsageError(format!(
+            "run {} was stored by a newer osprobe (result schema {v}; this osprobe reads up to {SCHEMA_VERSION}): upgrade osprobe to report it",
+            run.id
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// Render `run` into `path`; the number of bytes written.
+pub fn write(run: &Run, path: &Path) -> Result<usize> {
+    let html = Report::new(run).render();
+    std::fs::write(path, &html).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(html.len())
+}
+
+/// The report `osprobe run` keeps beside the store: `<dir of db>/reports/<id>.html`.
+pub fn write_beside_store(run: &Run, db: &Path) -> Result<PathBuf> {
+    let dir = db
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("reports");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join(format!("{}.html", run.id));
+    write(run, &path)?;
+    Ok(path)
+}

@@ -1,0 +1,352 @@
+//! Drawing the plots chosen in [`crate::plot`] as SVG: axes with ticks and
+//! unit labels, lines with a confidence band, grouped bars with error bars,
+//! histograms, markers and a legend.
+
+use crate::axis::{padded, readable, tick_labels, Scale};
+use crate::plot::{AxisSpec, BarPlot, HistogramPlot, Kind, LinePlot, Marker, Plot};
+use crate::svg::{series_style, text_width, Anchor, Svg};
+use osprobe_core::Unit;
+
+const WIDTH: f64 = 680.0;
+const LEFT: f64 = 84.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 30.0;
+const PLOT_H: f64 = 250.0;
+const FONT: f64 = 11.0;
+const GRID: &str = r##"stroke="#ddd" stroke-width="1""##;
+const AXIS: &str = r##"stroke="#333" stroke-width="1""##;
+
+/// The SVG of a plot.
+pub fn render(plot: &Plot) -> String {
+    let mut svg = Svg::new(WIDTH, TOP + PLOT_H + 60.0);
+    svg.text(LEFT, 16.0, 13.0, Anchor::Start, &plot.title);
+    match &plot.kind {
+        Kind::Lines(l) => lines(&mut svg, l),
+        Kind::Bars(b) => bars(&mut svg, b),
+        Kind::Histogram(h) => histogram(&mut svg, h),
+    }
+    let label = if plot.fixed.is_empty() {
+        plot.title.clone()
+    } else {
+        format!("{} ({})", plot.title, plot.fixed)
+    };
+    svg.finish(&label)
+}
+
+fn right() -> f64 {
+    WIDTH - RIGHT
+}
+
+fn bottom() -> f64 {
+    TOP + PLOT_H
+}
+
+/// Grid, ticks and labels of the x axis (numeric).
+fn x_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
+    let ticks = scale.ticks(spec.unit);
+    let labels = tick_labels(spec.unit, &ticks);
+    let every = thin_out(&ticks, &labels, scale);
+    for (i, (t, label)) in ticks.iter().zip(&labels).enumerate() {
+        let x = scale.px(*t);
+        svg.line(x, TOP, x, bottom(), GRID);
+        svg.line(x, bottom(), x, bottom() + 4.0, AXIS);
+        if i % every == 0 {
+            svg.text(x, bottom() + 16.0, FONT, Anchor::Middle, label);
+        }
+    }
+    svg.text(
+        (LEFT + right()) / 2.0,
+        bottom() + 34.0,
+        FONT + 1.0,
+        Anchor::Middle,
+        &spec.label(),
+    );
+}
+
+/// Label every n-th tick so that the labels do not overlap.
+fn thin_out(ticks: &[f64], labels: &[String], scale: &Scale) -> usize {
+    if ticks.len() < 2 {
+        return 1;
+    }
+    let widest = labels
+        .iter()
+        .map(|l| text_width(l, FONT))
+        .fold(0.0, f64::max);
+    let gap = (scale.px(ticks[1]) - scale.px(ticks[0])).abs().max(1.0);
+    ((widest + 8.0) / gap).ceil().max(1.0) as usize
+}
+
+/// Grid, ticks and labels of the y axis.
+fn y_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
+    let ticks = scale.ticks(spec.unit);
+    for (t, label) in ticks.iter().zip(tick_labels(spec.unit, &ticks)) {
+        let y = scale.px(*t);
+        svg.line(LEFT, y, right(), y, GRID);
+        svg.line(LEFT - 4.0, y, LEFT, y, AXIS);
+        svg.text(LEFT - 7.0, y + 4.0, FONT, Anchor::End, &label);
+    }
+    svg.vertical_text(16.0, TOP + PLOT_H / 2.0, FONT + 1.0, &spec.label());
+}
+
+fn frame(svg: &mut Svg) {
+    svg.line(LEFT, bottom(), right(), bottom(), AXIS);
+    svg.line(LEFT, TOP, LEFT, bottom(), AXIS);
+}
+
+/// Legend entries flowing in rows below the axis title; grows the canvas.
+fn legend(svg: &mut Svg, names: &[String], top: f64) {
+    // One series needs no legend: the axis title names it.
+    if names.len() < 2 {
+        return;
+    }
+    let (mut x, mut y) = (LEFT, top);
+    for (i, name) in names.iter().enumerate() {
+        let w = 26.0 + text_width(name, FONT) + 14.0;
+        if x + w > right() && x > LEFT {
+            x = LEFT;
+            y += 16.0;
+        }
+        let (colour, dash) = series_style(i);
+        let dash = dash
+            .map(|d| format!(r#" stroke-dasharray="{d}""#))
+            .unwrap_or_default();
+        svg.line(
+            x,
+            y - 4.0,
+            x + 20.0,
+            y - 4.0,
+            &format!(r#"stroke="{colour}" stroke-width="3"{dash}"#),
+        );
+        svg.text(x + 26.0, y, FONT, Anchor::Start, name);
+        x += w;
+    }
+    svg.grow_to(y + 10.0);
+}
+
+fn lines(svg: &mut Svg, plot: &LinePlot) {
+    let points = || plot.series.iter().flat_map(|s| s.points.iter());
+    let xs = points().map(|p| p.x);
+    let (xlo, xhi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+        (a.min(v), b.max(v))
+    });
+    let ys = points().flat_map(|p| [p.y, p.lo, p.hi]);
+    let ys: Vec<f64> = ys
+        .filter(|v| v.is_finite() && (!plot.y.log || *v > 0.0))
+        .collect();
+    let (ylo, yhi) = ys
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(*v), b.max(*v))
+        });
+    let (x0, x1) = padded(xlo, xhi, plot.x.log);
+    let (y0, y1) = padded(ylo, yhi, plot.y.log);
+    let xs = Scale::new(x0, x1, plot.x.log, LEFT, right());
+    let ys = Scale::new(y0, y1, plot.y.log, bottom(), TOP);
+    x_axis(svg, &xs, &plot.x);
+    y_axis(svg, &ys, &plot.y);
+    markers(svg, &xs, &plot.markers);
+    for (i, s) in plot.series.iter().enumerate() {
+        let (colour, dash) = series_style(i);
+        let clamp = |v: f64| ys.px(v).clamp(TOP, bottom());
+        if s.points.len() >= 2 {
+            let mut band: Vec<(f64, f64)> =
+                s.points.iter().map(|p| (xs.px(p.x), clamp(p.hi))).collect();
+            band.extend(s.points.iter().rev().map(|p| (xs.px(p.x), clamp(p.lo))));
+            svg.polygon(
+                &band,
+                &format!(r#"fill="{colour}" fill-opacity="0.15" stroke="none""#),
+            );
+        }
+        let dash = dash
+            .map(|d| format!(r#" stroke-dasharray="{d}""#))
+            .unwrap_or_default();
+        let line: Vec<(f64, f64)> = s.points.iter().map(|p| (xs.px(p.x), clamp(p.y))).collect();
+        svg.polyline(
+            &line,
+            &format!(r#"stroke="{colour}" stroke-width="2"{dash}"#),
+        );
+        for p in &s.points {
+            let (x, y) = (xs.px(p.x), clamp(p.y));
+            if s.points.len() == 1 {
+                error_bar(svg, x, clamp(p.lo), clamp(p.hi), colour);
+            }
+            let tip = format!(
+                "{}: {} = {}, median {} (95% CI {} .. {})",
+                s.name,
+                plot.x.title,
+                readable(plot.x.unit, p.x),
+                readable(plot.y.unit, p.y),
+                readable(plot.y.unit, p.lo),
+                readable(plot.y.unit, p.hi)
+            );
+            svg.circle(x, y, 3.0, &format!(r#"fill="{colour}""#), Some(&tip));
+        }
+    }
+    frame(svg);
+    let names: Vec<String> = plot.series.iter().map(|s| s.name.clone()).collect();
+    legend(svg, &names, bottom() + 54.0);
+}
+
+fn error_bar(svg: &mut Svg, x: f64, lo: f64, hi: f64, colour: &str) {
+    let style = format!(r#"stroke="{colour}" stroke-width="1.5""#);
+    svg.line(x, lo, x, hi, &style);
+    svg.line(x - 4.0, lo, x + 4.0, lo, &style);
+    svg.line(x - 4.0, hi, x + 4.0, hi, &style);
+}
+
+/// Vertical lines at markers inside the x range; labels turned upright
+/// along the line. Reported values dashed, inferred ones solid.
+fn markers(svg: &mut Svg, xs: &Scale, markers: &[Marker]) {
+    for m in markers {
+        if m.x < xs.lo || m.x > xs.hi {
+            continue;
+        }
+        let x = xs.px(m.x);
+        let (colour, dash) = if m.inferred {
+            ("#b22222", "")
+        } else {
+            ("#555", r#" stroke-dasharray="4 3""#)
+        };
+        svg.line(
+            x,
+            TOP,
+            x,
+            bottom(),
+            &format!(r#"stroke="{colour}" stroke-width="1.2"{dash}"#),
+        );
+        let (tx, ty) = if m.inferred {
+            (x - 3.0, bottom() - 4.0)
+        } else {
+            (x + 10.0, TOP + 4.0)
+        };
+        let anchor = if m.inferred { "start" } else { "end" };
+        svg.raw(&format!(
+            r#"<text x="{x}" y="{y}" font-size="10" fill="{colour}" text-anchor="{anchor}" transform="rotate(-90 {x} {y})">{}</text>"#,
+            crate::svg::escape(&m.label),
+            x = crate::svg::num(tx),
+            y = crate::svg::num(ty),
+        ));
+    }
+}
+
+fn bars(svg: &mut Svg, plot: &BarPlot) {
+    let all = plot.values.iter().flatten().flatten();
+    let hi = all
+        .clone()
+        .map(|b| b.hi.max(b.y))
+        .fold(0.0f64, f64::max)
+        .max(1e-12);
+    let lo = all.map(|b| b.lo.min(b.y)).fold(0.0f64, f64::min);
+    let ys = Scale::new(lo, hi * 1.08, false, bottom(), TOP);
+    y_axis(svg, &ys, &plot.y);
+    let n = plot.groups.len().max(1) as f64;
+    let group_w = (right() - LEFT) / n;
+    let k = plot.series.len().max(1) as f64;
+    let bar_w = (group_w * 0.8 / k).min(60.0);
+    let widest = plot
+        .groups
+        .iter()
+        .map(|g| text_width(g, FONT))
+        .fold(0.0, f64::max);
+    let slanted = widest > group_w - 4.0;
+    for (gi, group) in plot.groups.iter().enumerate() {
+        let centre = LEFT + group_w * (gi as f64 + 0.5);
+        let start = centre - bar_w * k / 2.0;
+        for (si, bar) in plot.values[gi].iter().enumerate() {
+            let Some(b) = bar else { continue };
+            let (colour, _) = series_style(si);
+            let x = start + bar_w * si as f64;
+            let (top, base) = (ys.px(b.y.max(0.0)), ys.px(b.y.min(0.0)));
+            let tip = format!(
+                "{} {}: median {} (95% CI {} .. {})",
+                group,
+                plot.series[si],
+                readable(plot.y.unit, b.y),
+                readable(plot.y.unit, b.lo),
+                readable(plot.y.unit, b.hi)
+            );
+            svg.rect(
+                x + 1.0,
+                top,
+                bar_w - 2.0,
+                base - top,
+                &format!(r#"fill="{colour}""#),
+                Some(&tip),
+            );
+            error_bar(svg, x + bar_w / 2.0, ys.px(b.lo), ys.px(b.hi), "#222");
+        }
+        if slanted {
+            let (x, y) = (centre, bottom() + 12.0);
+            svg.raw(&format!(
+                r#"<text x="{x}" y="{y}" font-size="{FONT}" text-anchor="end" transform="rotate(-30 {x} {y})">{}</text>"#,
+                crate::svg::escape(group),
+                x = crate::svg::num(x),
+                y = crate::svg::num(y),
+            ));
+        } else {
+            svg.text(centre, bottom() + 16.0, FONT, Anchor::Middle, group);
+        }
+    }
+    frame(svg);
+    let drop = if slanted { widest * 0.5 + 8.0 } else { 0.0 };
+    svg.text(
+        (LEFT + right()) / 2.0,
+        bottom() + 34.0 + drop,
+        FONT + 1.0,
+        Anchor::Middle,
+        &plot.x_title,
+    );
+    svg.grow_to(bottom() + 44.0 + drop);
+    legend(svg, &plot.series, bottom() + 54.0 + drop);
+}
+
+fn histogram(svg: &mut Svg, plot: &HistogramPlot) {
+    let (lo, hi) = (plot.edges[0], plot.edges[plot.edges.len() - 1]);
+    let xs = Scale::new(lo, hi, plot.x.log, LEFT, right());
+    let top = plot.counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let ys = Scale::new(0.0, top * 1.08, false, bottom(), TOP);
+    x_axis(svg, &xs, &plot.x);
+    y_axis(
+        svg,
+        &ys,
+        &AxisSpec {
+            title: "samples".into(),
+            unit: Unit::Count,
+            log: false,
+        },
+    );
+    for (i, c) in plot.counts.iter().enumerate() {
+        let (a, b) = (xs.px(plot.edges[i]), xs.px(plot.edges[i + 1]));
+        let y = ys.px(*c as f64);
+        let tip = format!(
+            "{} .. {}: {c} samples",
+            readable(plot.x.unit, plot.edges[i]),
+            readable(plot.x.unit, plot.edges[i + 1])
+        );
+        svg.rect(
+            a,
+            y,
+            (b - a - 0.5).max(0.5),
+            bottom() - y,
+            r##"fill="#0072b2""##,
+            Some(&tip),
+        );
+    }
+    markers(
+        svg,
+        &xs,
+        &[
+            Marker {
+                x: plot.p50,
+                label: format!("median {}", readable(plot.x.unit, plot.p50)),
+                inferred: false,
+            },
+            Marker {
+                x: plot.p99,
+                label: format!("p99 {}", readable(plot.x.unit, plot.p99)),
+                inferred: false,
+            },
+        ],
+    );
+    frame(svg);
+}

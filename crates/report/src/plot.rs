@@ -1,0 +1,438 @@
+//! Which plots a run gets. Generic, so that a new experiment plugs in
+//! without changes here: measurements are grouped by (experiment, metric);
+//! a group with a numeric parameter that varies becomes a line plot against
+//! the one that varies most (one series per combination of the others), a
+//! group whose varying parameters are all words becomes grouped bars, and
+//! every measurement with a histogram gets its own bar plot. A few
+//! experiments get more on top: mem.latency marks the cache sizes (from
+//! sysfs and from mem.caches), net.cc keeps one bar per algorithm.
+
+use crate::axis::{param_quantity, unit_words};
+use crate::human::params_label;
+use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One axis: what it shows and in which unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AxisSpec {
+    /// `working set (size)`, `load p50`.
+    pub title: String,
+    pub unit: Unit,
+    pub log: bool,
+}
+
+impl AxisSpec {
+    /// The title with the unit: `size (bytes, log scale)`.
+    pub fn label(&self) -> String {
+        format!(
+            "{} ({}{})",
+            self.title,
+            unit_words(self.unit),
+            if self.log { ", log scale" } else { "" }
+        )
+    }
+}
+
+/// A point of a line: x, the median and its confidence interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<Point>,
+}
+
+/// A vertical line with a label (a cache size on a latency curve).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    pub x: f64,
+    pub label: String,
+    /// Measured (inferred) markers are drawn solid, reported ones dashed.
+    pub inferred: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinePlot {
+    pub x: AxisSpec,
+    pub y: AxisSpec,
+    pub series: Vec<Series>,
+    pub markers: Vec<Marker>,
+}
+
+/// One bar: the median and its confidence interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bar {
+    pub y: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// Bars in groups along a categorical axis; `values[group][series]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarPlot {
+    pub x_title: String,
+    pub y: AxisSpec,
+    pub groups: Vec<String>,
+    pub series: Vec<String>,
+    pub values: Vec<Vec<Option<Bar>>>,
+}
+
+/// Counts in bins of a measured quantity, with the median marked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramPlot {
+    pub x: AxisSpec,
+    pub edges: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub p50: f64,
+    pub p99: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Lines(LinePlot),
+    Bars(BarPlot),
+    Histogram(HistogramPlot),
+}
+
+/// A plot and what it is of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plot {
+    pub experiment: String,
+    pub metric: String,
+    /// `mem.latency load against size`.
+    pub title: String,
+    /// The parameters every point of the plot shares, as `k=v`.
+    pub fixed: String,
+    pub kind: Kind,
+}
+
+/// Every plot of a run, in the order of the run's measurements.
+pub fn plots(run: &Run) -> Vec<Plot> {
+    let mut order: Vec<(&str, &str)> = Vec::new();
+    let mut groups: BTreeMap<(&str, &str), Vec<&Measurement>> = BTreeMap::new();
+    for m in &run.measurements {
+        let key = (m.experiment.as_str(), m.metric.as_str());
+        if !groups.contains_key(&key) {
+            order.push(key);
+        }
+        groups.entry(key).or_default().push(m);
+    }
+    let mut out = Vec::new();
+    for key in order {
+        let group = &groups[&key];
+        if let Some(plot) = group_plot(run, group) {
+            out.push(plot);
+        }
+        for m in group.iter().filter(|m| m.histogram.is_some()) {
+            out.extend(histogram_plot(m));
+        }
+    }
+    out
+}
+
+/// The plot of one (experiment, metric) group, if a parameter varies.
+pub fn group_plot(run: &Run, group: &[&Measurement]) -> Option<Plot> {
+    let first = group.first()?;
+    let varying = varying_params(group);
+    if varying.is_empty() {
+        return None;
+    }
+    let numeric: Vec<&String> = varying
+        .iter()
+        .filter(|name| {
+            group.iter().all(|m| {
+                matches!(
+                    m.params.get(name),
+                    Some(ParamValue::Int(_)) | Some(ParamValue::Float(_))
+                )
+            })
+        })
+        .collect();
+    let fixed = fixed_label(&first.params, &varying);
+    let (experiment, metric) = (first.experiment.clone(), first.metric.clone());
+    // net.cc: bars per algorithm, even when a numeric condition varies too.
+    let prefer_bars = experiment == "net.cc" && varying.contains("cc");
+    let kind = match numeric
+        .iter()
+        .max_by_key(|name| (distinct(group, name), std::cmp::Reverse(name.as_str())))
+    {
+        Some(x) if !prefer_bars && distinct(group, x) >= 2 => {
+            Kind::Lines(line_plot(run, group, x, &varying))
+        }
+        _ => Kind::Bars(bar_plot(group, &varying)),
+    };
+    let against = match &kind {
+        Kind::Lines(l) => format!(" against {}", l.x.title),
+        Kind::Bars(b) => format!(" by {}", b.x_title),
+        Kind::Histogram(_) => String::new(),
+    };
+    Some(Plot {
+        title: format!("{experiment} {metric}{against}"),
+        experiment,
+        metric,
+        fixed,
+        kind,
+    })
+}
+
+/// Parameter names whose values differ within the group (a parameter some
+/// measurements lack counts as varying).
+fn varying_params(group: &[&Measurement]) -> BTreeSet<String> {
+    let names: BTreeSet<&String> = group.iter().flat_map(|m| m.params.0.keys()).collect();
+    names
+        .into_iter()
+        .filter(|name| {
+            let first = group[0].params.get(name);
+            group.iter().any(|m| m.params.get(name) != first)
+        })
+        .cloned()
+        .collect()
+}
+
+fn distinct(group: &[&Measurement], name: &str) -> usize {
+    let mut values: Vec<String> = group
+        .iter()
+        .filter_map(|m| m.params.get(name).map(|v| v.to_string()))
+        .collect();
+    values.sort();
+    values.dedup();
+    values.len()
+}
+
+fn fixed_label(params: &Params, varying: &BTreeSet<String>) -> String {
+    let mut fixed = params.clone();
+    fixed.0.retain(|k, _| !varying.contains(k));
+    params_label(&fixed)
+}
+
+/// The label of a measurement's series: its values of the varying
+/// parameters other than `except`.
+fn series_name(m: &Measurement, varying: &BTreeSet<String>, except: &str) -> String {
+    let mut p = m.params.clone();
+    p.0.retain(|k, _| varying.contains(k) && k != except);
+    let label = params_label(&p);
+    if label.is_empty() {
+        m.metric.clone()
+    } else {
+        label
+    }
+}
+
+fn as_f64(v: &ParamValue) -> Option<f64> {
+    match v {
+        ParamValue::Int(i) => Some(*i as f64),
+        ParamValue::Float(f) => Some(*f),
+        _ => None,
+    }
+}
+
+fn y_axis(m: &Measurement, log: bool) -> AxisSpec {
+    AxisSpec {
+        title: format!("{} median", m.metric),
+        unit: m.unit,
+        log,
+    }
+}
+
+fn line_plot(run: &Run, group: &[&Measurement], x: &str, varying: &BTreeSet<String>) -> LinePlot {
+    let experiment = group[0].experiment.as_str();
+    let (x_unit, factor) = param_quantity(experiment, x);
+    let mut by_series: Vec<Series> = Vec::new();
+    for m in group {
+        let Some(xv) = m.params.get(x).and_then(as_f64) else {
+            continue;
+        };
+        let name = series_name(m, varying, x);
+        let point = Point {
+            x: xv * factor,
+            y: m.summary.p50,
+            lo: m.summary.ci95[0],
+            hi: m.summary.ci95[1],
+        };
+        match by_series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push(point),
+            None => by_series.push(Series {
+                name,
+                points: vec![point],
+            }),
+        }
+    }
+    for s in &mut by_series {
+        s.points.sort_by(|a, b| a.x.total_cmp(&b.x));
+    }
+    let xs = by_series.iter().flat_map(|s| s.points.iter().map(|p| p.x));
+    let (xlo, xhi) = min_max(xs);
+    let ys = by_series.iter().flat_map(|s| s.points.iter().map(|p| p.y));
+    let (ylo, yhi) = min_max(ys);
+    let x_log = crate::axis::wants_log(xlo, xhi) || (experiment == "mem.latency" && xlo > 0.0);
+    let y_log = crate::axis::wants_log(ylo, yhi);
+    let markers = if experiment == "mem.latency" && x_unit == Unit::Bytes {
+        cache_markers(run)
+    } else {
+        Vec::new()
+    };
+    LinePlot {
+        x: AxisSpec {
+            title: x.to_string(),
+            unit: x_unit,
+            log: x_log,
+        },
+        y: y_axis(group[0], y_log),
+        series: by_series,
+        markers,
+    }
+}
+
+fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    })
+}
+
+/// Cache sizes to mark on a latency curve: the data and unified caches
+/// sysfs reports, and the sizes mem.caches inferred in the same run.
+pub fn cache_markers(run: &Run) -> Vec<Marker> {
+    let mut out: Vec<Marker> = run
+        .environment
+        .caches
+        .iter()
+        .filter(|c| c.kind != "Instruction" && c.size_bytes > 0)
+        .map(|c| Marker {
+            x: c.size_bytes as f64,
+            label: format!(
+                "L{} {} (sysfs)",
+                c.level,
+                crate::axis::readable(Unit::Bytes, c.size_bytes as f64)
+            ),
+            inferred: false,
+        })
+        .collect();
+    for m in &run.measurements {
+        if m.experiment != "mem.caches" || m.unit != Unit::Bytes {
+            continue;
+        }
+        let level = m
+            .metric
+            .strip_prefix('l')
+            .and_then(|r| r.strip_suffix("_size"));
+        if let Some(level) = level {
+            out.push(Marker {
+                x: m.summary.p50,
+                label: format!(
+                    "L{level} {} (inferred)",
+                    crate::axis::readable(Unit::Bytes, m.summary.p50)
+                ),
+                inferred: true,
+            });
+        }
+    }
+    out
+}
+
+/// Grouped bars: the groups along the axis are the values of the varying
+/// parameter with most distinct values (for net.cc, the other conditions,
+/// so that each algorithm keeps its colour); the bars within a group are
+/// the combinations of the rest.
+fn bar_plot(group: &[&Measurement], varying: &BTreeSet<String>) -> BarPlot {
+    let experiment = group[0].experiment.as_str();
+    // net.cc keeps a colour per algorithm when other conditions vary.
+    let series_param: Option<&str> =
+        if experiment == "net.cc" && varying.len() > 1 && varying.contains("cc") {
+            Some("cc")
+        } else {
+            None
+        };
+    let axis_param = varying
+        .iter()
+        .filter(|n| Some(n.as_str()) != series_param)
+        .max_by_key(|n| (distinct(group, n), std::cmp::Reverse(n.as_str())))
+        .cloned();
+    // (group, series) of each measurement.
+    let keys: Vec<(String, String)> = group
+        .iter()
+        .map(|m| {
+            let value = |name: &str| {
+                m.params
+                    .get(name)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            };
+            let rest = |except: &str| {
+                let mut p = m.params.clone();
+                p.0.retain(|k, _| varying.contains(k) && k != except);
+                params_label(&p)
+            };
+            match (series_param, &axis_param) {
+                (Some(sp), _) => (rest(sp), value(sp)),
+                (None, Some(ap)) => (value(ap), rest(ap)),
+                (None, None) => (String::new(), String::new()),
+            }
+        })
+        .collect();
+    let mut groups: Vec<String> = Vec::new();
+    let mut series: Vec<String> = Vec::new();
+    for (g, s) in &keys {
+        if !groups.contains(g) {
+            groups.push(g.clone());
+        }
+        if !series.contains(s) {
+            series.push(s.clone());
+        }
+    }
+    let mut values = vec![vec![None; series.len()]; groups.len()];
+    for (m, (g, s)) in group.iter().zip(&keys) {
+        let gi = groups.iter().position(|x| x == g).unwrap_or(0);
+        let si = series.iter().position(|x| x == s).unwrap_or(0);
+        values[gi][si] = Some(Bar {
+            y: m.summary.p50,
+            lo: m.summary.ci95[0],
+            hi: m.summary.ci95[1],
+        });
+    }
+    let x_title = match series_param {
+        Some(sp) if groups.len() > 1 => format!("{sp}, by {}", axis_param.unwrap_or_default()),
+        Some(sp) => sp.to_string(),
+        None => axis_param.unwrap_or_default(),
+    };
+    BarPlot {
+        x_title,
+        y: y_axis(group[0], false),
+        groups,
+        series,
+        values,
+    }
+}
+
+/// A measurement's histogram as its own plot.
+pub fn histogram_plot(m: &Measurement) -> Option<Plot> {
+    let h = m.histogram.as_ref()?;
+    if h.counts.is_empty() || h.edges.len() != h.counts.len() + 1 {
+        return None;
+    }
+    let (lo, hi) = (h.edges[0], h.edges[h.edges.len() - 1]);
+    let params = params_label(&m.params);
+    Some(Plot {
+        experiment: m.experiment.clone(),
+        metric: m.metric.clone(),
+        title: format!("{} {} histogram", m.experiment, m.metric),
+        fixed: params,
+        kind: Kind::Histogram(HistogramPlot {
+            x: AxisSpec {
+                title: m.metric.clone(),
+                unit: m.unit,
+                // Histogram bins are log-spaced (Histogram::log_spaced).
+                log: lo > 0.0 && hi > lo,
+            },
+            edges: h.edges.clone(),
+            counts: h.counts.clone(),
+            p50: m.summary.p50,
+            p99: m.summary.p99,
+        }),
+    })
+}

@@ -1,0 +1,283 @@
+//! Golden tests of the HTML report and its plots on fixed result data built
+//! here (nothing is measured): the page and every SVG parse as XML, plots
+//! are chosen by the generic rule and the special cases, and carry their
+//! series names and axis labels with units.
+
+use osprobe_core::environment::CacheInfo;
+use osprobe_core::model::{Histogram, Prediction, Skipped};
+use osprobe_core::{Environment, Measurement, Params, Profile, Run, Summary, Unit};
+use osprobe_report::chart;
+use osprobe_report::html::Report;
+use osprobe_report::plot::{plots, Kind, Plot};
+
+fn m(experiment: &str, metric: &str, params: Params, unit: Unit, p50: f64) -> Measurement {
+    Measurement::new(
+        experiment,
+        metric,
+        params,
+        unit,
+        Summary::of(&[p50 * 0.95, p50, p50 * 1.05]).unwrap(),
+    )
+}
+
+fn run(measurements: Vec<Measurement>) -> Run {
+    let mut environment = Environment {
+        hostname: "testhost <&>".into(),
+        ..Environment::default()
+    };
+    for (level, kind, size) in [
+        (1, "Data", 32 << 10),
+        (1, "Instruction", 32 << 10),
+        (2, "Unified", 1 << 20),
+        (3, "Unified", 32 << 20),
+    ] {
+        environment.caches.push(CacheInfo {
+            level,
+            kind: kind.into(),
+            size_bytes: size,
+            ..CacheInfo::default()
+        });
+    }
+    Run {
+        schema: osprobe_core::SCHEMA_VERSION,
+        id: "01JTESTRUN0000000000000000".into(),
+        started: "2025-01-01T00:00:00Z".into(),
+        ended: "2025-01-01T00:01:00Z".into(),
+        osprobe_version: "0.1.0".into(),
+        profile: Profile::Full,
+        command: "run --only 'mem.*' & <more>".into(),
+        environment,
+        measurements,
+        skipped: vec![Skipped {
+            experiment: "net.rtt".into(),
+            params: Params::new().with("path", "netns"),
+            reason: "needs root".into(),
+        }],
+    }
+}
+
+/// mem.latency over sizes and two strides, mem.caches' inferred sizes, a
+/// categorical experiment, net.cc, a histogram and a lone measurement.
+fn sample_run() -> Run {
+    let mut ms = Vec::new();
+    for stride in [64i64, 4096] {
+        for (i, size) in [4096i64, 65536, 1 << 20, 16 << 20, 256 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let params = Params::new()
+                .with("pattern", "random")
+                .with("size", size)
+                .with("stride", stride);
+            ms.push(m(
+                "mem.latency",
+                "load",
+                params,
+                Unit::Nanoseconds,
+                [1.0, 3.0, 10.0, 40.0, 90.0][i] * (stride as f64 / 64.0).sqrt(),
+            ));
+        }
+    }
+    ms.push(m(
+        "mem.caches",
+        "l2_size",
+        Params::new(),
+        Unit::Bytes,
+        1.1 * 1048576.0,
+    ));
+    for kind in ["process", "thread", "coroutine"] {
+        ms.push(m(
+            "proc.ctx_switch",
+            "switch",
+            Params::new().with("kind", kind),
+            Unit::Nanoseconds,
+            1500.0,
+        ));
+    }
+    for (cc, rate) in [("bbr", 9e9), ("cubic", 12e9), ("reno", 11e9)] {
+        let mut t = m(
+            "net.cc",
+            "throughput",
+            Params::new().with("cc", cc).with("sndbuf", 0),
+            Unit::BitsPerSecond,
+            rate,
+        );
+        t.prediction = Some(Prediction::bound(10e9, "sndbuf / RTT").within(0.1));
+        ms.push(t);
+    }
+    let mut rtt = m(
+        "net.rtt",
+        "tcp",
+        Params::new().with("proto", "tcp"),
+        Unit::Nanoseconds,
+        20_000.0,
+    );
+    let samples: Vec<f64> = (1..200).map(|i| 10_000.0 + (i * i) as f64 * 10.0).collect();
+    rtt.histogram = Histogram::log_spaced(&samples, 24);
+    ms.push(rtt);
+    ms.push(
+        m(
+            "cpu.syscall",
+            "getppid",
+            Params::new(),
+            Unit::Nanoseconds,
+            63.0,
+        )
+        .note("a note with <markup> & \"quotes\""),
+    );
+    run(ms)
+}
+
+fn svg_texts(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(str::to_string))
+        .collect()
+}
+
+fn find<'a>(plots: &'a [Plot], title_start: &str) -> &'a Plot {
+    plots
+        .iter()
+        .find(|p| p.title.starts_with(title_start))
+        .unwrap_or_else(|| panic!("no plot '{title_start}' in {:?}", titles(plots)))
+}
+
+fn titles(plots: &[Plot]) -> Vec<&str> {
+    plots.iter().map(|p| p.title.as_str()).collect()
+}
+
+#[test]
+fn memory_latency_is_a_log_plot_per_stride_with_cache_levels_marked() {
+    let run = sample_run();
+    let plots = plots(&run);
+    let p = find(&plots, "mem.latency load against size");
+    let Kind::Lines(lines) = &p.kind else {
+        panic!("mem.latency is a line plot")
+    };
+    assert!(lines.x.log, "working sets span decades: log x");
+    assert_eq!(lines.x.unit, Unit::Bytes);
+    let names: Vec<&str> = lines.series.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["stride=64", "stride=4K"]);
+    assert_eq!(p.fixed, "pattern=random");
+    let labels: Vec<&str> = lines.markers.iter().map(|m| m.label.as_str()).collect();
+    assert!(labels.contains(&"L1 32 KiB (sysfs)"), "{labels:?}");
+    assert!(labels.contains(&"L2 1.1 MiB (inferred)"), "{labels:?}");
+    // The instruction cache is not a data working-set boundary.
+    assert_eq!(labels.iter().filter(|l| l.starts_with("L1 ")).count(), 1);
+
+    let texts = svg_texts(&chart::render(p));
+    for expected in [
+        "size (bytes, log scale)",
+        "load median (time, log scale)",
+        "stride=64",
+        "stride=4K",
+        "4 KiB",
+        "1 MiB",
+        "L3 32 MiB (sysfs)",
+    ] {
+        assert!(
+            texts.iter().any(|t| t == expected),
+            "'{expected}' missing from {texts:?}"
+        );
+    }
+    // Readable y ticks with units.
+    assert!(texts.iter().any(|t| t == "10 ns"), "{texts:?}");
+}
+
+#[test]
+fn words_become_grouped_bars_and_net_cc_one_bar_per_algorithm() {
+    let run = sample_run();
+    let plots = plots(&run);
+    let Kind::Bars(bars) = &find(&plots, "proc.ctx_switch switch by kind").kind else {
+        panic!("a categorical parameter gives bars")
+    };
+    assert_eq!(bars.groups, ["process", "thread", "coroutine"]);
+    let cc = find(&plots, "net.cc throughput by cc");
+    let Kind::Bars(bars) = &cc.kind else {
+        panic!("net.cc gives bars")
+    };
+    assert_eq!(bars.groups, ["bbr", "cubic", "reno"]);
+    let texts = svg_texts(&chart::render(cc));
+    for expected in ["bbr", "cubic", "reno", "throughput median (bits/s)", "cc"] {
+        assert!(texts.iter().any(|t| t == expected), "{expected}: {texts:?}");
+    }
+    assert!(texts.iter().any(|t| t.ends_with("Gbit/s")), "{texts:?}");
+}
+
+#[test]
+fn a_histogram_gets_a_bar_plot_and_a_lone_value_none() {
+    let run = sample_run();
+    let plots = plots(&run);
+    let h = find(&plots, "net.rtt tcp histogram");
+    assert!(matches!(h.kind, Kind::Histogram(_)));
+    let texts = svg_texts(&chart::render(h));
+    assert!(texts.iter().any(|t| t == "samples (count)"), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t == "tcp (time, log scale)"),
+        "{texts:?}"
+    );
+    assert!(texts.iter().any(|t| t.starts_with("median ")), "{texts:?}");
+    assert!(!titles(&plots).iter().any(|t| t.starts_with("cpu.syscall")));
+}
+
+#[test]
+fn the_page_parses_as_xml_and_holds_every_part() {
+    let run = sample_run();
+    let html = Report::new(&run)
+        .section("Reproduced <figures>", "<table><tr><td>1</td></tr></table>")
+        .render();
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&html, opts).expect("XHTML parses");
+    let text: String = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for expected in [
+        "osprobe run",
+        "01JTESTRUN0000000000000000",
+        "testhost <&>",
+        "run --only 'mem.*' & <more>",
+        "Environment",
+        "Summary",
+        "Reproduced <figures>",
+        "Plots",
+        "Missing",
+        "needs root",
+        "sndbuf / RTT",
+        "a note with <markup> & \"quotes\"",
+    ] {
+        assert!(text.contains(expected), "'{expected}' missing");
+    }
+    // A ceiling exceeded beyond its tolerance says so.
+    assert!(text.contains("disagrees: measured 1.20× the ceiling"));
+    let svgs = doc.descendants().filter(|n| n.has_tag_name("svg")).count();
+    assert_eq!(svgs, plots(&run).len());
+    // Self-contained: nothing fetched, no scripts.
+    assert!(!html.contains("<script") && !html.contains("http://example"));
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
+    // The added section comes before the plots.
+    assert!(html.find("Reproduced &lt;figures&gt;") < html.find("<h2>Plots</h2>"));
+}
+
+#[test]
+fn an_empty_run_says_so() {
+    let mut empty = run(Vec::new());
+    empty.skipped.clear();
+    let html = Report::new(&empty).render();
+    assert!(html.contains("This run has no measurements."));
+    assert!(html.contains("nothing to plot"));
+    roxmltree::Document::parse_with_options(
+        &html,
+        roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+}
