@@ -45,13 +45,10 @@ const PARAMS: [ParamSpec; 4] = [
     DELAY_PARAM,
 ];
 
+/// No `path` on the grid's points (loopback unless given): a
+/// `--param fault=...` then collapses the grid to one point.
 fn point(fault: &str, frames: i64) -> Params {
-    let p = Params::new().with("fault", fault).with("frames", frames);
-    if fault == "swap_in_rfs" {
-        p.with("path", "loopback")
-    } else {
-        p
-    }
+    Params::new().with("fault", fault).with("frames", frames)
 }
 
 impl Experiment for PageFault {
@@ -249,7 +246,7 @@ fn marker(page: usize) -> u8 {
 
 /// The kernel's minor fault, timed the same way: first touch of an
 /// anonymous page.
-fn kernel_minor_faults(pages: usize) -> Result<Vec<f64>, ExperimentError> {
+fn kernel_minor_faults(pages: usize) -> Result<KernelFaults, ExperimentError> {
     let page_size = crate::pager::page_size();
     let mapping = KernelMapping::anonymous(pages * page_size)?;
     let mut ns = Vec::with_capacity(pages);
@@ -261,14 +258,17 @@ fn kernel_minor_faults(pages: usize) -> Result<Vec<f64>, ExperimentError> {
         unsafe { std::ptr::write_volatile(byte, 1) };
         ns.push(started.elapsed().as_nanos() as f64);
     }
-    Ok(ns)
+    Ok(KernelFaults {
+        ns,
+        pages_per_fault: 1.0,
+    })
 }
 
 /// The kernel's fault on a file page that is in the page cache but not
 /// mapped (what a swap-in from a cached swap file competes with). The
 /// kernel maps a whole large folio (up to 16 pages here) per fault, so
 /// a sample is a pass's time divided by the faults the kernel counted.
-fn kernel_file_faults(pages: usize) -> Result<Vec<f64>, ExperimentError> {
+fn kernel_file_faults(pages: usize) -> Result<KernelFaults, ExperimentError> {
     let page_size = crate::pager::page_size();
     let len = pages * page_size;
     let dir = osprobe_core::scratch::ScratchDir::new()
@@ -281,6 +281,7 @@ fn kernel_file_faults(pages: usize) -> Result<Vec<f64>, ExperimentError> {
     // SAFETY: advice on our mapping.
     unsafe { libc::madvise(mapping.addr.cast(), len, libc::MADV_RANDOM) };
     let mut ns = Vec::new();
+    let mut pages_per_fault = Vec::new();
     for _ in 0..9 {
         // Drop the mappings; the pages stay in the page cache.
         // SAFETY: our mapping.
@@ -296,9 +297,19 @@ fn kernel_file_faults(pages: usize) -> Result<Vec<f64>, ExperimentError> {
         let faults = thread_minor_faults().saturating_sub(faults_before);
         if faults > 0 {
             ns.push(elapsed / faults as f64);
+            pages_per_fault.push(pages as f64 / faults as f64);
         }
     }
-    Ok(ns)
+    Ok(KernelFaults {
+        ns,
+        pages_per_fault: median(&pages_per_fault),
+    })
+}
+
+/// The kernel's faults, per fault, and how many pages one fault mapped.
+struct KernelFaults {
+    ns: Vec<f64>,
+    pages_per_fault: f64,
 }
 
 fn thread_minor_faults() -> u64 {
@@ -356,17 +367,25 @@ fn median(values: &[f64]) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn kernel_note(fault: &str, kernel: &[f64], pager_p50: f64) -> String {
-    let kernel_p50 = median(kernel);
-    let what = if fault == "zero_fill" {
-        "minor fault (first touch of anonymous memory, timed the same way)"
-    } else {
-        "fault on a file page in the page cache (mapping dropped, page kept; one fault maps a whole folio of up to 16 pages: a pass's time over the faults getrusage counted)"
-    };
+fn kernel_note(fault: &str, kernel: &KernelFaults, pager_p50: f64) -> String {
+    let per_fault = median(&kernel.ns);
+    if fault == "zero_fill" {
+        return format!(
+            "kernel's own minor fault (first touch of anonymous memory, timed the same way) on this CPU: p50 {:.2} us; the pager's is {:.1}x that (mem.page_fault measures the kernel's faults in full)",
+            per_fault / 1e3,
+            pager_p50 / per_fault
+        );
+    }
+    // The pager maps one page per fault; the kernel a whole folio. Per
+    // page touched is what an application pays for a scan.
+    let per_page = per_fault / kernel.pages_per_fault.max(1.0);
     format!(
-        "kernel's own {what}, on this CPU: p50 {:.2} us; the pager's is {:.1}x that (mem.page_fault measures the kernel's faults in full)",
-        kernel_p50 / 1e3,
-        pager_p50 / kernel_p50
+        "kernel's own fault on a file page in the page cache (mapping dropped, page kept), on this CPU: p50 {:.2} us per fault, each mapping a folio of {:.0} pages: {:.2} us per page; the pager's swap-in (one page per fault) is {:.1}x the kernel's per fault and {:.0}x per page (mem.page_fault measures the kernel's major faults from disk)",
+        per_fault / 1e3,
+        kernel.pages_per_fault,
+        per_page / 1e3,
+        pager_p50 / per_fault,
+        pager_p50 / per_page
     )
 }
 
