@@ -126,14 +126,95 @@ pub fn plots(run: &Run) -> Vec<Plot> {
     let mut out = Vec::new();
     for key in order {
         let group = &groups[&key];
-        if let Some(plot) = group_plot(run, group) {
-            out.push(plot);
-        }
+        out.extend(group_plots(run, group));
         for m in group.iter().filter(|m| m.histogram.is_some()) {
             out.extend(histogram_plot(m));
         }
     }
     out
+}
+
+/// More series than this in one plot are split into several plots.
+pub const MAX_SERIES: usize = 8;
+
+/// The plots of one (experiment, metric) group: one, or when it would have
+/// more than [`MAX_SERIES`] series, one per value of the parameter that
+/// splits them best (pager.policy: one plot per trace).
+pub fn group_plots(run: &Run, group: &[&Measurement]) -> Vec<Plot> {
+    let Some(plot) = group_plot(run, group) else {
+        return Vec::new();
+    };
+    let series = match &plot.kind {
+        Kind::Lines(l) => l.series.len(),
+        Kind::Bars(b) => b.series.len(),
+        Kind::Histogram(_) => 0,
+    };
+    if series <= MAX_SERIES {
+        return vec![plot];
+    }
+    let axis = match &plot.kind {
+        Kind::Lines(l) => l.x.title.clone(),
+        _ => String::new(),
+    };
+    let varying = varying_params(group);
+    // Of the splits that leave at most MAX_SERIES series in every plot, the
+    // one with fewest plots; failing that, the fewest series in the largest.
+    let best = varying
+        .iter()
+        .filter(|p| **p != axis)
+        .map(|p| {
+            let facets = split_by(group, p);
+            let widest = facets
+                .iter()
+                .map(|f| series_count(f, &axis))
+                .max()
+                .unwrap_or(0);
+            (widest, facets.len(), p.clone(), facets)
+        })
+        .filter(|(_, n, _, _)| *n > 1)
+        .min_by_key(|(widest, plots, name, _)| {
+            let fits = *widest <= MAX_SERIES;
+            let (first, second) = if fits { (0, *plots) } else { (*widest, *plots) };
+            (!fits, first, second, name.clone())
+        });
+    match best {
+        Some((_, _, _, facets)) => facets.iter().filter_map(|f| group_plot(run, f)).collect(),
+        None => vec![plot],
+    }
+}
+
+/// The measurements of `group` split by their value of `param`, in order.
+fn split_by<'a>(group: &[&'a Measurement], param: &str) -> Vec<Vec<&'a Measurement>> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut out: Vec<Vec<&Measurement>> = Vec::new();
+    for m in group {
+        let key = m
+            .params
+            .get(param)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        match keys.iter().position(|k| *k == key) {
+            Some(i) => out[i].push(m),
+            None => {
+                keys.push(key);
+                out.push(vec![m]);
+            }
+        }
+    }
+    out
+}
+
+/// How many series a group has with `axis` as x (every other varying
+/// parameter combination).
+fn series_count(group: &[&Measurement], axis: &str) -> usize {
+    let varying = varying_params(group);
+    let mut names: Vec<String> = group
+        .iter()
+        .map(|m| series_name(m, &varying, axis))
+        .collect();
+    names.sort();
+    names.dedup();
+    names.len()
 }
 
 /// The plot of one (experiment, metric) group, if a parameter varies.

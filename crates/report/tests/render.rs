@@ -281,3 +281,34 @@ fn an_empty_run_says_so() {
     )
     .unwrap();
 }
+
+#[test]
+fn too_many_series_are_split_into_several_plots() {
+    let mut ms = Vec::new();
+    for trace in ["loop", "uniform", "zipf"] {
+        for policy in ["fifo", "clock", "lru", "opt"] {
+            for frames in [8i64, 16, 32] {
+                let params = Params::new()
+                    .with("frames", frames)
+                    .with("policy", policy)
+                    .with("trace", trace);
+                ms.push(m(
+                    "pager.policy",
+                    "faults",
+                    params,
+                    Unit::Count,
+                    100.0 / frames as f64,
+                ));
+            }
+        }
+    }
+    let plots = plots(&run(ms));
+    assert_eq!(plots.len(), 3, "{:?}", titles(&plots));
+    for p in &plots {
+        let Kind::Lines(lines) = &p.kind else {
+            panic!("frames varies: lines")
+        };
+        assert_eq!(lines.series.len(), 4);
+        assert!(p.fixed.starts_with("trace="), "{}", p.fixed);
+    }
+}
