@@ -4,7 +4,7 @@
 
 use crate::axis::{padded, readable, tick_labels, Scale};
 use crate::plot::{AxisSpec, BarPlot, HistogramPlot, Kind, LinePlot, Marker, Plot};
-use crate::svg::{series_style, text_width, Anchor, Svg};
+use crate::svg::{num, series_style, text_width, Anchor, Svg};
 use osprobe_core::Unit;
 
 const WIDTH: f64 = 680.0;
@@ -46,14 +46,20 @@ fn x_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
     let ticks = scale.ticks(spec.unit);
     let labels = tick_labels(spec.unit, &ticks);
     let every = thin_out(&ticks, &labels, scale);
+    // Grid lines and tick marks as one path each: a full run has a
+    // hundred plots, and the file must stay small.
+    let (mut grid, mut marks) = (String::new(), String::new());
     for (i, (t, label)) in ticks.iter().zip(&labels).enumerate() {
-        let x = scale.px(*t);
-        svg.line(x, TOP, x, bottom(), GRID);
-        svg.line(x, bottom(), x, bottom() + 4.0, AXIS);
+        let x = num(scale.px(*t));
+        grid.push_str(&format!("M{x} {}V{}", num(TOP), num(bottom())));
+        marks.push_str(&format!("M{x} {}v4", num(bottom())));
         if i % every == 0 {
+            let x = scale.px(*t);
             svg.text(x, bottom() + 16.0, FONT, Anchor::Middle, label);
         }
     }
+    svg.path(&grid, GRID);
+    svg.path(&marks, AXIS);
     svg.text(
         (LEFT + right()) / 2.0,
         bottom() + 34.0,
@@ -79,12 +85,15 @@ fn thin_out(ticks: &[f64], labels: &[String], scale: &Scale) -> usize {
 /// Grid, ticks and labels of the y axis.
 fn y_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
     let ticks = scale.ticks(spec.unit);
+    let (mut grid, mut marks) = (String::new(), String::new());
     for (t, label) in ticks.iter().zip(tick_labels(spec.unit, &ticks)) {
         let y = scale.px(*t);
-        svg.line(LEFT, y, right(), y, GRID);
-        svg.line(LEFT - 4.0, y, LEFT, y, AXIS);
+        grid.push_str(&format!("M{} {}H{}", num(LEFT), num(y), num(right())));
+        marks.push_str(&format!("M{} {}h4", num(LEFT - 4.0), num(y)));
         svg.text(LEFT - 7.0, y + 4.0, FONT, Anchor::End, &label);
     }
+    svg.path(&grid, GRID);
+    svg.path(&marks, AXIS);
     svg.vertical_text(16.0, TOP + PLOT_H / 2.0, FONT + 1.0, &spec.label());
 }
 
@@ -315,7 +324,9 @@ fn histogram(svg: &mut Svg, plot: &HistogramPlot) {
             log: false,
         },
     );
-    for (i, c) in plot.counts.iter().enumerate() {
+    // Empty bins draw nothing (log-spaced bins of a long tail are mostly
+    // empty; a full run has a hundred histograms).
+    for (i, c) in plot.counts.iter().enumerate().filter(|(_, c)| **c > 0) {
         let (a, b) = (xs.px(plot.edges[i]), xs.px(plot.edges[i + 1]));
         let y = ys.px(*c as f64);
         let tip = format!(

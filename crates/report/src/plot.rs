@@ -159,9 +159,15 @@ pub fn group_plots(run: &Run, group: &[&Measurement]) -> Vec<Plot> {
     let varying = varying_params(group);
     // Of the splits that leave at most MAX_SERIES series in every plot, the
     // one with fewest plots; failing that, the fewest series in the largest.
+    // mem.latency keeps one line per stride, net.cc one bar per algorithm.
+    let keep = match group[0].experiment.as_str() {
+        "mem.latency" => "stride",
+        "net.cc" => "cc",
+        _ => "",
+    };
     let best = varying
         .iter()
-        .filter(|p| **p != axis)
+        .filter(|p| **p != axis && *p != keep)
         .map(|p| {
             let facets = split_by(group, p);
             let widest = facets

@@ -145,6 +145,13 @@ impl Svg {
         self.titled(&open, "circle", title);
     }
 
+    /// A path; `d` is built by the caller from [`num`] coordinates.
+    pub fn path(&mut self, d: &str, style: &str) {
+        if !d.is_empty() {
+            let _ = writeln!(self.body, r#"<path d="{d}" fill="none" {style}/>"#);
+        }
+    }
+
     /// An open line through `points`.
     pub fn polyline(&mut self, points: &[(f64, f64)], style: &str) {
         let _ = writeln!(
