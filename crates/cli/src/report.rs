@@ -56,7 +56,17 @@ fn readable_schema(run: &Run) -> Result<()> {
 
 /// Render `run` into `path`; the number of bytes written.
 pub fn write(run: &Run, path: &Path) -> Result<usize> {
-    let html = Report::new(run).render();
+    let mut report = Report::new(run);
+    // The reference figures are built in; if they ever failed to load the
+    // report still renders, without that section.
+    if let Ok(references) = osprobe_report::reproduce::references() {
+        let rows = osprobe_report::reproduce::reproduce(run, &references, None);
+        report = report.section(
+            "Reproducing the references",
+            osprobe_report::reproduce::to_html(&rows),
+        );
+    }
+    let html = report.render();
     std::fs::write(path, &html).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(html.len())
 }

@@ -96,6 +96,8 @@ fn report_renders_a_stored_run_that_a_browser_opens() {
         "size (bytes, log scale)",
         "cpu.call_overhead call against args",
         "(sysfs)",
+        "Reproducing the references",
+        "reference figures from the seed documents compared with this run",
     ] {
         assert!(
             html.contains(expected),

@@ -575,6 +575,72 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
     out
 }
 
+/// The rows as an XHTML fragment for the HTML report: per seed and
+/// table, the figures this run measured (reference, this machine, ratio);
+/// the rest are counted and listed, folded, with the reason.
+pub fn to_html(rows: &[ReproduceRow]) -> String {
+    use crate::svg::escape;
+    let measured = rows.iter().filter(|r| r.status == Status::Measured).count();
+    let mut out = format!(
+        "<p>{measured} of {} reference figures from the seed documents compared with this run; ratio = this machine / reference, \"better\"/\"worse\" by the unit (less time, more rate). <code>osprobe reproduce</code> prints the same in the terminal.</p>\n",
+        rows.len()
+    );
+    for (seed, table_name, group) in groups(rows) {
+        let (done, missing): (Vec<&&ReproduceRow>, Vec<&&ReproduceRow>) =
+            group.iter().partition(|r| r.status == Status::Measured);
+        out.push_str(&format!(
+            "<h3>seed {} &#8212; {}</h3>\n",
+            escape(seed),
+            escape(table_name)
+        ));
+        if let Some(machine) = group.iter().find_map(|r| r.machine.as_deref()) {
+            out.push_str(&format!("<p>reference machine: {}</p>\n", escape(machine)));
+        }
+        if !done.is_empty() {
+            out.push_str("<table>\n<thead><tr><th>what</th><th>osprobe</th><th>reference</th><th>this machine</th><th>unit</th><th>ratio</th></tr></thead>\n<tbody>\n");
+            for r in done {
+                let osprobe = match &r.experiment {
+                    Some(id) => format!("{id} {} {}", r.metric, r.params),
+                    None => "-".into(),
+                };
+                out.push_str(&format!(
+                    "<tr><td>{}</td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>\n",
+                    escape(&r.what),
+                    escape(osprobe.trim()),
+                    escape(&figure(r.reference)),
+                    escape(&r.this.map(figure).unwrap_or_default()),
+                    escape(&r.unit),
+                    escape(&ratio_text(r))
+                ));
+            }
+            out.push_str("</tbody>\n</table>\n");
+        }
+        if !missing.is_empty() {
+            out.push_str(&format!(
+                "<details><summary>{} figure{} not compared</summary><ul>\n",
+                missing.len(),
+                if missing.len() == 1 { "" } else { "s" }
+            ));
+            for r in missing {
+                let why = match &r.status {
+                    Status::NotMeasured(w) | Status::NoExperiment(w) => w.clone(),
+                    Status::NotComparable(w) => format!("not comparable: {w}"),
+                    Status::Measured => String::new(),
+                };
+                out.push_str(&format!(
+                    "<li>{} ({} {}): {}</li>\n",
+                    escape(&r.what),
+                    escape(&figure(r.reference)),
+                    escape(&r.unit),
+                    escape(&why)
+                ));
+            }
+            out.push_str("</ul></details>\n");
+        }
+    }
+    out
+}
+
 /// A CSV field, quoted when it needs to be (RFC 4180).
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {

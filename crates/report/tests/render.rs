@@ -312,3 +312,38 @@ fn too_many_series_are_split_into_several_plots() {
         assert!(p.fixed.starts_with("trace="), "{}", p.fixed);
     }
 }
+
+#[test]
+fn the_reproduce_section_is_xhtml_with_the_measured_figures() {
+    use osprobe_report::reproduce::{references, reproduce, to_html};
+    let getppid = m(
+        "cpu.syscall",
+        "getppid",
+        Params::new().with("call", "getppid"),
+        Unit::Nanoseconds,
+        100.0,
+    );
+    let run = run(vec![getppid]);
+    let rows = reproduce(&run, &references().unwrap(), Some("004"));
+    let measured = rows.iter().filter(|r| r.this.is_some()).count();
+    assert!(measured >= 1, "the getppid row is compared");
+    let html = Report::new(&run)
+        .section("Reproducing the references", to_html(&rows))
+        .render();
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&html, opts).expect("XHTML parses");
+    let text: String = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        text.contains(&format!("{measured} of {} reference figures", rows.len())),
+        "{text}"
+    );
+    assert!(text.contains("cpu.syscall getppid"));
+    assert!(text.contains("not compared"), "the rest are listed, folded");
+}
