@@ -108,9 +108,11 @@ fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
     match raw.split_once(':') {
         Some(("file", path)) if !path.is_empty() => {
             let path = PathBuf::from(path);
-            if path.is_dir() {
+            // The swap file is truncated and removed afterwards: never
+            // one that exists (a user's file, a device).
+            if path.symlink_metadata().is_ok() {
                 return Err(UsageError(format!(
-                    "--swap '{raw}': {} is a directory; name a file",
+                    "--swap '{raw}': {} exists; name a new file (it is created, and removed afterwards)",
                     path.display()
                 ))
                 .into());
@@ -156,6 +158,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     let policy = policy_by_name(&args.policy, None).map_err(|e| UsageError(e.to_string()))?;
     let swap = swap_backend(&args)?;
     interrupt::install();
+    osprobe_pager::pager::exit_on_sigbus();
     // The workload and the handler on one CPU: a fault is then two
     // context switches there, not a wake-up of the other CPU (4x slower
     // on a VM).

@@ -173,3 +173,55 @@ fn the_pager_experiments_in_the_smoke_profile() {
     }
     assert!(policy.iter().any(|m| m["metric"] == "run_time"));
 }
+
+#[test]
+fn a_full_swap_stops_the_workload_with_the_reason_not_wrong_data() {
+    if !need_root("a_full_swap_stops_the_workload_with_the_reason_not_wrong_data") {
+        return;
+    }
+    // A 64 KiB file system: the 17th page written back does not fit.
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(dir.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipping: cannot mount a small tmpfs here");
+        return;
+    }
+    let spec = format!("file:{}", dir.path().join("swap").display());
+    let out = osprobe(&[
+        "pager",
+        "run",
+        "--frames",
+        "4",
+        "--pages",
+        "64",
+        "--swap",
+        &spec,
+        "--",
+        "sequential",
+    ]);
+    let _ = Command::new("umount").arg(dir.path()).status();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("No space left on device") && err.contains("SIGBUS"),
+        "{err}"
+    );
+    assert!(err.contains("could not serve"), "{err}");
+    // An existing file is never used as swap (it would be truncated).
+    let out = osprobe(&[
+        "pager",
+        "run",
+        "--frames",
+        "4",
+        "--swap",
+        "file:/dev/full",
+        "--",
+        "zipf",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("exists"), "{}", stderr(&out));
+}

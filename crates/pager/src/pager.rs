@@ -484,6 +484,29 @@ impl Drop for Pager {
     }
 }
 
+/// For a program whose own memory is served by the pager: the pager
+/// answers a fault it cannot serve (swap full or failing) with SIGBUS
+/// after logging why; this makes that SIGBUS end the process with one
+/// more line and exit code 1 instead of a core dump.
+pub fn exit_on_sigbus() {
+    extern "C" fn on_sigbus(_: libc::c_int) {
+        const MESSAGE: &[u8] =
+            b"osprobe: the workload touched a page the pager could not serve (reason above); stopped\n";
+        // SAFETY: write and _exit are async-signal-safe.
+        unsafe {
+            libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+            libc::_exit(1);
+        }
+    }
+    // SAFETY: installing a handler that only writes and exits.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+    }
+}
+
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -95,13 +95,13 @@ pub struct FileSwap {
 }
 
 impl FileSwap {
-    /// Create (or truncate) the swap file at `path`.
+    /// Create the swap file at `path`; an existing file is an error (a
+    /// swap file is scratch, and removed afterwards).
     pub fn create(path: &Path) -> Result<FileSwap, SwapError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(path)
             .map_err(|e| SwapError::Open(format!("swap file {}: {e}", path.display())))?;
         Ok(FileSwap {
