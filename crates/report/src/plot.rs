@@ -127,11 +127,48 @@ pub fn plots(run: &Run) -> Vec<Plot> {
     for key in order {
         let group = &groups[&key];
         out.extend(group_plots(run, group));
-        for m in group.iter().filter(|m| m.histogram.is_some()) {
-            out.extend(histogram_plot(m));
+        let with_histogram: Vec<&Measurement> = group
+            .iter()
+            .copied()
+            .filter(|m| m.histogram.is_some())
+            .collect();
+        let shown = spread_pick(with_histogram.len(), MAX_HISTOGRAMS);
+        for &i in &shown {
+            if let Some(mut plot) = histogram_plot(with_histogram[i]) {
+                if shown.len() < with_histogram.len() {
+                    plot.fixed = format!(
+                        "{} ({} of {} histograms of this metric shown; all are in osprobe show --json)",
+                        plot.fixed,
+                        shown.len(),
+                        with_histogram.len()
+                    );
+                }
+                out.push(plot);
+            }
         }
     }
     out
+}
+
+/// Histograms plotted per (experiment, metric): a full run of time.sleep
+/// has 18 per strategy, and 108 small plots would make the page too long
+/// to read and the file over 2 MB.
+pub const MAX_HISTOGRAMS: usize = 4;
+
+/// `at_most` indexes of `0..n`, spread evenly and including both ends
+/// (all of them when n is small enough).
+fn spread_pick(n: usize, at_most: usize) -> Vec<usize> {
+    if n <= at_most {
+        return (0..n).collect();
+    }
+    if at_most < 2 {
+        return (0..at_most).collect();
+    }
+    let mut picked: Vec<usize> = (0..at_most)
+        .map(|k| (k * (n - 1) + (at_most - 1) / 2) / (at_most - 1))
+        .collect();
+    picked.dedup();
+    picked
 }
 
 /// More series than this in one plot are split into several plots.
@@ -522,4 +559,18 @@ pub fn histogram_plot(m: &Measurement) -> Option<Plot> {
             p99: m.summary.p99,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread_pick;
+
+    #[test]
+    fn picks_are_spread_and_keep_both_ends() {
+        assert_eq!(spread_pick(3, 4), vec![0, 1, 2]);
+        assert_eq!(spread_pick(18, 4), vec![0, 6, 11, 17]);
+        assert_eq!(spread_pick(5, 4), vec![0, 1, 3, 4]);
+        assert_eq!(spread_pick(0, 4), Vec::<usize>::new());
+        assert_eq!(spread_pick(9, 1), vec![0]);
+    }
 }

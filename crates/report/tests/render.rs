@@ -347,3 +347,41 @@ fn the_reproduce_section_is_xhtml_with_the_measured_figures() {
     assert!(text.contains("cpu.syscall getppid"));
     assert!(text.contains("not compared"), "the rest are listed, folded");
 }
+
+#[test]
+fn many_histograms_of_one_metric_are_sampled_and_say_so() {
+    let measurements: Vec<Measurement> = (1..=18)
+        .map(|i| {
+            let mut sleep = m(
+                "time.sleep",
+                "nanosleep",
+                Params::new().with("requested", i as i64),
+                Unit::Nanoseconds,
+                1000.0 * i as f64,
+            );
+            sleep.histogram = Histogram::log_spaced(&[900.0, 1000.0, 1100.0, 5000.0], 8);
+            sleep
+        })
+        .collect();
+    let run = run(measurements);
+    let histograms: Vec<Plot> = plots(&run)
+        .into_iter()
+        .filter(|p| matches!(p.kind, Kind::Histogram(_)))
+        .collect();
+    assert_eq!(histograms.len(), osprobe_report::plot::MAX_HISTOGRAMS);
+    // The first and the last point are among them, and each says what
+    // was left out.
+    assert!(
+        histograms[0].fixed.starts_with("requested=1 "),
+        "{}",
+        histograms[0].fixed
+    );
+    assert!(
+        histograms[3].fixed.starts_with("requested=18 "),
+        "{}",
+        histograms[3].fixed
+    );
+    assert!(histograms
+        .iter()
+        .all(|p| p.fixed.contains("4 of 18 histograms")));
+}
