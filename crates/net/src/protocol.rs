@@ -29,8 +29,12 @@ use std::io::{self, Read, Write};
 pub const PROTOCOL_NAME: &str = "osprobe";
 /// Bumped when a change breaks older peers.
 pub const PROTOCOL_VERSION: u32 = 1;
-/// The largest frame body either side accepts.
-pub const MAX_FRAME: usize = 16 * 1024;
+/// The largest frame body either side accepts: a bound on what a peer
+/// can make us allocate, and large enough for the largest message, a
+/// `Report` of MAX_STREAMS streams each with its TCP_INFO (about 1.2 KB
+/// of JSON each in practice, 2.2 KB with every field at its largest; 16
+/// KiB was too small for 16 streams).
+pub const MAX_FRAME: usize = 512 * 1024;
 /// Default TCP port of `osprobe serve` (UDP echo uses the same number).
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -453,6 +457,34 @@ pub use osprobe_core::random::os_random_bytes as random_bytes;
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_report_of_every_stream_with_its_tcp_info_fits_in_a_frame() {
+        // Every field at a many-digit value: the largest TCP_INFO JSON.
+        let info = crate::tcp_info::TcpInfo::default();
+        let mut json = serde_json::to_value(&info).unwrap();
+        for v in json.as_object_mut().unwrap().values_mut() {
+            if v.is_number() || v.is_null() {
+                *v = serde_json::json!(u64::MAX);
+            }
+        }
+        let stream = |i: u32| StreamReport {
+            stream: i,
+            bytes: u64::MAX,
+            elapsed_ns: u64::MAX,
+            cpu_ns: u64::MAX,
+            reads: u64::MAX,
+            hash: Some("f".repeat(32)),
+            stored: Some(true),
+            tcp_info: Some(json.clone()),
+            error: None,
+        };
+        let report = Message::Report {
+            streams: (0..MAX_STREAMS).map(stream).collect(),
+        };
+        let frame = encode(&report).expect("the largest report fits");
+        assert!(frame.len() <= MAX_FRAME + 4, "{} bytes", frame.len());
+    }
     use super::*;
     use proptest::prelude::*;
 
