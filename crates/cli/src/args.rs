@@ -178,7 +178,7 @@ pub struct SendArgs {
 
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
-    /// smoke: seconds, checks structure; quick: about a minute; full: thorough, up to ten minutes
+    /// smoke: seconds, checks structure; quick: about a minute; full: thorough, about 20 minutes as root
     #[arg(long, default_value = "quick", value_parser = ["smoke", "quick", "full"])]
     pub profile: String,
     /// Print the run as JSON (schema/osprobe.schema.json) instead of a table
