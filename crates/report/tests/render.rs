@@ -128,6 +128,19 @@ fn sample_run() -> Run {
     run(ms)
 }
 
+/// The text of a page that must parse as XHTML.
+fn page_text(html: &str) -> String {
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(html, opts).expect("XHTML parses");
+    doc.descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn svg_texts(svg: &str) -> Vec<String> {
     let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
     assert_eq!(doc.root_element().tag_name().name(), "svg");
@@ -330,16 +343,7 @@ fn the_reproduce_section_is_xhtml_with_the_measured_figures() {
     let html = Report::new(&run)
         .section("Reproducing the references", to_html(&rows))
         .render();
-    let opts = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    let doc = roxmltree::Document::parse_with_options(&html, opts).expect("XHTML parses");
-    let text: String = doc
-        .descendants()
-        .filter_map(|n| n.text())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let text = page_text(&html);
     assert!(
         text.contains(&format!("{measured} of {} reference figures", rows.len())),
         "{text}"
