@@ -42,7 +42,7 @@ pub struct RunArgs {
     /// Replacement policy: fifo, clock (Second Chance) or lru (aging)
     #[arg(long, default_value = "clock", value_parser = ["fifo", "clock", "lru"])]
     pub policy: String,
-    /// Where evicted pages go: file:PATH (removed afterwards), or rfs:HOST[:PORT] (an `osprobe rfs serve`); default a file in the temp directory
+    /// Where evicted pages go: file:PATH (a new file whose name is removed once open: nothing is left behind), or rfs:HOST[:PORT] (an `osprobe rfs serve`); default a file in the temp directory
     #[arg(long, value_name = "file:PATH|rfs:HOST[:PORT]")]
     pub swap: Option<String>,
     /// Accesses of a trace workload (default: 20 x pages)
@@ -108,16 +108,16 @@ fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
     match raw.split_once(':') {
         Some(("file", path)) if !path.is_empty() => {
             let path = PathBuf::from(path);
-            // The swap file is truncated and removed afterwards: never
+            // The swap file's name is removed once it is open: never
             // one that exists (a user's file, a device).
             if path.symlink_metadata().is_ok() {
                 return Err(UsageError(format!(
-                    "--swap '{raw}': {} exists; name a new file (it is created, and removed afterwards)",
+                    "--swap '{raw}': {} exists; name a new file (it is created, and its name removed once open)",
                     path.display()
                 ))
                 .into());
             }
-            Ok(Box::new(FileSwap::create_removed_after(&path)?))
+            Ok(Box::new(FileSwap::create(&path)?))
         }
         Some(("rfs", server)) if !server.is_empty() => {
             let client_args = ClientArgs {

@@ -88,45 +88,44 @@ impl SwapMap {
 /// A swap file on a local file system. Reads come from the page cache
 /// when the file's pages are cached (as the kernel's own swap-in from a
 /// swap cache would); the experiments say so.
+///
+/// The file's name is removed as soon as it is open: a swap file means
+/// nothing once its pager is gone, and this way it goes with the process
+/// however that ends (Ctrl-C, SIGBUS, SIGKILL).
 pub struct FileSwap {
     file: File,
     path: PathBuf,
-    remove_on_drop: bool,
 }
 
 impl FileSwap {
-    /// Create the swap file at `path`; an existing file is an error (a
-    /// swap file is scratch, and removed afterwards).
+    /// Create the swap file at `path` (an existing file is an error: it
+    /// would be overwritten) and remove its name at once.
     pub fn create(path: &Path) -> Result<FileSwap, SwapError> {
+        let open_error =
+            |e: std::io::Error| SwapError::Open(format!("swap file {}: {e}", path.display()));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(path)
-            .map_err(|e| SwapError::Open(format!("swap file {}: {e}", path.display())))?;
+            .map_err(open_error)?;
+        std::fs::remove_file(path).map_err(open_error)?;
         Ok(FileSwap {
             file,
             path: path.to_path_buf(),
-            remove_on_drop: false,
         })
     }
 
-    /// Create the swap file at `path` and remove it when the backend is
-    /// dropped (a swap file means nothing once its pager is gone).
-    pub fn create_removed_after(path: &Path) -> Result<FileSwap, SwapError> {
-        let mut swap = FileSwap::create(path)?;
-        swap.remove_on_drop = true;
-        Ok(swap)
-    }
-
-    /// A swap file in `dir` that is removed when the backend is dropped.
+    /// A swap file in `dir` with a name of its own.
     pub fn temporary(dir: &Path) -> Result<FileSwap, SwapError> {
+        let tag = osprobe_core::random::os_random_bytes::<8>()
+            .map_err(|e| SwapError::Open(format!("a name for the swap file: {e}")))?;
         let name = format!(
-            "osprobe-swap-{}-{:x}",
+            "osprobe-swap-{}-{:016x}",
             std::process::id(),
-            osprobe_core::random::SplitMix64::new(nanos_now()).next_u64()
+            u64::from_ne_bytes(tag)
         );
-        FileSwap::create_removed_after(&dir.join(name))
+        FileSwap::create(&dir.join(name))
     }
 
     fn io(&self, what: &'static str, slot: u64, e: std::io::Error) -> SwapError {
@@ -139,24 +138,9 @@ impl FileSwap {
     }
 }
 
-fn nanos_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
-impl Drop for FileSwap {
-    fn drop(&mut self) {
-        if self.remove_on_drop {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
 impl SwapBackend for FileSwap {
     fn describe(&self) -> String {
-        format!("swap file {}", self.path.display())
+        format!("swap file {} (unlinked)", self.path.display())
     }
 
     fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError> {
