@@ -490,7 +490,10 @@ fn run_sender(
 /// 17 fast waits before the stall). So: sort the waits and split them at
 /// the largest ratio between neighbours, among splits that leave at least 3
 /// waits and 5% of them above (a few scheduling hiccups in a QUICKACK run
-/// must not pass for delayed ACKs); if that ratio is at least 8 the upper
+/// must not pass for delayed ACKs) and whose upper side starts at 1 ms or
+/// more: the delayed cluster cannot start below the shortest timer, and
+/// ratios inside the fast cluster can be large (1 µs next to 30 µs is 30x,
+/// larger than a 0.5 ms -> 5 ms gap); if that ratio is at least 8 the upper
 /// cluster is taken, otherwise all waits are one cluster. The answer is the
 /// median of that cluster, robust against the jiffy rounding of the timer
 /// (40, 44, 48 ms). A median under 1 ms is no delayed-ACK timer (the
@@ -517,8 +520,11 @@ pub fn delayed_ack_interval(ack_waits: &[Duration]) -> Option<Duration> {
         if count - split < min_upper {
             break;
         }
+        if waits[split] < SHORTEST_TIMER {
+            continue;
+        }
         let below = waits[split - 1].max(FLOOR).as_secs_f64();
-        let above = waits[split].max(FLOOR).as_secs_f64();
+        let above = waits[split].as_secs_f64();
         let ratio = above / below;
         if best_split.is_none_or(|(best, _)| ratio > best) {
             best_split = Some((ratio, split));
@@ -888,6 +894,17 @@ mod tests {
         assert_eq!(delayed_ack_interval(&waits), None);
         // Zero waits do not divide by zero.
         assert_eq!(delayed_ack_interval(&[Duration::ZERO; 10]), None);
+    }
+
+    #[test]
+    fn interval_ignores_large_ratios_inside_the_fast_cluster() {
+        // The case proptest shrank in CI: a 1 µs wait beside 30 µs ones is a
+        // 30x ratio, larger than the 10x between the slowest fast wait and
+        // the 5 ms timer.
+        let mut waits = vec![us(30); 26];
+        waits.extend([us(489), us(1)]);
+        waits.extend(vec![ms(5.0); 10]);
+        assert_eq!(delayed_ack_interval(&waits), Some(ms(5.0)));
     }
 
     #[test]
