@@ -54,27 +54,96 @@ pub enum Command {
     Report(crate::report::ReportArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TokenArg {
-    /// Secret shared with `osprobe serve --token` (default: $OSPROBE_TOKEN); never sent in clear, never stored
+    /// Secret shared with the server (default: $OSPROBE_TOKEN); visible to other users in `ps`, prefer --token-file; never sent in clear, never stored
     #[arg(
         long,
         value_name = "SECRET",
         env = "OSPROBE_TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        conflicts_with = "token_file"
     )]
     pub token: Option<String>,
+    /// Read the shared secret from this file (its first line; keep it private: chmod 600)
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
+/// A token file larger than this is not a token (and reading it whole would
+/// let a mistaken path, /dev/zero say, exhaust memory).
+const MAX_TOKEN_FILE: u64 = 4096;
+
 impl TokenArg {
-    /// The secret, refusing an empty one (it would protect nothing).
+    /// The secret from --token-file, --token or $OSPROBE_TOKEN, refusing an
+    /// empty one (it would protect nothing) and naming the file that is
+    /// unreadable, empty or too large.
     pub fn secret(&self) -> Result<Option<String>, crate::commands::UsageError> {
+        use crate::commands::UsageError;
+        use std::io::Read;
+        if let Some(path) = &self.token_file {
+            let shown = path.display();
+            let file = std::fs::File::open(path)
+                .map_err(|e| UsageError(format!("--token-file {shown}: cannot open it: {e}")))?;
+            let mut text = String::new();
+            file.take(MAX_TOKEN_FILE + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| {
+                    UsageError(format!("--token-file {shown}: cannot read it as text: {e}"))
+                })?;
+            if text.len() as u64 > MAX_TOKEN_FILE {
+                return Err(UsageError(format!(
+                    "--token-file {shown}: larger than {MAX_TOKEN_FILE} bytes; expected one line holding the secret"
+                )));
+            }
+            let secret = text.lines().next().unwrap_or("").trim_end_matches('\r');
+            if secret.is_empty() {
+                return Err(UsageError(format!(
+                    "--token-file {shown}: its first line is empty; expected the secret there"
+                )));
+            }
+            return Ok(Some(secret.to_string()));
+        }
         match &self.token {
-            Some(t) if t.is_empty() => Err(crate::commands::UsageError(
-                "--token: the secret must not be empty".into(),
+            Some(t) if t.is_empty() => Err(UsageError(
+                "--token (or $OSPROBE_TOKEN): the secret must not be empty".into(),
             )),
             other => Ok(other.clone()),
         }
+    }
+}
+
+/// Who may talk to a server: the address it binds and whether it demands a
+/// token. Shared by `serve` and `rfs serve`.
+#[derive(Debug, Args)]
+pub struct ExposureArgs {
+    /// Serve without a token on a non-loopback address: anyone who can reach the port may use it (a warning is printed)
+    #[arg(long, conflicts_with_all = ["token", "token_file"])]
+    pub no_auth: bool,
+}
+
+impl ExposureArgs {
+    /// Refuse a server reachable from other hosts without a token, unless
+    /// --no-auth says so; the warning to print when it does.
+    pub fn check(
+        &self,
+        command: &str,
+        bind: std::net::SocketAddr,
+        has_token: bool,
+    ) -> Result<Option<String>, crate::commands::UsageError> {
+        if has_token || bind.ip().is_loopback() {
+            return Ok(None);
+        }
+        if self.no_auth {
+            return Ok(Some(format!(
+                "osprobe {command}: WARNING: listening on {bind} without a token (--no-auth): anyone who can reach this port may use it"
+            )));
+        }
+        Err(crate::commands::UsageError(format!(
+            "{command} --bind {bind}: a server reachable from other hosts needs a token: \
+             give --token-file PATH (or $OSPROBE_TOKEN), or --no-auth to serve anyone; \
+             without --bind it listens on loopback only"
+        )))
     }
 }
 
@@ -137,11 +206,13 @@ impl NetLinkArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address and port to listen on (TCP, and UDP for echo)
-    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5301")]
+    /// Address and port to listen on (TCP, and UDP for echo); another host can reach it only if ADDR is not loopback, e.g. 0.0.0.0:5301, and then a token is required
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:5301")]
     pub bind: String,
     #[command(flatten)]
     pub token: TokenArg,
+    #[command(flatten)]
+    pub exposure: ExposureArgs,
     /// Longest test a client may run, in seconds
     #[arg(long, value_name = "S", default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=86_400))]
     pub max_duration: u32,

@@ -28,6 +28,9 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         }
     }
     let token = args.token.secret()?;
+    if let Some(warning) = args.exposure.check("serve", bind, token.is_some())? {
+        eprintln!("{warning}");
+    }
     let config = ServerConfig {
         token: token.clone(),
         max_duration: Duration::from_secs(args.max_duration as u64),

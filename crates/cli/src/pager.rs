@@ -126,9 +126,7 @@ fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
                 packet: args.packet.clone(),
                 udp: !args.tcp,
                 tcp: args.tcp,
-                token: TokenArg {
-                    token: args.token.token.clone(),
-                },
+                token: args.token.clone(),
                 json: false,
             };
             let client = crate::rfs::connect(&client_args)?;

@@ -45,8 +45,8 @@ pub enum RfsCommand {
 pub struct ServeArgs {
     /// The directory to export; nothing outside it can be reached
     pub dir: PathBuf,
-    /// Address and port to listen on (the same port for UDP and TCP)
-    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5302")]
+    /// Address and port to listen on (the same port for UDP and TCP); another host can reach it only if ADDR is not loopback, e.g. 0.0.0.0:5302, and then a token is required
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:5302")]
     pub bind: String,
     /// Serve UDP (alone, unless --tcp is given too)
     #[arg(long)]
@@ -56,6 +56,8 @@ pub struct ServeArgs {
     pub tcp: bool,
     #[command(flatten)]
     pub token: TokenArg,
+    #[command(flatten)]
+    pub exposure: crate::args::ExposureArgs,
     /// Refuse every change (create, write, remove)
     #[arg(long)]
     pub read_only: bool,
@@ -156,6 +158,7 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         _ => Transports::BOTH,
     };
     let token = args.token.secret()?;
+    let warning = args.exposure.check("rfs serve", bind, token.is_some())?;
     let options = ServerOptions {
         read_only: args.read_only,
         token: token.clone(),
@@ -167,6 +170,9 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
     } else {
         Arc::new(|event: &ServerEvent| crate::progress::log_line(event))
     };
+    if let Some(warning) = warning {
+        eprintln!("{warning}");
+    }
     interrupt::install();
     let server = Server::bind_with_events(bind, transports, &args.dir, options, Some(events))?;
     if !quiet {

@@ -16,6 +16,7 @@ pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod peer_text;
 pub mod random;
 pub mod runner;
 pub mod scratch;
