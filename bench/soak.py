@@ -1,0 +1,385 @@
+"""soak.py: the Python half of bench/soak.sh.
+
+Starts `osprobe serve --dir` and `osprobe rfs serve` on 127.0.0.1 with a
+token file, keeps CLIENTS legitimate clients busy against each (`osprobe
+send` of a file into serve's directory; `osprobe rfs get` of a file from
+the export, alternating UDP and TCP), first alone ("quiet") and then beside
+hostile traffic ("attack"): trickling connections (one byte a second),
+silent ones, garbage over TCP and UDP, connect-and-close floods and wrong
+tokens. Every transfer is verified by the tool itself (xxh3-128 end to end)
+and again here (SHA-256 of what arrived against the source). Prints, per
+server and phase: transfers done and failed, p50 and p99 of a transfer's
+wall time, and the server's largest RSS.
+
+Standard library only. Every loop is bounded in time (the phases) and in
+rate (sleeps between hostile actions); every connection goes to 127.0.0.1.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from benchlib import fail, table_lines
+
+LOOPBACK = "127.0.0.1"
+FILE_BYTES = 2 << 20
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def start_server(args, what):
+    """A server child and the address it printed on its first line."""
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = child.stdout.readline()
+    addr = next((w.rstrip(";,)") for w in first.split() if w.startswith(LOOPBACK + ":")), None)
+    if addr is None:
+        child.kill()
+        fail(f"{what} did not say where it listens: {first!r} {child.stderr.read()!r}")
+    # Drain its output so a chatty log never blocks it.
+    for stream in (child.stdout, child.stderr):
+        threading.Thread(target=lambda s=stream: [None for _ in s], daemon=True).start()
+    host, port = addr.rsplit(":", 1)
+    return child, (host, int(port))
+
+
+class Tally:
+    """Transfers of one server in one phase."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.times = []
+        self.failures = []
+
+    def add(self, seconds, error):
+        with self.lock:
+            if error is None:
+                self.times.append(seconds)
+            else:
+                self.failures.append(error)
+
+
+def legit_send(osprobe, addr, token, source, source_hash, recv_dir, worker, phase, stop, tally):
+    n = 0
+    while not stop.is_set():
+        name = f"{phase}-w{worker}-{n}.bin"
+        n += 1
+        started = time.monotonic()
+        out = subprocess.run(
+            [osprobe, "send", source, "--to", f"{addr[0]}:{addr[1]}", "--token-file", token,
+             "--name", name, "--json", "--quiet"],
+            capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+        path = os.path.join(recv_dir, name)
+        if out.returncode != 0:
+            tally.add(took, f"send exit {out.returncode}: {out.stderr.strip()[:200]}")
+        elif not os.path.exists(path) or sha256(path) != source_hash:
+            tally.add(took, f"{name}: received bytes differ from the source")
+        else:
+            tally.add(took, None)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def legit_get(osprobe, addr, token, source_hash, out_dir, worker, phase, stop, tally):
+    n = 0
+    while not stop.is_set():
+        local = os.path.join(out_dir, f"{phase}-w{worker}-{n}.bin")
+        transport = "--tcp" if (worker + n) % 2 else "--udp"
+        n += 1
+        started = time.monotonic()
+        out = subprocess.run(
+            [osprobe, "rfs", "get", "data.bin", local, "--server", f"{addr[0]}:{addr[1]}",
+             "--token-file", token, transport, "--json", "--quiet"],
+            capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+        if out.returncode != 0:
+            tally.add(took, f"rfs get {transport} exit {out.returncode}: {out.stderr.strip()[:200]}")
+        elif sha256(local) != source_hash:
+            tally.add(took, f"{local}: bytes differ from the export's")
+        else:
+            tally.add(took, None)
+        try:
+            os.unlink(local)
+        except OSError:
+            pass
+
+
+def hostile_trickle(addr, count, stop):
+    """count connections that send one byte a second and never finish."""
+    conns = []
+    for _ in range(count):
+        if stop.is_set():
+            break
+        try:
+            conns.append(socket.create_connection(addr, timeout=2))
+        except OSError:
+            time.sleep(0.05)
+    while not stop.wait(1.0):
+        alive = []
+        for c in conns:
+            try:
+                c.send(b"\x00")
+                alive.append(c)
+            except OSError:
+                c.close()
+        # Reconnect what the server cut, so the pressure stays.
+        while len(alive) < count and not stop.is_set():
+            try:
+                alive.append(socket.create_connection(addr, timeout=2))
+            except OSError:
+                break
+        conns = alive
+    for c in conns:
+        c.close()
+
+
+def hostile_idle(addr, count, stop):
+    """count connections that say nothing at all."""
+    conns = []
+    while not stop.is_set():
+        conns = [c for c in conns if c.fileno() != -1]
+        while len(conns) < count and not stop.is_set():
+            try:
+                conns.append(socket.create_connection(addr, timeout=2))
+            except OSError:
+                break
+        if stop.wait(2.0):
+            break
+        # Drop those the server closed (a read of 0 bytes), reopen later.
+        for c in conns:
+            c.setblocking(False)
+            try:
+                if c.recv(4096) == b"":
+                    c.close()
+            except BlockingIOError:
+                pass
+            except OSError:
+                c.close()
+    for c in conns:
+        c.close()
+
+
+def hostile_garbage_tcp(addr, rng, stop):
+    """Connections that send random bytes (a huge claimed length first, then
+    noise) and close, at most 200 a second."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(addr, timeout=2) as c:
+                c.sendall(b"\x7f\xff\xff\xff" + rng.randbytes(rng.randrange(1, 4096)))
+        except OSError:
+            pass
+        stop.wait(0.005)
+
+
+def hostile_udp(addr, rng, stop, rate):
+    """Random datagrams at about `rate` a second, and count how many bytes
+    come back: a server must not answer an unvalidated source with more
+    than it sent."""
+    sent = received = 0
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    while not stop.is_set():
+        for _ in range(max(1, rate // 100)):
+            payload = rng.randbytes(rng.randrange(1, 1200))
+            try:
+                s.sendto(payload, addr)
+                sent += len(payload)
+            except OSError:
+                pass
+        while True:
+            try:
+                received += len(s.recv(65536))
+            except (BlockingIOError, OSError):
+                break
+        stop.wait(0.01)
+    s.close()
+    return sent, received
+
+
+def hostile_connect_flood(addr, stop):
+    """Connect and close at once, at most 500 a second."""
+    while not stop.is_set():
+        try:
+            socket.create_connection(addr, timeout=1).close()
+        except OSError:
+            pass
+        stop.wait(0.002)
+
+
+def hostile_wrong_token(osprobe, rfs_addr, serve_addr, bad_token, stop):
+    """Wrong tokens over and over, through osprobe's own clients."""
+    while not stop.is_set():
+        subprocess.run([osprobe, "rfs", "ls", "--server", f"{rfs_addr[0]}:{rfs_addr[1]}", "--tcp",
+                        "--token-file", bad_token, "--quiet"], capture_output=True, timeout=60)
+        subprocess.run([osprobe, "net", "rtt", "--to", f"{serve_addr[0]}:{serve_addr[1]}",
+                        "--token-file", bad_token, "--profile", "smoke", "--no-store", "--quiet",
+                        "--json"], capture_output=True, timeout=60)
+        stop.wait(0.1)
+
+
+def sample_rss(pids, stop, peaks):
+    while not stop.is_set():
+        for name, pid in pids.items():
+            kib = rss_kib(pid)
+            if kib is not None:
+                peaks[name] = max(peaks.get(name, 0), kib)
+        stop.wait(0.2)
+
+
+def run_phase(phase, seconds, opts, servers, hostile):
+    stop = threading.Event()
+    tallies = {"serve": Tally(), "rfs": Tally()}
+    peaks = {}
+    threads = [threading.Thread(target=sample_rss, args=(
+        {n: s["child"].pid for n, s in servers.items()}, stop, peaks))]
+    for w in range(opts.clients):
+        threads.append(threading.Thread(target=legit_send, args=(
+            opts.osprobe, servers["serve"]["addr"], opts.token, opts.source, opts.source_hash,
+            opts.recv_dir, w, phase, stop, tallies["serve"])))
+        threads.append(threading.Thread(target=legit_get, args=(
+            opts.osprobe, servers["rfs"]["addr"], opts.token, opts.source_hash, opts.out_dir, w,
+            phase, stop, tallies["rfs"])))
+    udp_results = []
+    if hostile:
+        rng = random.Random(20261124)
+        for s in servers.values():
+            addr = s["addr"]
+            threads += [
+                threading.Thread(target=hostile_trickle, args=(addr, opts.trickle, stop)),
+                threading.Thread(target=hostile_idle, args=(addr, opts.trickle, stop)),
+                threading.Thread(target=hostile_garbage_tcp,
+                                 args=(addr, random.Random(rng.random()), stop)),
+                threading.Thread(target=hostile_connect_flood, args=(addr, stop)),
+                threading.Thread(target=lambda a=addr, r=random.Random(rng.random()):
+                                 udp_results.append((a, hostile_udp(a, r, stop, 2000)))),
+            ]
+        threads.append(threading.Thread(target=hostile_wrong_token, args=(
+            opts.osprobe, servers["rfs"]["addr"], servers["serve"]["addr"], opts.bad_token, stop)))
+    for t in threads:
+        t.daemon = True
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=130)
+    rows = []
+    for name, tally in tallies.items():
+        times = sorted(tally.times)
+        p99 = times[min(len(times) - 1, int(0.99 * len(times)))] if times else float("nan")
+        rows.append({
+            "server": name, "phase": phase, "ok": len(times), "failed": len(tally.failures),
+            "p50_s": statistics.median(times) if times else float("nan"), "p99_s": p99,
+            "rss_max_kib": peaks.get(name), "first_failures": tally.failures[:3],
+        })
+    amplification = [{"addr": f"{a[0]}:{a[1]}", "sent": s, "received": r}
+                      for a, (s, r) in udp_results]
+    return rows, amplification
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--osprobe", required=True)
+    ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--attack-seconds", type=int, default=60)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--trickle", type=int, default=300)
+    ap.add_argument("--json", action="store_true")
+    opts = ap.parse_args()
+    if not 1 <= opts.attack_seconds <= 60:
+        fail("--attack-seconds must be 1..60 (the hostile traffic is bounded to a minute)")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    with tempfile.TemporaryDirectory(prefix="osprobe-soak-") as work:
+        opts.token = os.path.join(work, "token")
+        opts.bad_token = os.path.join(work, "bad-token")
+        with open(os.open(opts.token, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(os.urandom(16).hex() + "\n")
+        with open(opts.bad_token, "w") as f:
+            f.write("not-the-token\n")
+        export = os.path.join(work, "export")
+        opts.recv_dir = os.path.join(work, "received")
+        opts.out_dir = os.path.join(work, "fetched")
+        for d in (export, opts.recv_dir, opts.out_dir):
+            os.mkdir(d)
+        opts.source = os.path.join(export, "data.bin")
+        with open(opts.source, "wb") as f:
+            f.write(random.Random(1).randbytes(FILE_BYTES))
+        opts.source_hash = sha256(opts.source)
+
+        limit = str(opts.clients * 2)
+        serve, serve_addr = start_server(
+            [opts.osprobe, "serve", "--bind", f"{LOOPBACK}:0", "--token-file", opts.token,
+             "--dir", opts.recv_dir, "--max-clients", limit], "osprobe serve")
+        rfs, rfs_addr = start_server(
+            [opts.osprobe, "rfs", "serve", export, "--bind", f"{LOOPBACK}:0", "--token-file",
+             opts.token, "--max-clients", limit], "osprobe rfs serve")
+        servers = {"serve": {"child": serve, "addr": serve_addr},
+                   "rfs": {"child": rfs, "addr": rfs_addr}}
+        try:
+            print(f"soak: {opts.clients} clients per server, quiet for {opts.seconds} s",
+                  file=sys.stderr)
+            quiet, _ = run_phase("quiet", opts.seconds, opts, servers, hostile=False)
+            print(f"soak: the same beside hostile traffic for {opts.attack_seconds} s",
+                  file=sys.stderr)
+            attack, udp = run_phase("attack", opts.attack_seconds, opts, servers, hostile=True)
+        finally:
+            for s in (serve, rfs):
+                s.send_signal(signal.SIGINT)
+                try:
+                    s.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    s.kill()
+        rows = quiet + attack
+        if opts.json:
+            json.dump({"clients": opts.clients, "rows": rows, "udp": udp}, sys.stdout, indent=2)
+            print()
+        else:
+            body = [[r["server"], r["phase"], str(r["ok"]), str(r["failed"]),
+                     f"{r['p50_s'] * 1000:.0f} ms", f"{r['p99_s'] * 1000:.0f} ms",
+                     f"{(r['rss_max_kib'] or 0) / 1024:.1f} MiB"] for r in rows]
+            for line in table_lines(["server", "phase", "transfers ok", "failed", "p50",
+                                     "p99", "max RSS"], body):
+                print(line)
+            for u in udp:
+                print(f"UDP garbage to {u['addr']}: sent {u['sent']} B, answered {u['received']} B")
+            for r in rows:
+                for f in r["first_failures"]:
+                    print(f"failure ({r['server']}, {r['phase']}): {f}")
+        failed = sum(r["failed"] for r in rows)
+        amplified = any(u["received"] > u["sent"] for u in udp)
+        sys.exit(1 if failed or amplified else 0)
+
+
+if __name__ == "__main__":
+    main()
