@@ -616,6 +616,12 @@ enum ReplyError {
     BadChecksum,
 }
 
+/// For [`crate::fuzz`]: parse `packet` in both framings, ignoring the result.
+pub(crate) fn fuzz_parse_echo_reply(packet: &[u8]) {
+    let _ = parse_echo_reply(packet, Framing::WithIpHeader);
+    let _ = parse_echo_reply(packet, Framing::IcmpOnly);
+}
+
 /// Parses an echo reply strictly; every length is checked before use.
 fn parse_echo_reply(packet: &[u8], framing: Framing) -> Result<EchoReply<'_>, ReplyError> {
     let icmp = match framing {
