@@ -968,11 +968,8 @@ mod tests {
     fn can_build() -> bool {
         match available() {
             Ok(()) => true,
-            Err(reason) if std::env::var("CI").as_deref() == Ok("true") => {
-                panic!("CI must be able to build network namespaces: {reason}")
-            }
             Err(reason) => {
-                eprintln!("skipping: {reason}");
+                osprobe_core::testing::skip(format!("cannot build network namespaces: {reason}"));
                 false
             }
         }

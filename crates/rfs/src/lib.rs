@@ -39,6 +39,7 @@ pub mod drc;
 pub mod error;
 pub mod experiments;
 pub(crate) mod export;
+pub mod fuzz;
 pub(crate) mod handles;
 pub mod pipeline;
 pub mod protocol;
