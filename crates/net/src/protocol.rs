@@ -27,8 +27,9 @@ use std::io::{self, Read, Write};
 
 /// The name in `Hello`: a peer that is not osprobe is recognised at once.
 pub const PROTOCOL_NAME: &str = "osprobe";
-/// Bumped when a change breaks older peers.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Bumped when a change breaks older peers. 2: the Open proof covers the
+/// test spec and duration (see [`crate::auth`]).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// The largest frame body either side accepts: a bound on what a peer
 /// can make us allocate, and large enough for the largest message, a
 /// `Report` of MAX_STREAMS streams each with its TCP_INFO (about 1.2 KB

@@ -469,7 +469,11 @@ impl Shared {
                 ),
             ));
         }
-        self.check_proof(nonce, Purpose::Open, request.proof.as_deref())?;
+        let purpose = Purpose::Open {
+            test: &request.test,
+            duration_s: request.duration_s,
+        };
+        self.check_proof(nonce, purpose, request.proof.as_deref())?;
         let max = self.config.max_duration.as_secs();
         if request.duration_s as u64 > max {
             return Err(Refusal::new(

@@ -1,0 +1,57 @@
+//! What the server's integration tests share: a server on a thread of
+//! the test process, its log lines collected.
+#![allow(dead_code)] // each test file uses a different part
+
+use osprobe_net::client::Peer;
+use osprobe_net::server::{Server, ServerConfig, ServerEvent};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A server thread on 127.0.0.1 with `config`, its events collected.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    events: Arc<Mutex<Vec<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub fn start(config: ServerConfig) -> TestServer {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&events);
+        let server = Server::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            config,
+            Arc::new(move |e: &ServerEvent| sink.lock().unwrap().push(e.to_string())),
+        )
+        .unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || server.serve(&flag).unwrap());
+        TestServer {
+            addr,
+            stop,
+            events,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn peer(&self, token: Option<&str>) -> Peer {
+        Peer::new(self.addr, token.map(str::to_string))
+    }
+
+    pub fn events(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
