@@ -114,3 +114,69 @@ fn an_old_client_is_told_both_versions() {
         other => panic!("an old client was served: {other:?}"),
     }
 }
+
+/// Send a frame header claiming `claim` bytes, then one body byte every
+/// `every` until the server answers or closes; how long that took, or None
+/// if it still had not after `give_up`.
+fn trickle_until_cut(
+    addr: SocketAddr,
+    claim: u32,
+    every: Duration,
+    give_up: Duration,
+) -> Option<Duration> {
+    use std::io::{Read, Write};
+    let (mut s, _) = greeted(addr);
+    let started = std::time::Instant::now();
+    s.write_all(&claim.to_be_bytes()).unwrap();
+    s.set_read_timeout(Some(every)).unwrap();
+    let mut buf = [0u8; 256];
+    while started.elapsed() < give_up {
+        match s.read(&mut buf) {
+            Ok(_) => return Some(started.elapsed()), // an error frame, or EOF
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return Some(started.elapsed()), // reset
+        }
+        if s.write_all(b" ").is_err() {
+            return Some(started.elapsed());
+        }
+    }
+    None
+}
+
+#[test]
+fn a_trickling_handshake_is_cut_at_a_total_deadline() {
+    let server = TestServer::start(ServerConfig {
+        handshake_timeout: Duration::from_millis(800),
+        ..ServerConfig::default()
+    });
+    // 100 bytes at one per 100 ms would take 10 s; each byte arrives well
+    // within any per-read timeout, so only a total deadline cuts it.
+    let cut = trickle_until_cut(
+        server.addr,
+        100,
+        Duration::from_millis(100),
+        Duration::from_secs(8),
+    );
+    assert!(cut.is_some(), "the trickle held its connection for 8 s");
+    let events = server.events_once(|e| e.contains("timed out"), Duration::from_secs(2));
+    assert!(events.iter().any(|e| e.contains("timed out")), "{events:?}");
+}
+
+#[test]
+fn a_first_frame_larger_than_a_few_kib_is_refused_at_once() {
+    let server = TestServer::start(ServerConfig::default());
+    // A 512 KiB claim was accepted (and allocated) before authentication.
+    let cut = trickle_until_cut(
+        server.addr,
+        512 * 1024,
+        Duration::from_millis(100),
+        Duration::from_secs(3),
+    );
+    assert!(cut.is_some(), "a 512 KiB first frame was being read");
+    let events = server.events_once(|e| e.contains("exceeds the limit"), Duration::from_secs(2));
+    assert!(
+        events.iter().any(|e| e.contains("exceeds the limit")),
+        "{events:?}"
+    );
+}

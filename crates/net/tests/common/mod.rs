@@ -55,3 +55,22 @@ impl Drop for TestServer {
         }
     }
 }
+
+impl TestServer {
+    /// The log lines once one satisfies `pred`, or after `within` (a line
+    /// is logged just after the peer is answered, so it may lag a little).
+    pub fn events_once(
+        &self,
+        pred: impl Fn(&str) -> bool,
+        within: std::time::Duration,
+    ) -> Vec<String> {
+        let until = std::time::Instant::now() + within;
+        loop {
+            let events = self.events();
+            if events.iter().any(|e| pred(e)) || std::time::Instant::now() > until {
+                return events;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
