@@ -18,6 +18,7 @@ pub mod id;
 pub mod interrupt;
 pub mod model;
 pub mod peer_text;
+pub mod proof;
 pub mod random;
 pub mod runner;
 pub mod scratch;
