@@ -625,6 +625,22 @@ impl Pipeline {
                 });
             }
         };
+        if header.xid == 0 && !udp {
+            // Request id 0 answers no request: the server's word on the
+            // whole connection (BUSY when it is full), before it closes.
+            let reason = match result {
+                Err(error) => {
+                    self.broken = Some(format!("the server refused the connection: {error}"));
+                    return Err(ClientError::Remote {
+                        server: self.server,
+                        context: "connecting".into(),
+                        error,
+                    });
+                }
+                Ok(_) => "a reply under request id 0 that is not an error".to_string(),
+            };
+            return Err(self.lost(reason));
+        }
         let matches = self
             .outstanding
             .get(&header.xid)

@@ -827,6 +827,15 @@ impl Service {
         }
     }
 
+    /// Whether TCP connection `conn` has a session that may make requests
+    /// (authenticated, or no token needed).
+    pub fn connection_ready(&self, conn: u64) -> bool {
+        lock(&self.sessions).values().any(|s| {
+            matches!(s.peer, Peer::Tcp { conn: c, .. } if c == conn)
+                && s.authenticated.load(Ordering::Acquire)
+        })
+    }
+
     /// End the sessions of a closed TCP connection.
     pub fn end_connection(&self, conn: u64) {
         let ids: Vec<u64> = lock(&self.sessions)

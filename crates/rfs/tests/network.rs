@@ -11,7 +11,8 @@ use osprobe_rfs::protocol::{
     COOKIE_LEN, HEADER_LEN, HELLO_LEN,
 };
 use osprobe_rfs::{Client, ClientError, ServerOptions, Transport, Transports};
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 fn udp_socket(server: SocketAddr) -> UdpSocket {
@@ -258,4 +259,63 @@ fn a_hostile_servers_text_is_escaped_on_the_client() {
     assert!(!text.contains('\n'), "{text:?}");
     assert!(!text.contains('\u{202e}'), "{text:?}");
     assert!(text.contains("done"), "{text:?}");
+}
+
+#[test]
+fn silent_tcp_connections_do_not_lock_out_a_client_and_the_excess_hears_busy() {
+    let export = tempfile::tempdir().unwrap();
+    let server = TestServer::start(
+        export.path(),
+        Transports::TCP,
+        ServerOptions {
+            max_clients: 2,
+            hello_timeout: Duration::from_secs(1),
+            ..Default::default()
+        },
+    );
+    // Every connection slot (max_clients + 4) taken by connections that
+    // never say hello, one of them trickling a byte now and then.
+    let mut silent: Vec<TcpStream> = (0..6)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // One more is told why it is turned away.
+    let e = Client::connect(server.addr, options(Transport::Tcp, 1, 1024))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), Some(ErrorCode::Busy), "{e}");
+    assert!(e.to_string().contains("server busy"), "{e}");
+    // Within a few hello timeouts the silent ones are gone and a client
+    // gets in (they would hold their slots for the 120 s idle time).
+    let mut trickle = (HELLO_LEN as u32).to_be_bytes().to_vec();
+    trickle.extend_from_slice(&hello([9; 16], [0; COOKIE_LEN]));
+    let mut trickle = trickle.into_iter();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut c = loop {
+        // A byte of a real hello every 100 ms: it would take 26 s.
+        let _ = silent[0].write_all(&[trickle.next().unwrap()]);
+        match Client::connect(server.addr, options(Transport::Tcp, 1, 1024)) {
+            Ok(c) => break c,
+            Err(e) => {
+                assert_eq!(e.code(), Some(ErrorCode::Busy), "{e}");
+                assert!(Instant::now() < until, "still locked out: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    c.stat("/").unwrap();
+    // The silent connections were closed by the server.
+    for s in &mut silent {
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 64];
+        let closed = match s.read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        assert!(closed, "a silent connection is still open");
+    }
 }
