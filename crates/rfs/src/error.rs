@@ -39,6 +39,8 @@ pub enum ClientError {
         context: String,
         error: RemoteError,
     },
+    #[error("{server} speaks rfs protocol version {theirs}, this osprobe speaks version {}: run the same osprobe version on both sides", crate::protocol::VERSION)]
+    Version { server: SocketAddr, theirs: u8 },
     #[error("{server} requires a token: pass the server's token in the client options")]
     TokenRequired { server: SocketAddr },
     #[error("path \"{path}\" is not accepted: {why}")]

@@ -34,7 +34,9 @@
 //! window and reassembly in [`client`], confinement in `export`.
 
 pub mod auth;
+pub mod backoff;
 pub mod client;
+pub mod cookie;
 pub mod drc;
 pub mod error;
 pub mod experiments;
