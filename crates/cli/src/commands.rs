@@ -34,6 +34,7 @@ pub fn registry() -> Registry {
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let db = cli.db.clone();
+    crate::leftovers::sweep();
     match cli.command {
         Command::Run(args) => run(args, db, cli.quiet),
         Command::Bench(args) => bench(args, db, cli.quiet),
