@@ -170,7 +170,7 @@ fn measure(
     };
     let Ok(outcome) = outcome else {
         eprintln!("osprobe: interrupted; nothing was stored");
-        return Ok(ExitCode::from(130));
+        return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     };
 
     let id = osprobe_core::id::new_run_id();
