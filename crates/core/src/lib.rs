@@ -17,6 +17,7 @@ pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod owner;
 pub mod peer_text;
 pub mod proof;
 pub mod random;

@@ -81,11 +81,8 @@ impl StaticTrue {
                 ),
             )
         })?;
-        let dir = parent.join(format!(
-            "osprobe-elf-{}-{}",
-            std::process::id(),
-            osprobe_core::id::new_run_id()
-        ));
+        // Named with its owner, so a killed process's copy is swept.
+        let dir = parent.join(osprobe_core::owner::Owner::new_name("osprobe-elf-"));
         std::fs::create_dir(&dir)?;
         let path = dir.join("static-true");
         let written = (|| {
