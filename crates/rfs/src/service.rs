@@ -275,6 +275,21 @@ fn handle_io_error(e: &io::Error, what: &str) -> RemoteError {
     }
 }
 
+/// Refuse to write a file with more than one name: a hard link inside the
+/// export may name a file outside it, which must not change through rfs.
+fn refuse_hard_links(st: &libc::stat, what: &str) -> OpResult<()> {
+    if st.st_nlink > 1 {
+        return Err(err(
+            ErrorCode::Access,
+            format!(
+                "{what} has {} hard links; rfs does not write through a hard link (another name, maybe outside the export, would change too)",
+                st.st_nlink
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn stale(what: &str) -> RemoteError {
     err(
         ErrorCode::Stale,
@@ -876,34 +891,21 @@ impl Service {
         if let Some(f) = lock(&self.fds).get(r.index, write) {
             return Ok(f);
         }
-        let base = libc::O_NONBLOCK | libc::O_NOCTTY;
-        let (fd, writable) = if self.config.read_only {
-            (
-                self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
-                false,
-            )
-        } else {
-            match self.export.open_at(&r.path, libc::O_RDWR | base, 0) {
-                Err(e)
-                    if !write
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::EACCES | libc::EPERM | libc::EROFS)
-                        ) =>
-                {
-                    (
-                        self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
-                        false,
-                    )
-                }
-                other => (other, true),
-            }
-        };
-        let fd = fd.map_err(|e| handle_io_error(&e, &what))?;
+        // Reads open read-only: a read needs no more, and a binary running
+        // on the server refuses opens for writing ("Text file busy").
+        let access = if write { libc::O_RDWR } else { libc::O_RDONLY };
+        let fd = self
+            .export
+            .open_at(&r.path, access | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
+            .map_err(|e| handle_io_error(&e, &what))?;
         let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
         if export::identity(&st) != r.identity || export::kind_of(st.st_mode) != Kind::File {
             return Err(stale(&what));
         }
+        if write {
+            refuse_hard_links(&st, &what)?;
+        }
+        let writable = write;
         let file = Arc::new(File::from(fd));
         lock(&self.fds).put(r.index, Arc::clone(&file), writable);
         Ok(file)
@@ -970,29 +972,42 @@ impl Service {
             | libc::O_NOCTTY
             | match how {
                 CreateHow::Exclusive => libc::O_EXCL,
-                CreateHow::Truncate => libc::O_TRUNC,
+                // Truncated below, once it is known not to be a hard link.
+                CreateHow::Truncate => 0,
             };
         let fd = export::open_in(dfd.as_fd(), name, flags, mode & protocol::MAX_CREATE_MODE)
             .map_err(|e| io_error(&e, &what))?;
-        let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
+        let mut st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
         if export::kind_of(st.st_mode) != Kind::File {
             return Err(err(
                 ErrorCode::Invalid,
                 format!("{what} exists and is not a regular file"),
             ));
         }
-        let (handle, dropped) = lock(&self.handles).intern(path, Kind::File, export::identity(&st));
+        refuse_hard_links(&st, &what)?;
+        let file = File::from(fd);
+        if how == CreateHow::Truncate && st.st_size != 0 {
+            file.set_len(0).map_err(|e| io_error(&e, &what))?;
+            st = export::stat_fd(file.as_fd()).map_err(|e| io_error(&e, &what))?;
+        }
+        self.created(path, file, &st)
+    }
+
+    /// Register a file just created (or truncated) under `path`: its
+    /// handle, and its descriptor in the cache for the writes that follow.
+    fn created(&self, path: RelPath, file: File, st: &libc::stat) -> OpResult<Reply<'static>> {
+        let (handle, dropped) = lock(&self.handles).intern(path, Kind::File, export::identity(st));
         let (_, index) = handle.parts();
         {
             let mut fds = lock(&self.fds);
             if let Some(i) = dropped {
                 fds.forget(i);
             }
-            fds.put(index, Arc::new(File::from(fd)), true);
+            fds.put(index, Arc::new(file), true);
         }
         Ok(Reply::Handle {
             handle,
-            attr: export::attr_of(&st),
+            attr: export::attr_of(st),
         })
     }
 
