@@ -21,8 +21,8 @@ use crate::auth;
 use crate::error::ClientError;
 use crate::pipeline::{ClientStats, Conn, Encoder, Job, Pipeline, Timing};
 use crate::protocol::{
-    validate_name, Attr, CreateHow, DirEntry, Handle, Kind, RemoteError, Reply, Request, Transport,
-    MAX_READDIR_ENTRIES,
+    validate_name, Attr, CreateHow, DirEntry, ErrorCode, Handle, Kind, Op, RemoteError, Reply,
+    Request, Transport, MAX_READDIR_ENTRIES,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -965,8 +965,11 @@ impl Client {
         Ok((delivered, local_hash))
     }
 
-    /// Copy the local file `local` to `remote` (created or truncated), then
-    /// flush it on the server and compare hashes.
+    /// Copy the local file `local` to `remote`, atomically: the bytes go
+    /// to a temporary file the server creates beside `remote`, which is
+    /// hashed, compared and only then renamed over `remote`. If the put
+    /// fails or is interrupted (or the client dies), `remote` keeps its
+    /// old contents and the server removes the temporary file.
     pub fn put(
         &mut self,
         local: &Path,
@@ -987,14 +990,14 @@ impl Client {
             ));
         }
         let mode = meta.permissions().mode() & crate::protocol::MAX_CREATE_MODE;
-        let handle = self.create_handle(remote_path, CreateHow::Truncate, mode)?;
+        let upload = self.put_begin(remote_path, mode)?;
         let mut hasher = Xxh3::new();
         let mut reader = HashingReader {
             inner: &mut file,
             hasher: &mut hasher,
         };
         let mut job = WriteFrom::new(
-            handle,
+            upload,
             0,
             &mut reader,
             self.packet,
@@ -1009,8 +1012,7 @@ impl Client {
         let sent = job.acked;
         let local_hash = hasher.digest128();
         let result = ran.and_then(|()| {
-            self.commit(handle, remote_path)?;
-            let (remote_size, remote_hash) = self.hash_handle(handle, remote_path)?;
+            let (remote_size, remote_hash) = self.hash_handle(upload, remote_path)?;
             if remote_size != sent || remote_hash != local_hash {
                 return Err(ClientError::ChecksumMismatch {
                     remote: remote_path.to_string(),
@@ -1020,6 +1022,7 @@ impl Client {
                     remote_hash,
                 });
             }
+            self.put_end(Request::PutCommit { upload }, remote_path)?;
             Ok(TransferSummary {
                 bytes: sent,
                 elapsed: started.elapsed(),
@@ -1027,27 +1030,93 @@ impl Client {
                 retransmissions: self.pipe.stats().retransmissions - retrans0,
             })
         });
-        // The protocol has no rename, so the file is written in place: a
-        // put that fails or is interrupted removes what it wrote rather
-        // than leave a truncated file under the final name that looks like
-        // a finished copy. (Best effort: over a lost connection the remove
-        // cannot be sent, and the partial file stays.)
         result.map_err(|e| {
-            let removed = self.remove(remote_path);
+            // A failed commit has discarded the upload on the server
+            // already; otherwise discard it now. If the connection is
+            // gone, the server discards it when the session ends.
+            let discarded = self.put_end(Request::PutAbort { upload }, remote_path);
             match e {
                 ClientError::Interrupted { .. } => ClientError::Interrupted {
-                    cleanup: match removed {
+                    cleanup: match discarded {
                         Ok(()) => format!(
-                            "the partial file \"{remote_path}\" was removed from the server"
+                            "\"{remote_path}\" on the server is unchanged and the partial upload was discarded"
                         ),
                         Err(why) => format!(
-                            "the partial file \"{remote_path}\" is left on the server: {why}"
+                            "\"{remote_path}\" on the server is unchanged; the partial upload goes when the session ends ({why})"
                         ),
                     },
                 },
                 other => other,
             }
         })
+    }
+
+    /// Start an upload of `path`: the handle of the server's temporary file.
+    fn put_begin(&mut self, path: &str, mode: u32) -> Result<Handle, ClientError> {
+        let (dir, name) = self.walk_parent(path)?;
+        let server = self.server;
+        self.call(
+            &Request::PutBegin {
+                dir,
+                name: name.as_bytes(),
+                mode,
+            },
+            false,
+            |r| match r {
+                Ok(Reply::Handle { handle, .. }) => Ok(handle),
+                Ok(_) => Err(unexpected(server, "put-begin")),
+                // A server older than atomic puts knows no such operation.
+                Err(error) if error.code == ErrorCode::Unsupported => Err(ClientError::OldServer {
+                    server,
+                    op: Op::PutBegin,
+                }),
+                Err(error) => Err(remote(
+                    server,
+                    format!("starting the upload of \"{path}\""),
+                    error,
+                )),
+            },
+        )
+    }
+
+    /// Send `PutCommit` or `PutAbort` for an upload of `path`.
+    fn put_end(&mut self, req: Request<'_>, path: &str) -> Result<(), ClientError> {
+        let server = self.server;
+        let doing = match req {
+            Request::PutCommit { .. } => "committing",
+            _ => "discarding",
+        };
+        self.call(&req, true, |r| match r {
+            Ok(_) => Ok(()),
+            Err(error) => Err(remote(
+                server,
+                format!("{doing} the upload of \"{path}\""),
+                error,
+            )),
+        })
+    }
+
+    /// A scratch file on the server beside `near` (which it never
+    /// touches), open for reading and writing, that no other client can
+    /// collide with: an upload that is never committed. It is removed by
+    /// [`Client::discard`], or by the server when the session ends, however
+    /// the client ends (a kill -9 included).
+    pub fn create_scratch(&mut self, near: &str) -> Result<Fd, ClientError> {
+        let handle = self.put_begin(near, 0o600)?;
+        self.new_fd(OpenFile {
+            handle,
+            path: format!("{near} (scratch)"),
+            mode: OpenMode::ReadWrite,
+            offset: 0,
+        })
+    }
+
+    /// Close the scratch file `fd` and remove it from the server.
+    pub fn discard(&mut self, fd: Fd) -> Result<(), ClientError> {
+        let f = self.fd_entry(fd)?;
+        let (upload, path) = (f.handle, f.path.clone());
+        self.fds.remove(&fd.0);
+        self.put_end(Request::PutAbort { upload }, &path)
     }
 
     /// End the session on the server (it also ends when the client is

@@ -39,6 +39,9 @@ pub enum ClientError {
         context: String,
         error: RemoteError,
     },
+    /// The server answered UNSUPPORTED: it predates the operation.
+    #[error("{server} does not know the {op} operation: the server is older than this client; upgrade it (osprobe rfs serve)")]
+    OldServer { server: SocketAddr, op: Op },
     #[error("{server} requires a token: pass the server's token in the client options")]
     TokenRequired { server: SocketAddr },
     #[error("path \"{path}\" is not accepted: {why}")]

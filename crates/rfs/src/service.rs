@@ -20,6 +20,8 @@
 //!    handles from module `handles`; every error becomes a code and a
 //!    detail naming the input.
 
+mod put;
+
 use crate::auth;
 use crate::drc::{self, Check, Drc};
 use crate::export::{self, Export, RelPath, Resolver};
@@ -38,7 +40,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// Most handles the server remembers.
@@ -193,6 +195,8 @@ struct Session {
     last_seen: AtomicU64,
     created: Instant,
     drc: Mutex<Drc>,
+    /// Uploads in progress: their temporary files go when the session does.
+    uploads: Mutex<put::SessionUploads>,
 }
 
 /// The file service of one export.
@@ -203,6 +207,8 @@ pub struct Service {
     handles: Mutex<HandleTable>,
     fds: Mutex<FdCache>,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    /// Every upload in progress, by handle index (held by their sessions).
+    uploads: Mutex<HashMap<u64, Weak<put::Upload>>>,
     pub counters: Counters,
     events: Option<EventSink>,
 }
@@ -290,6 +296,20 @@ fn refuse_hard_links(st: &libc::stat, what: &str) -> OpResult<()> {
     Ok(())
 }
 
+/// The upload handle a request names, if any (only its session may use it).
+fn upload_of<'r>(req: &'r Request<'_>) -> Option<&'r Handle> {
+    match req {
+        Request::Read { file: h, .. }
+        | Request::Write { file: h, .. }
+        | Request::Hash { file: h }
+        | Request::Commit { file: h }
+        | Request::Getattr { handle: h }
+        | Request::PutCommit { upload: h }
+        | Request::PutAbort { upload: h } => Some(h).filter(|h| put::is_upload(h)),
+        _ => None,
+    }
+}
+
 fn stale(what: &str) -> RemoteError {
     err(
         ErrorCode::Stale,
@@ -319,6 +339,7 @@ impl Service {
             config,
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
+            uploads: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             events,
         })
@@ -573,6 +594,10 @@ impl Service {
         transport: Transport,
         out: &mut Vec<u8>,
     ) {
+        if let Some(Err(e)) = upload_of(&req).map(|h| self.check_upload_owner(header.session, h)) {
+            self.encode(header.session, header.xid, op, &Err(e), out);
+            return;
+        }
         let result = match req {
             Request::Read {
                 file,
@@ -610,6 +635,11 @@ impl Service {
             Request::Remove { dir, name } => self.remove(&dir, name),
             Request::Hash { file } => self.hash(&file),
             Request::Commit { file } => self.commit(&file),
+            Request::PutBegin { dir, name, mode } => {
+                self.put_begin(header.session, &dir, name, mode)
+            }
+            Request::PutCommit { upload } => self.put_commit(header.session, &upload),
+            Request::PutAbort { upload } => self.put_abort(header.session, &upload),
             Request::Hello { .. } | Request::Auth { .. } | Request::Goodbye => Err(err(
                 ErrorCode::Invalid,
                 "session requests are handled earlier",
@@ -673,6 +703,7 @@ impl Service {
                     last_seen: AtomicU64::new(self.now_ms()),
                     created: Instant::now(),
                     drc: Mutex::new(Drc::new(self.config.drc_budget)),
+                    uploads: Mutex::default(),
                 });
                 sessions.insert(id, Arc::clone(&s));
                 bump(&self.counters.sessions_opened);
@@ -873,6 +904,9 @@ impl Service {
 
     /// The open regular file of handle `h`, for reading or writing.
     fn open_file(&self, h: &Handle, write: bool) -> OpResult<Arc<File>> {
+        if put::is_upload(h) {
+            return self.upload_file(h);
+        }
         let r = self.resolve(h)?;
         let what = show_path(&r.path);
         match r.kind {
