@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -879,9 +879,7 @@ impl Client {
                 ),
             });
         }
-        let tmp = partial_name(local);
-        let mut file = File::create(&tmp)
-            .map_err(|e| ClientError::io(format!("cannot create {}", tmp.display()), e))?;
+        let (tmp, mut file) = create_partial(local)?;
         let result = self.get_into(handle, remote_path, attr.size, &mut file, &tmp, progress);
         let outcome = result.and_then(|(bytes, hash)| {
             file.sync_all()
@@ -1163,12 +1161,39 @@ fn check_progress(
     Ok(())
 }
 
-fn partial_name(local: &Path) -> PathBuf {
+/// The partial file of a `get` into `local`: beside it (so the final
+/// rename stays on one file system), under a random name, created
+/// exclusively and never through a symbolic link, readable by the owner
+/// only until it is complete. A name planted in advance (a link to a
+/// file the user can write) is never opened.
+fn create_partial(local: &Path) -> Result<(PathBuf, File), ClientError> {
     let name = local
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "download".into());
-    local.with_file_name(format!(".{name}.rfs-partial-{}", std::process::id()))
+    let mut tries = 0;
+    loop {
+        let tag = u64::from_ne_bytes(
+            auth::random_bytes::<8>().map_err(|e| ClientError::io("getting random bytes", e))?,
+        );
+        let tmp = local.with_file_name(format!(".{name}.osprobe-get-{tag:016x}"));
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp);
+        match opened {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 4 => tries += 1,
+            Err(e) => {
+                return Err(ClientError::io(
+                    format!("cannot create {}", tmp.display()),
+                    e,
+                ))
+            }
+        }
+    }
 }
 
 fn remote(server: SocketAddr, context: String, error: RemoteError) -> ClientError {
@@ -1287,8 +1312,8 @@ impl Job for ReadInto<'_> {
 struct ReadStream<'a> {
     handle: Handle,
     next: u64,
-    /// Ask up to here (the size when the transfer started; grows if the
-    /// server reports a larger file before the end was seen).
+    /// Ask up to here: the size when the transfer started (a reply that
+    /// reports another size stops the transfer).
     limit: u64,
     /// End of file, once a reply showed it.
     end: Option<u64>,
@@ -1370,8 +1395,13 @@ impl Job for ReadStream<'_> {
             let end = offset + got;
             self.end = Some(self.end.map_or(end, |e| e.min(end)));
         }
-        if self.end.is_none() && size > self.limit {
-            self.limit = size; // the file grew: keep reading
+        if size != self.total {
+            // Written while we read: what arrived is a mix of versions.
+            return Err(ClientError::SizeChanged {
+                remote: self.path.to_string(),
+                was: self.total,
+                now: size,
+            });
         }
         let end = self.end.unwrap_or(u64::MAX);
         if offset >= end || data.is_empty() {

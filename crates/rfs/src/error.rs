@@ -64,6 +64,9 @@ pub enum ClientError {
         remote_size: u64,
         remote_hash: u128,
     },
+    /// `get`: the server reported another size than at the start.
+    #[error("\"{remote}\" changed during the transfer: it was {was} bytes at the start, the server now reports {now}; the partial copy was removed (try again when the file is no longer being written)")]
+    SizeChanged { remote: String, was: u64, now: u64 },
     /// The stop flag was raised (Ctrl-C) during a `get` or `put`; the
     /// transfer stopped between requests and says what became of its
     /// partial file.

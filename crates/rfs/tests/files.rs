@@ -413,3 +413,73 @@ fn a_put_to_a_server_without_atomic_puts_says_to_upgrade_it() {
     done.store(true, Ordering::Relaxed);
     old_server.join().unwrap();
 }
+
+#[test]
+fn get_never_follows_a_link_planted_at_a_partial_name() {
+    let export = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let content = data(50_000, 11);
+    std::fs::write(export.path().join("report"), &content).unwrap();
+    // Another local user plants links where a partial file could go: the
+    // name older clients used (with this process's id) and a few more.
+    let victim = elsewhere.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let pid = std::process::id();
+    for name in [
+        format!(".report.rfs-partial-{pid}"),
+        ".report.osprobe-get-0000000000000000".to_string(),
+    ] {
+        std::os::unix::fs::symlink(&victim, local.path().join(name)).unwrap();
+    }
+    let server = TestServer::start(export.path(), Transports::BOTH, ServerOptions::default());
+    let mut c = Client::connect(server.addr, options(Transport::Udp, 8, 8192)).unwrap();
+    let target = local.path().join("report");
+    c.get("report", &target, &mut |_| {}).unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), content);
+    assert!(!target.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    // Nothing left but the planted links and the copy.
+    let mut names: Vec<String> = std::fs::read_dir(local.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn get_stops_when_the_file_changes_size_during_the_transfer() {
+    let export = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let remote = export.path().join("growing.log");
+    std::fs::write(&remote, data(2_000_000, 12)).unwrap();
+    let server = TestServer::start(export.path(), Transports::BOTH, ServerOptions::default());
+    for transport in [Transport::Udp, Transport::Tcp] {
+        std::fs::write(&remote, data(2_000_000, 12)).unwrap();
+        let mut c = Client::connect(server.addr, options(transport, 4, 4096)).unwrap();
+        let target = local.path().join("growing.log");
+        let mut appended = false;
+        let e = c
+            .get("growing.log", &target, &mut |_| {
+                // A writer on the server appends while we read.
+                if !appended {
+                    let mut f = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(&remote)
+                        .unwrap();
+                    f.write_all(&data(100_000, 13)).unwrap();
+                    appended = true;
+                }
+            })
+            .unwrap_err();
+        assert!(matches!(e, ClientError::SizeChanged { .. }), "{e}");
+        assert!(e.to_string().contains("changed during the transfer"), "{e}");
+        assert!(!target.exists());
+        assert_eq!(
+            std::fs::read_dir(local.path()).unwrap().count(),
+            0,
+            "the partial copy was removed"
+        );
+    }
+}
