@@ -33,7 +33,7 @@ pub enum RfsCommand {
     Serve(ServeArgs),
     /// Copy a remote file here, verified end to end
     Get(GetArgs),
-    /// Copy a local file to the server, verified end to end
+    /// Copy a local file to the server, verified end to end, replacing the old one atomically
     Put(PutArgs),
     /// List a remote directory
     Ls(LsArgs),
@@ -266,7 +266,9 @@ pub fn connect(args: &ClientArgs) -> Result<Client> {
 
 /// [`connect`] for a transfer that Ctrl-C stops: the first Ctrl-C raises
 /// the flag, and the client stops between requests and removes its partial
-/// file (a second Ctrl-C exits at once, leaving it).
+/// file (a second Ctrl-C exits at once: a get leaves its partial file under
+/// its hidden random name; a put's upload is removed by the server when
+/// the session ends, and the old remote file is intact either way).
 fn connect_stoppable(args: &ClientArgs) -> Result<Client> {
     interrupt::install();
     let mut client = connect(args)?;

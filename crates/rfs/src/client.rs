@@ -21,14 +21,14 @@ use crate::auth;
 use crate::error::ClientError;
 use crate::pipeline::{ClientStats, Conn, Encoder, Job, Pipeline, Timing};
 use crate::protocol::{
-    validate_name, Attr, CreateHow, DirEntry, ErrorCode, Handle, Kind, RemoteError, Reply, Request,
-    Transport, COOKIE_LEN, MAX_READDIR_ENTRIES,
+    validate_name, Attr, CreateHow, DirEntry, ErrorCode, Handle, Kind, Op, RemoteError, Reply,
+    Request, Transport, COOKIE_LEN, MAX_READDIR_ENTRIES,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -907,9 +907,7 @@ impl Client {
                 ),
             });
         }
-        let tmp = partial_name(local);
-        let mut file = File::create(&tmp)
-            .map_err(|e| ClientError::io(format!("cannot create {}", tmp.display()), e))?;
+        let (tmp, mut file) = create_partial(local)?;
         let result = self.get_into(handle, remote_path, attr.size, &mut file, &tmp, progress);
         let outcome = result.and_then(|(bytes, hash)| {
             file.sync_all()
@@ -993,8 +991,11 @@ impl Client {
         Ok((delivered, local_hash))
     }
 
-    /// Copy the local file `local` to `remote` (created or truncated), then
-    /// flush it on the server and compare hashes.
+    /// Copy the local file `local` to `remote`, atomically: the bytes go
+    /// to a temporary file the server creates beside `remote`, which is
+    /// hashed, compared and only then renamed over `remote`. If the put
+    /// fails or is interrupted (or the client dies), `remote` keeps its
+    /// old contents and the server removes the temporary file.
     pub fn put(
         &mut self,
         local: &Path,
@@ -1015,14 +1016,14 @@ impl Client {
             ));
         }
         let mode = meta.permissions().mode() & crate::protocol::MAX_CREATE_MODE;
-        let handle = self.create_handle(remote_path, CreateHow::Truncate, mode)?;
+        let upload = self.put_begin(remote_path, mode)?;
         let mut hasher = Xxh3::new();
         let mut reader = HashingReader {
             inner: &mut file,
             hasher: &mut hasher,
         };
         let mut job = WriteFrom::new(
-            handle,
+            upload,
             0,
             &mut reader,
             self.packet,
@@ -1037,8 +1038,7 @@ impl Client {
         let sent = job.acked;
         let local_hash = hasher.digest128();
         let result = ran.and_then(|()| {
-            self.commit(handle, remote_path)?;
-            let (remote_size, remote_hash) = self.hash_handle(handle, remote_path)?;
+            let (remote_size, remote_hash) = self.hash_handle(upload, remote_path)?;
             if remote_size != sent || remote_hash != local_hash {
                 return Err(ClientError::ChecksumMismatch {
                     remote: remote_path.to_string(),
@@ -1048,6 +1048,7 @@ impl Client {
                     remote_hash,
                 });
             }
+            self.put_end(Request::PutCommit { upload }, remote_path)?;
             Ok(TransferSummary {
                 bytes: sent,
                 elapsed: started.elapsed(),
@@ -1055,27 +1056,93 @@ impl Client {
                 retransmissions: self.pipe.stats().retransmissions - retrans0,
             })
         });
-        // The protocol has no rename, so the file is written in place: a
-        // put that fails or is interrupted removes what it wrote rather
-        // than leave a truncated file under the final name that looks like
-        // a finished copy. (Best effort: over a lost connection the remove
-        // cannot be sent, and the partial file stays.)
         result.map_err(|e| {
-            let removed = self.remove(remote_path);
+            // A failed commit has discarded the upload on the server
+            // already; otherwise discard it now. If the connection is
+            // gone, the server discards it when the session ends.
+            let discarded = self.put_end(Request::PutAbort { upload }, remote_path);
             match e {
                 ClientError::Interrupted { .. } => ClientError::Interrupted {
-                    cleanup: match removed {
+                    cleanup: match discarded {
                         Ok(()) => format!(
-                            "the partial file \"{remote_path}\" was removed from the server"
+                            "\"{remote_path}\" on the server is unchanged and the partial upload was discarded"
                         ),
                         Err(why) => format!(
-                            "the partial file \"{remote_path}\" is left on the server: {why}"
+                            "\"{remote_path}\" on the server is unchanged; the partial upload goes when the session ends ({why})"
                         ),
                     },
                 },
                 other => other,
             }
         })
+    }
+
+    /// Start an upload of `path`: the handle of the server's temporary file.
+    fn put_begin(&mut self, path: &str, mode: u32) -> Result<Handle, ClientError> {
+        let (dir, name) = self.walk_parent(path)?;
+        let server = self.server;
+        self.call(
+            &Request::PutBegin {
+                dir,
+                name: name.as_bytes(),
+                mode,
+            },
+            false,
+            |r| match r {
+                Ok(Reply::Handle { handle, .. }) => Ok(handle),
+                Ok(_) => Err(unexpected(server, "put-begin")),
+                // A server older than atomic puts knows no such operation.
+                Err(error) if error.code == ErrorCode::Unsupported => Err(ClientError::OldServer {
+                    server,
+                    op: Op::PutBegin,
+                }),
+                Err(error) => Err(remote(
+                    server,
+                    format!("starting the upload of \"{path}\""),
+                    error,
+                )),
+            },
+        )
+    }
+
+    /// Send `PutCommit` or `PutAbort` for an upload of `path`.
+    fn put_end(&mut self, req: Request<'_>, path: &str) -> Result<(), ClientError> {
+        let server = self.server;
+        let doing = match req {
+            Request::PutCommit { .. } => "committing",
+            _ => "discarding",
+        };
+        self.call(&req, true, |r| match r {
+            Ok(_) => Ok(()),
+            Err(error) => Err(remote(
+                server,
+                format!("{doing} the upload of \"{path}\""),
+                error,
+            )),
+        })
+    }
+
+    /// A scratch file on the server beside `near` (which it never
+    /// touches), open for reading and writing, that no other client can
+    /// collide with: an upload that is never committed. It is removed by
+    /// [`Client::discard`], or by the server when the session ends, however
+    /// the client ends (a kill -9 included).
+    pub fn create_scratch(&mut self, near: &str) -> Result<Fd, ClientError> {
+        let handle = self.put_begin(near, 0o600)?;
+        self.new_fd(OpenFile {
+            handle,
+            path: format!("{near} (scratch)"),
+            mode: OpenMode::ReadWrite,
+            offset: 0,
+        })
+    }
+
+    /// Close the scratch file `fd` and remove it from the server.
+    pub fn discard(&mut self, fd: Fd) -> Result<(), ClientError> {
+        let f = self.fd_entry(fd)?;
+        let (upload, path) = (f.handle, f.path.clone());
+        self.fds.remove(&fd.0);
+        self.put_end(Request::PutAbort { upload }, &path)
     }
 
     /// End the session on the server (it also ends when the client is
@@ -1122,12 +1189,39 @@ fn check_progress(
     Ok(())
 }
 
-fn partial_name(local: &Path) -> PathBuf {
+/// The partial file of a `get` into `local`: beside it (so the final
+/// rename stays on one file system), under a random name, created
+/// exclusively and never through a symbolic link, readable by the owner
+/// only until it is complete. A name planted in advance (a link to a
+/// file the user can write) is never opened.
+fn create_partial(local: &Path) -> Result<(PathBuf, File), ClientError> {
     let name = local
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "download".into());
-    local.with_file_name(format!(".{name}.rfs-partial-{}", std::process::id()))
+    let mut tries = 0;
+    loop {
+        let tag = u64::from_ne_bytes(
+            auth::random_bytes::<8>().map_err(|e| ClientError::io("getting random bytes", e))?,
+        );
+        let tmp = local.with_file_name(format!(".{name}.osprobe-get-{tag:016x}"));
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp);
+        match opened {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 4 => tries += 1,
+            Err(e) => {
+                return Err(ClientError::io(
+                    format!("cannot create {}", tmp.display()),
+                    e,
+                ))
+            }
+        }
+    }
 }
 
 fn remote(server: SocketAddr, context: String, mut error: RemoteError) -> ClientError {
@@ -1254,8 +1348,8 @@ impl Job for ReadInto<'_> {
 struct ReadStream<'a> {
     handle: Handle,
     next: u64,
-    /// Ask up to here (the size when the transfer started; grows if the
-    /// server reports a larger file before the end was seen).
+    /// Ask up to here: the size when the transfer started (a reply that
+    /// reports another size stops the transfer).
     limit: u64,
     /// End of file, once a reply showed it.
     end: Option<u64>,
@@ -1337,8 +1431,13 @@ impl Job for ReadStream<'_> {
             let end = offset + got;
             self.end = Some(self.end.map_or(end, |e| e.min(end)));
         }
-        if self.end.is_none() && size > self.limit {
-            self.limit = size; // the file grew: keep reading
+        if size != self.total {
+            // Written while we read: what arrived is a mix of versions.
+            return Err(ClientError::SizeChanged {
+                remote: self.path.to_string(),
+                was: self.total,
+                now: size,
+            });
         }
         let end = self.end.unwrap_or(u64::MAX);
         if offset >= end || data.is_empty() {

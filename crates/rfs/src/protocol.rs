@@ -10,7 +10,7 @@
 //! +------+------+--------+----------+-------------+-------------+---------
 //! ```
 //!
-//! A request carries the operation code (1..=12); its reply carries the
+//! A request carries the operation code (1..=15); its reply carries the
 //! same code with [`REPLY_BIT`] set, the same session and the same request
 //! id (the "xid", as in ONC RPC). A reply body starts with a status byte: 0
 //! and the operation's result, or an [`ErrorCode`] and a short UTF-8 detail
@@ -146,11 +146,20 @@ pub enum Op {
     Hash = 11,
     /// Flush a file to stable storage (fsync).
     Commit = 12,
+    /// Start an atomic upload of a name in a directory: the server creates
+    /// a temporary file of its own beside it, held by the session, and
+    /// answers with a handle for writing it (see [`crate::put`]).
+    PutBegin = 13,
+    /// Rename the upload's temporary file over its name (after the client
+    /// compared hashes), flushed first.
+    PutCommit = 14,
+    /// Discard an upload: its temporary file is removed, the name untouched.
+    PutAbort = 15,
 }
 
 impl Op {
     /// Every operation, in code order.
-    pub const ALL: [Op; 12] = [
+    pub const ALL: [Op; 15] = [
         Op::Hello,
         Op::Auth,
         Op::Goodbye,
@@ -163,6 +172,9 @@ impl Op {
         Op::Remove,
         Op::Hash,
         Op::Commit,
+        Op::PutBegin,
+        Op::PutCommit,
+        Op::PutAbort,
     ];
 
     pub fn from_code(code: u8) -> Option<Op> {
@@ -187,6 +199,9 @@ impl Op {
             Op::Remove => "remove",
             Op::Hash => "hash",
             Op::Commit => "commit",
+            Op::PutBegin => "put-begin",
+            Op::PutCommit => "put-commit",
+            Op::PutAbort => "put-abort",
         }
     }
 
@@ -196,7 +211,16 @@ impl Op {
     /// remove would say NOENT, a late duplicate write could overwrite a
     /// newer one) and hashing, which is expensive.
     pub fn is_cached(self) -> bool {
-        matches!(self, Op::Create | Op::Write | Op::Remove | Op::Hash)
+        matches!(
+            self,
+            Op::Create
+                | Op::Write
+                | Op::Remove
+                | Op::Hash
+                | Op::PutBegin
+                | Op::PutCommit
+                | Op::PutAbort
+        )
     }
 }
 
@@ -497,6 +521,17 @@ pub enum Request<'a> {
     Commit {
         file: Handle,
     },
+    PutBegin {
+        dir: Handle,
+        name: &'a [u8],
+        mode: u32,
+    },
+    PutCommit {
+        upload: Handle,
+    },
+    PutAbort {
+        upload: Handle,
+    },
 }
 
 impl Request<'_> {
@@ -514,6 +549,9 @@ impl Request<'_> {
             Request::Remove { .. } => Op::Remove,
             Request::Hash { .. } => Op::Hash,
             Request::Commit { .. } => Op::Commit,
+            Request::PutBegin { .. } => Op::PutBegin,
+            Request::PutCommit { .. } => Op::PutCommit,
+            Request::PutAbort { .. } => Op::PutAbort,
         }
     }
 }
@@ -536,9 +574,9 @@ pub enum Reply<'a> {
     /// To `Hello` from a source address not yet validated (UDP): send the
     /// hello again with this cookie.
     Retry { cookie: [u8; COOKIE_LEN] },
-    /// To `Auth`, `Goodbye`, `Remove`, `Commit`.
+    /// To `Auth`, `Goodbye`, `Remove`, `Commit`, `PutCommit`, `PutAbort`.
     Done,
-    /// To `Lookup` and `Create`.
+    /// To `Lookup`, `Create` and `PutBegin`.
     Handle { handle: Handle, attr: Attr },
     /// To `Read`.
     Data {
@@ -565,10 +603,10 @@ impl Reply<'_> {
             (op, self),
             (Op::Hello, Reply::Welcome { .. } | Reply::Retry { .. })
                 | (
-                    Op::Auth | Op::Goodbye | Op::Remove | Op::Commit,
+                    Op::Auth | Op::Goodbye | Op::Remove | Op::Commit | Op::PutCommit | Op::PutAbort,
                     Reply::Done
                 )
-                | (Op::Lookup | Op::Create, Reply::Handle { .. })
+                | (Op::Lookup | Op::Create | Op::PutBegin, Reply::Handle { .. })
                 | (Op::Read, Reply::Data { .. })
                 | (Op::Write, Reply::Written { .. })
                 | (Op::Getattr, Reply::Attr(_))
@@ -653,7 +691,7 @@ pub enum DecodeError {
     #[error("reserved header bytes must be zero, got {got:#010x}")]
     Reserved { got: u32 },
     #[error(
-        "unknown operation code {got:#04x} (requests use 1..=12, replies the same with 0x80 set)"
+        "unknown operation code {got:#04x} (requests use 1..=15, replies the same with 0x80 set)"
     )]
     UnknownOp { got: u8 },
     #[error("expected a {expected}, got operation code {got:#04x}")]
@@ -825,6 +863,21 @@ fn encode_request_inner(
         Request::Lookup { dir, name } | Request::Remove { dir, name } => {
             out.extend_from_slice(&dir.0);
             put_name(out, name)?;
+        }
+        Request::PutBegin { dir, name, mode } => {
+            if *mode > MAX_CREATE_MODE {
+                return Err(EncodeError::BadValue {
+                    what: "create mode",
+                    value: u64::from(*mode),
+                    accepted: "permission bits 0..=0o777",
+                });
+            }
+            out.extend_from_slice(&dir.0);
+            put_name(out, name)?;
+            put_u32(out, *mode);
+        }
+        Request::PutCommit { upload: h } | Request::PutAbort { upload: h } => {
+            out.extend_from_slice(&h.0)
         }
         Request::Create {
             dir,
@@ -1329,6 +1382,25 @@ pub fn decode_request_body(op: Op, body: &[u8]) -> Result<Request<'_>, DecodeErr
             dir: r.handle("directory handle")?,
             name: r.name()?,
         },
+        Op::PutBegin => {
+            let dir = r.handle("directory handle")?;
+            let name = r.name()?;
+            let mode = r.u32("create mode")?;
+            if mode > MAX_CREATE_MODE {
+                return Err(DecodeError::BadValue {
+                    what: "create mode",
+                    value: u64::from(mode),
+                    accepted: "permission bits 0..=0o777",
+                });
+            }
+            Request::PutBegin { dir, name, mode }
+        }
+        Op::PutCommit => Request::PutCommit {
+            upload: r.handle("upload handle")?,
+        },
+        Op::PutAbort => Request::PutAbort {
+            upload: r.handle("upload handle")?,
+        },
         Op::Create => {
             let dir = r.handle("directory handle")?;
             let name = r.name()?;
@@ -1477,8 +1549,10 @@ pub fn decode_reply(
                 })
             }
         },
-        Op::Auth | Op::Goodbye | Op::Remove | Op::Commit => Reply::Done,
-        Op::Lookup | Op::Create => Reply::Handle {
+        Op::Auth | Op::Goodbye | Op::Remove | Op::Commit | Op::PutCommit | Op::PutAbort => {
+            Reply::Done
+        }
+        Op::Lookup | Op::Create | Op::PutBegin => Reply::Handle {
             handle: r.handle("handle")?,
             attr: r.attr()?,
         },
@@ -1594,6 +1668,9 @@ mod tests {
         Remove(Handle, Vec<u8>),
         Hash(Handle),
         Commit(Handle),
+        PutBegin(Handle, Vec<u8>, u32),
+        PutCommit(Handle),
+        PutAbort(Handle),
     }
 
     impl OwnedRequest {
@@ -1631,6 +1708,13 @@ mod tests {
                 OwnedRequest::Remove(d, n) => Request::Remove { dir: *d, name: n },
                 OwnedRequest::Hash(f) => Request::Hash { file: *f },
                 OwnedRequest::Commit(f) => Request::Commit { file: *f },
+                OwnedRequest::PutBegin(d, n, mode) => Request::PutBegin {
+                    dir: *d,
+                    name: n,
+                    mode: *mode,
+                },
+                OwnedRequest::PutCommit(h) => Request::PutCommit { upload: *h },
+                OwnedRequest::PutAbort(h) => Request::PutAbort { upload: *h },
             }
         }
     }
@@ -1667,6 +1751,10 @@ mod tests {
             (handle(), name()).prop_map(|(d, n)| OwnedRequest::Remove(d, n)),
             handle().prop_map(OwnedRequest::Hash),
             handle().prop_map(OwnedRequest::Commit),
+            (handle(), name(), 0..=MAX_CREATE_MODE)
+                .prop_map(|(d, n, m)| OwnedRequest::PutBegin(d, n, m)),
+            handle().prop_map(OwnedRequest::PutCommit),
+            handle().prop_map(OwnedRequest::PutAbort),
         ]
     }
 
@@ -1764,11 +1852,13 @@ mod tests {
                 Just(Op::Auth),
                 Just(Op::Goodbye),
                 Just(Op::Remove),
-                Just(Op::Commit)
+                Just(Op::Commit),
+                Just(Op::PutCommit),
+                Just(Op::PutAbort)
             ]
             .prop_map(OwnedReply::Done),
             (
-                prop_oneof![Just(Op::Lookup), Just(Op::Create)],
+                prop_oneof![Just(Op::Lookup), Just(Op::Create), Just(Op::PutBegin)],
                 handle(),
                 attr()
             )
@@ -1917,7 +2007,7 @@ mod tests {
         let mut bad = good.clone();
         bad[7] = 1;
         assert_eq!(decode_request(&bad), Err(DecodeError::Reserved { got: 1 }));
-        for op in [0u8, 13, 0x7f] {
+        for op in [0u8, 16, 0x7f] {
             let mut bad = good.clone();
             bad[3] = op;
             assert_eq!(
@@ -2203,7 +2293,7 @@ mod tests {
             assert_eq!(Op::from_code(op.code()), Some(op));
         }
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(13), None);
+        assert_eq!(Op::from_code(16), None);
         for c in ErrorCode::ALL {
             assert_eq!(ErrorCode::from_code(c as u8), Some(c));
         }

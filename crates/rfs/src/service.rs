@@ -20,6 +20,8 @@
 //!    handles from module `handles`; every error becomes a code and a
 //!    detail naming the input.
 
+mod put;
+
 use crate::auth;
 use crate::backoff::Backoff;
 use crate::cookie::{self, CookieJar};
@@ -41,7 +43,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// Most handles the server remembers.
@@ -196,6 +198,8 @@ struct Session {
     last_seen: AtomicU64,
     created: Instant,
     drc: Mutex<Drc>,
+    /// Uploads in progress: their temporary files go when the session does.
+    uploads: Mutex<put::SessionUploads>,
 }
 
 /// The file service of one export.
@@ -206,6 +210,8 @@ pub struct Service {
     handles: Mutex<HandleTable>,
     fds: Mutex<FdCache>,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    /// Every upload in progress, by handle index (held by their sessions).
+    uploads: Mutex<HashMap<u64, Weak<put::Upload>>>,
     pub counters: Counters,
     events: Option<EventSink>,
     /// Validates UDP source addresses before a session exists.
@@ -282,6 +288,35 @@ fn handle_io_error(e: &io::Error, what: &str) -> RemoteError {
     }
 }
 
+/// Refuse to write a file with more than one name: a hard link inside the
+/// export may name a file outside it, which must not change through rfs.
+fn refuse_hard_links(st: &libc::stat, what: &str) -> OpResult<()> {
+    if st.st_nlink > 1 {
+        return Err(err(
+            ErrorCode::Access,
+            format!(
+                "{what} has {} hard links; rfs does not write through a hard link (another name, maybe outside the export, would change too)",
+                st.st_nlink
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The upload handle a request names, if any (only its session may use it).
+fn upload_of<'r>(req: &'r Request<'_>) -> Option<&'r Handle> {
+    match req {
+        Request::Read { file: h, .. }
+        | Request::Write { file: h, .. }
+        | Request::Hash { file: h }
+        | Request::Commit { file: h }
+        | Request::Getattr { handle: h }
+        | Request::PutCommit { upload: h }
+        | Request::PutAbort { upload: h } => Some(h).filter(|h| put::is_upload(h)),
+        _ => None,
+    }
+}
+
 fn stale(what: &str) -> RemoteError {
     err(
         ErrorCode::Stale,
@@ -311,6 +346,7 @@ impl Service {
             config,
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
+            uploads: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             events,
             cookies: CookieJar::new()?,
@@ -608,6 +644,10 @@ impl Service {
         transport: Transport,
         out: &mut Vec<u8>,
     ) {
+        if let Some(Err(e)) = upload_of(&req).map(|h| self.check_upload_owner(header.session, h)) {
+            self.encode(header.session, header.xid, op, &Err(e), out);
+            return;
+        }
         let result = match req {
             Request::Read {
                 file,
@@ -645,6 +685,11 @@ impl Service {
             Request::Remove { dir, name } => self.remove(&dir, name),
             Request::Hash { file } => self.hash(&file),
             Request::Commit { file } => self.commit(&file),
+            Request::PutBegin { dir, name, mode } => {
+                self.put_begin(header.session, &dir, name, mode)
+            }
+            Request::PutCommit { upload } => self.put_commit(header.session, &upload),
+            Request::PutAbort { upload } => self.put_abort(header.session, &upload),
             Request::Hello { .. } | Request::Auth { .. } | Request::Goodbye => Err(err(
                 ErrorCode::Invalid,
                 "session requests are handled earlier",
@@ -719,6 +764,7 @@ impl Service {
                     last_seen: AtomicU64::new(self.now_ms()),
                     created: Instant::now(),
                     drc: Mutex::new(Drc::new(self.config.drc_budget)),
+                    uploads: Mutex::default(),
                 });
                 sessions.insert(id, Arc::clone(&s));
                 bump(&self.counters.sessions_opened);
@@ -931,6 +977,9 @@ impl Service {
 
     /// The open regular file of handle `h`, for reading or writing.
     fn open_file(&self, h: &Handle, write: bool) -> OpResult<Arc<File>> {
+        if put::is_upload(h) {
+            return self.upload_file(h);
+        }
         let r = self.resolve(h)?;
         let what = show_path(&r.path);
         match r.kind {
@@ -949,34 +998,21 @@ impl Service {
         if let Some(f) = lock(&self.fds).get(r.index, write) {
             return Ok(f);
         }
-        let base = libc::O_NONBLOCK | libc::O_NOCTTY;
-        let (fd, writable) = if self.config.read_only {
-            (
-                self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
-                false,
-            )
-        } else {
-            match self.export.open_at(&r.path, libc::O_RDWR | base, 0) {
-                Err(e)
-                    if !write
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::EACCES | libc::EPERM | libc::EROFS)
-                        ) =>
-                {
-                    (
-                        self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
-                        false,
-                    )
-                }
-                other => (other, true),
-            }
-        };
-        let fd = fd.map_err(|e| handle_io_error(&e, &what))?;
+        // Reads open read-only: a read needs no more, and a binary running
+        // on the server refuses opens for writing ("Text file busy").
+        let access = if write { libc::O_RDWR } else { libc::O_RDONLY };
+        let fd = self
+            .export
+            .open_at(&r.path, access | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
+            .map_err(|e| handle_io_error(&e, &what))?;
         let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
         if export::identity(&st) != r.identity || export::kind_of(st.st_mode) != Kind::File {
             return Err(stale(&what));
         }
+        if write {
+            refuse_hard_links(&st, &what)?;
+        }
+        let writable = write;
         let file = Arc::new(File::from(fd));
         lock(&self.fds).put(r.index, Arc::clone(&file), writable);
         Ok(file)
@@ -1043,29 +1079,42 @@ impl Service {
             | libc::O_NOCTTY
             | match how {
                 CreateHow::Exclusive => libc::O_EXCL,
-                CreateHow::Truncate => libc::O_TRUNC,
+                // Truncated below, once it is known not to be a hard link.
+                CreateHow::Truncate => 0,
             };
         let fd = export::open_in(dfd.as_fd(), name, flags, mode & protocol::MAX_CREATE_MODE)
             .map_err(|e| io_error(&e, &what))?;
-        let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
+        let mut st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
         if export::kind_of(st.st_mode) != Kind::File {
             return Err(err(
                 ErrorCode::Invalid,
                 format!("{what} exists and is not a regular file"),
             ));
         }
-        let (handle, dropped) = lock(&self.handles).intern(path, Kind::File, export::identity(&st));
+        refuse_hard_links(&st, &what)?;
+        let file = File::from(fd);
+        if how == CreateHow::Truncate && st.st_size != 0 {
+            file.set_len(0).map_err(|e| io_error(&e, &what))?;
+            st = export::stat_fd(file.as_fd()).map_err(|e| io_error(&e, &what))?;
+        }
+        self.created(path, file, &st)
+    }
+
+    /// Register a file just created (or truncated) under `path`: its
+    /// handle, and its descriptor in the cache for the writes that follow.
+    fn created(&self, path: RelPath, file: File, st: &libc::stat) -> OpResult<Reply<'static>> {
+        let (handle, dropped) = lock(&self.handles).intern(path, Kind::File, export::identity(st));
         let (_, index) = handle.parts();
         {
             let mut fds = lock(&self.fds);
             if let Some(i) = dropped {
                 fds.forget(i);
             }
-            fds.put(index, Arc::new(File::from(fd)), true);
+            fds.put(index, Arc::new(file), true);
         }
         Ok(Reply::Handle {
             handle,
-            attr: export::attr_of(&st),
+            attr: export::attr_of(st),
         })
     }
 

@@ -8,7 +8,7 @@ use osprobe_core::testing::check_decoder;
 use osprobe_rfs::fuzz;
 use osprobe_rfs::protocol::{
     encode_reply, encode_request, Attr, CreateHow, DirEntry, ErrorCode, Handle, Kind, Op,
-    RemoteError, Reply, Request,
+    RemoteError, Reply, Request, COOKIE_LEN,
 };
 use std::path::Path;
 
@@ -31,7 +31,14 @@ fn corpus() -> Vec<Vec<u8>> {
 
 fn valid_requests() -> Vec<Vec<u8>> {
     let requests = [
-        Request::Hello { nonce: [3; 16] },
+        Request::Hello {
+            nonce: [3; 16],
+            cookie: [0; COOKIE_LEN],
+        },
+        Request::Hello {
+            nonce: [3; 16],
+            cookie: [7; COOKIE_LEN],
+        },
         Request::Auth { proof: [9; 32] },
         Request::Goodbye,
         Request::Lookup {
@@ -66,6 +73,13 @@ fn valid_requests() -> Vec<Vec<u8>> {
         },
         Request::Hash { file: FILE },
         Request::Commit { file: FILE },
+        Request::PutBegin {
+            dir: FILE,
+            name: b"new",
+            mode: 0o644,
+        },
+        Request::PutCommit { upload: FILE },
+        Request::PutAbort { upload: FILE },
     ];
     requests
         .iter()
@@ -86,7 +100,14 @@ fn valid_replies() -> Vec<Vec<u8>> {
         mtime_ns: 1_700_000_000_000_000_000,
         atime_ns: -1,
     };
-    let replies: [(Op, Result<Reply<'_>, RemoteError>); 10] = [
+    let replies: [(Op, Result<Reply<'_>, RemoteError>); 12] = [
+        (
+            Op::Hello,
+            Ok(Reply::Retry {
+                cookie: [4; COOKIE_LEN],
+            }),
+        ),
+        (Op::PutBegin, Ok(Reply::Handle { handle: FILE, attr })),
         (
             Op::Hello,
             Ok(Reply::Welcome {

@@ -128,7 +128,7 @@ fn patched(msg: &[u8], session: u64, root: Option<Handle>) -> Vec<u8> {
         m[8..16].copy_from_slice(&session.to_be_bytes());
     }
     if let Some(root) = root {
-        let has_handle = m.len() >= HEADER_LEN + 16 && matches!(m[3], 4..=12);
+        let has_handle = m.len() >= HEADER_LEN + 16 && matches!(m[3], 4..=15);
         if has_handle {
             m[HEADER_LEN..HEADER_LEN + 16].copy_from_slice(&root.0);
         }
