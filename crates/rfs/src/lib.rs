@@ -42,6 +42,7 @@ pub mod error;
 pub mod experiments;
 pub(crate) mod export;
 pub(crate) mod handles;
+pub mod hasher;
 pub mod pipeline;
 pub mod protocol;
 pub mod relay;

@@ -80,6 +80,9 @@ pub const MIN_DRC_ENTRIES: usize = 64;
 /// The smallest per-client memory bound.
 pub const MIN_CLIENT_MEMORY: usize = CONNECTION_BUFFERS + MIN_DRC_ENTRIES * drc::ENTRY_COST;
 
+/// Default bound of a file's size through writes (and of a Hash): 64 GiB.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 << 30;
+
 /// Which transports to serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transports {
@@ -121,6 +124,13 @@ pub struct ServerOptions {
     pub session_idle: Duration,
     /// TCP: the time from accept to an authenticated session.
     pub hello_timeout: Duration,
+    /// Writes may not reach beyond this many bytes of a file (so one write
+    /// at a large offset cannot create a huge sparse file).
+    pub max_file_size: u64,
+    /// Largest file a Hash reads.
+    pub max_hash_bytes: u64,
+    /// Longest a Hash may take.
+    pub hash_timeout: Duration,
     /// How paths are resolved beneath the export; None picks openat2 where
     /// the kernel has it.
     pub resolver: Option<Resolver>,
@@ -136,6 +146,9 @@ impl Default for ServerOptions {
             udp_workers: 0,
             session_idle: Duration::from_secs(120),
             hello_timeout: Duration::from_secs(5),
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+            max_hash_bytes: DEFAULT_MAX_FILE_SIZE,
+            hash_timeout: Duration::from_secs(120),
             resolver: None,
         }
     }
@@ -216,6 +229,11 @@ impl Server {
                 drc_budget,
                 session_idle: options.session_idle,
                 resolver: options.resolver,
+                max_file_size: options.max_file_size,
+                hash: crate::hasher::Limits {
+                    max_bytes: options.max_hash_bytes,
+                    timeout: options.hash_timeout,
+                },
             },
             events,
         )
@@ -224,6 +242,9 @@ impl Server {
             source,
         })?;
         let (tcp, udp, addr) = bind_sockets(addr, transports)?;
+        if udp.is_some() {
+            service.offload_hashes();
+        }
         let workers = match options.udp_workers {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
             n => n,
@@ -269,6 +290,9 @@ impl Server {
                 for _ in 0..self.udp_workers {
                     scope.spawn(move || self.udp_worker(udp, stop));
                 }
+                for _ in 0..crate::hasher::HASHERS {
+                    scope.spawn(move || self.hasher(udp, stop));
+                }
             }
             let accept = self
                 .tcp
@@ -311,6 +335,18 @@ impl Server {
                 // A full socket buffer or an unreachable client loses the
                 // reply; the client retransmits.
                 let _ = udp.send_to(&out, from);
+            }
+        }
+    }
+
+    /// Run queued UDP hashes and send their replies.
+    fn hasher(&self, udp: &UdpSocket, stop: &AtomicBool) {
+        let mut out = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(job) = self.service.hashes.next(POLL) {
+                out.clear();
+                self.service.run_hash_job(&job, &mut out);
+                let _ = udp.send_to(&out, job.to);
             }
         }
     }
@@ -509,6 +545,13 @@ fn validate(transports: &Transports, options: &ServerOptions) -> Result<(), Serv
             what: "token",
             value: "\"\"".into(),
             accepted: "a non-empty secret, or no token".into(),
+        });
+    }
+    if options.hash_timeout.is_zero() {
+        return Err(ServerError::Option {
+            what: "hash_timeout",
+            value: "0".into(),
+            accepted: "a positive duration".into(),
         });
     }
     if options.hello_timeout.is_zero() {

@@ -319,3 +319,74 @@ fn silent_tcp_connections_do_not_lock_out_a_client_and_the_excess_hears_busy() {
         assert!(closed, "a silent connection is still open");
     }
 }
+
+#[test]
+fn a_getattr_is_answered_while_a_large_hash_runs() {
+    let export = tempfile::tempdir().unwrap();
+    // Sparse: no disk space, but every byte is read and hashed.
+    let big = std::fs::File::create(export.path().join("big")).unwrap();
+    big.set_len(1 << 30).unwrap();
+    drop(big);
+    let server = TestServer::start(
+        export.path(),
+        Transports::UDP,
+        ServerOptions {
+            udp_workers: 1,
+            ..Default::default()
+        },
+    );
+    let addr = server.addr;
+    let hashing = std::thread::spawn(move || {
+        let mut c = Client::connect(addr, options(Transport::Udp, 1, 1024)).unwrap();
+        let r = c.remote_hash("big");
+        (r, Instant::now())
+    });
+    // Once the hash has begun (the hasher reads the file), another client
+    // is served on the one request worker.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut other = Client::connect(addr, options(Transport::Udp, 1, 1024)).unwrap();
+    assert_eq!(other.stat("big").unwrap().size, 1 << 30);
+    let served = Instant::now();
+    let (hash, hashed) = hashing.join().unwrap();
+    assert_eq!(hash.unwrap().0, 1 << 30);
+    assert!(served < hashed, "the getattr waited for the hash to finish");
+}
+
+#[test]
+fn hashes_and_writes_are_bounded() {
+    let export = tempfile::tempdir().unwrap();
+    std::fs::write(export.path().join("small"), b"0123456789").unwrap();
+    let big = std::fs::File::create(export.path().join("big")).unwrap();
+    big.set_len(1 << 20).unwrap();
+    drop(big);
+    let server = TestServer::start(
+        export.path(),
+        Transports::BOTH,
+        ServerOptions {
+            max_file_size: 1 << 20,
+            max_hash_bytes: 1000,
+            ..Default::default()
+        },
+    );
+    for transport in [Transport::Udp, Transport::Tcp] {
+        let mut c = Client::connect(server.addr, options(transport, 2, 1024)).unwrap();
+        assert_eq!(c.remote_hash("small").unwrap().0, 10);
+        let e = c.remote_hash("big").unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::TooBig), "{e}");
+        assert!(e.to_string().contains("1000 bytes at most"), "{e}");
+        // A write far beyond the limit is refused and creates nothing big.
+        let fd = c
+            .create("sparse", osprobe_rfs::CreateHow::Truncate, 0o644)
+            .unwrap();
+        let e = c.write_at(fd, 1 << 40, b"x").unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::TooBig), "{e}");
+        assert!(e.to_string().contains("file size limit"), "{e}");
+        c.write_at(fd, (1 << 20) - 1, b"x").unwrap();
+        assert_eq!(
+            std::fs::metadata(export.path().join("sparse"))
+                .unwrap()
+                .len(),
+            1 << 20
+        );
+    }
+}
