@@ -113,8 +113,7 @@ pub fn fit_reply(out: &mut Vec<u8>, start: usize, max: usize) -> bool {
     while !detail.is_char_boundary(end) {
         end -= 1;
     }
-    let cut =
-        detail[..end].trim_end_matches(|c: char| c == ';' || c == ':' || c == ',' || c == ' ');
+    let cut = detail[..end].trim_end_matches([';', ':', ',', ' ']);
     let cut = cut.to_string();
     out.truncate(detail_at - 2);
     out.extend_from_slice(&(cut.len() as u16).to_be_bytes());

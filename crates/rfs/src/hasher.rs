@@ -17,7 +17,7 @@ use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -120,10 +120,8 @@ impl Queue {
     /// The next job, or None after `wait` without one.
     pub fn next(&self, wait: Duration) -> Option<Job> {
         let rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-        match rx.recv_timeout(wait) {
-            Ok(job) => Some(job),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        // A timeout, or no sender left: nothing to do now.
+        rx.recv_timeout(wait).ok()
     }
 }
 
