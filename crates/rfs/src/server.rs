@@ -20,7 +20,8 @@
 //! sessions gets BUSY in answer to its hello. A connection must open an
 //! authenticated session within `hello_timeout` of its accept, however
 //! it trickles its bytes, or it is closed: silent connections cannot
-//! hold the slots. Each
+//! hold the slots. Until then its frames may not announce more than
+//! [`HELLO_LEN`](protocol::HELLO_LEN) bytes. Each
 //! message is framed by a 4-byte big-endian length that is checked against
 //! [`MAX_MESSAGE`] before anything else. Requests on a connection are
 //! handled in order; the client's window keeps the connection busy. A
@@ -465,6 +466,15 @@ impl Server {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return,
             }
+            // Before its session is ready a connection may send only a hello
+            // and an auth, both small: a peer that announces a larger frame
+            // is not one of ours.
+            if !ready
+                && frames.front_len().is_some_and(|n| n > protocol::HELLO_LEN)
+                && !self.service.connection_ready(conn)
+            {
+                return;
+            }
             // Answer every whole request buffered, gathering the replies;
             // write them when the next might not fit, and when no whole
             // request is left (never hold a reply while waiting for input).
@@ -694,6 +704,15 @@ impl FrameBuffer {
             !(crate::protocol::HEADER_LEN..=MAX_MESSAGE)
                 .contains(&(u32::from_be_bytes(len) as usize))
         }
+    }
+
+    /// The length the frame at the front announces, once its prefix is in.
+    pub(crate) fn front_len(&self) -> Option<usize> {
+        (self.end - self.start >= 4).then(|| {
+            let mut len = [0u8; 4];
+            len.copy_from_slice(&self.buf[self.start..self.start + 4]);
+            u32::from_be_bytes(len) as usize
+        })
     }
 
     /// Whether no byte is buffered.

@@ -390,3 +390,29 @@ fn hashes_and_writes_are_bounded() {
         );
     }
 }
+
+#[test]
+fn a_large_first_frame_closes_the_connection() {
+    let export = tempfile::tempdir().unwrap();
+    let server = TestServer::start(export.path(), Transports::TCP, ServerOptions::default());
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    // A 60 KB frame announced before any hello: closed at once, not
+    // buffered up to the hello timeout.
+    s.write_all(&60_000u32.to_be_bytes()).unwrap();
+    s.write_all(b"RF").unwrap();
+    let mut buf = [0u8; 64];
+    let t = Instant::now();
+    let closed = match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    assert!(closed, "the connection stayed open for {:?}", t.elapsed());
+    // A client is still served.
+    let mut c = Client::connect(server.addr, options(Transport::Tcp, 1, 1024)).unwrap();
+    c.stat("/").unwrap();
+}
