@@ -20,7 +20,9 @@
 //! sessions gets BUSY in answer to its hello. A connection must open an
 //! authenticated session within `hello_timeout` of its accept, however
 //! it trickles its bytes, or it is closed: silent connections cannot
-//! hold the slots. Until then its frames may not announce more than
+//! hold the slots; and when every slot is taken, the oldest connection
+//! still without a session (past a second's grace) is closed to make room
+//! for a new one. Until then its frames may not announce more than
 //! [`HELLO_LEN`](protocol::HELLO_LEN) bytes. Each
 //! message is framed by a 4-byte big-endian length that is checked against
 //! [`MAX_MESSAGE`] before anything else. Requests on a connection are
@@ -197,6 +199,8 @@ pub struct Server {
     max_clients: usize,
     connections: AtomicUsize,
     next_conn: AtomicU64,
+    /// TCP connections without a ready session yet.
+    pending: Pending,
 }
 
 impl Server {
@@ -261,6 +265,7 @@ impl Server {
             max_clients: options.max_clients,
             connections: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
+            pending: Pending::default(),
         })
     }
 
@@ -374,22 +379,25 @@ impl Server {
             };
             let open = self.connections.fetch_add(1, Ordering::SeqCst) + 1;
             let slot = ConnectionSlot(&self.connections);
-            if open > self.max_clients + EXTRA_CONNECTIONS {
+            if open > self.max_clients + EXTRA_CONNECTIONS && !self.pending.evict_one() {
                 self.turn_away(stream);
                 drop(slot);
                 continue;
             }
             let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+            let evicted = self.pending.add(conn);
             let spawned = std::thread::Builder::new()
                 .name("rfs-conn".into())
                 .stack_size(256 * 1024)
                 .spawn_scoped(scope, move || {
                     let _slot = slot;
-                    self.serve_connection(stream, peer, conn, stop);
+                    self.serve_connection(stream, peer, conn, &evicted, stop);
+                    self.pending.remove(conn);
                     self.service.end_connection(conn);
                 });
             if spawned.is_err() {
                 // Out of threads: the connection is dropped with the closure.
+                self.pending.remove(conn);
                 continue;
             }
         }
@@ -425,6 +433,7 @@ impl Server {
         mut stream: TcpStream,
         addr: SocketAddr,
         conn: u64,
+        evicted: &AtomicBool,
         stop: &AtomicBool,
     ) {
         let peer = Peer::Tcp { conn, addr };
@@ -445,7 +454,10 @@ impl Server {
             // does not extend it.
             if !ready {
                 ready = self.service.connection_ready(conn);
-                if !ready && accepted.elapsed() > self.hello_timeout {
+                if ready {
+                    self.pending.remove(conn);
+                } else if accepted.elapsed() > self.hello_timeout || evicted.load(Ordering::Relaxed)
+                {
                     return;
                 }
             }
@@ -646,6 +658,55 @@ fn is_transient_accept_error(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EPROTO)
     )
+}
+
+/// A pending connection older than this may lose its slot to a new one
+/// when every slot is taken.
+const PENDING_GRACE: Duration = Duration::from_secs(1);
+
+/// TCP connections that have not opened a ready session yet, with the
+/// flag that tells one to close: when the slots are full, the oldest of
+/// them past [`PENDING_GRACE`] makes room for a new connection, so silent
+/// or trickling peers cannot keep clients out for their whole hello
+/// timeout.
+#[derive(Default)]
+struct Pending(std::sync::Mutex<std::collections::HashMap<u64, (Instant, Arc<AtomicBool>)>>);
+
+impl Pending {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, (Instant, Arc<AtomicBool>)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(&self, conn: u64) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.lock()
+            .insert(conn, (Instant::now(), Arc::clone(&flag)));
+        flag
+    }
+
+    fn remove(&self, conn: u64) {
+        self.lock().remove(&conn);
+    }
+
+    /// Tell the oldest pending connection past the grace to close; false
+    /// if there is none. Its slot frees within a poll interval.
+    fn evict_one(&self) -> bool {
+        let mut pending = self.lock();
+        let victim = pending
+            .iter()
+            .filter(|(_, (since, _))| since.elapsed() > PENDING_GRACE)
+            .min_by_key(|(_, (since, _))| *since)
+            .map(|(conn, _)| *conn);
+        match victim.and_then(|conn| pending.remove(&conn)) {
+            Some((_, flag)) => {
+                flag.store(true, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Counts a connection while it lives.

@@ -416,3 +416,28 @@ fn a_large_first_frame_closes_the_connection() {
     let mut c = Client::connect(server.addr, options(Transport::Tcp, 1, 1024)).unwrap();
     c.stat("/").unwrap();
 }
+
+#[test]
+fn a_new_client_displaces_a_silent_connection_when_the_slots_are_full() {
+    let export = tempfile::tempdir().unwrap();
+    let server = TestServer::start(
+        export.path(),
+        Transports::TCP,
+        ServerOptions {
+            max_clients: 2,
+            ..Default::default()
+        },
+    );
+    // A served client keeps its slot throughout.
+    let mut served = Client::connect(server.addr, options(Transport::Tcp, 1, 1024)).unwrap();
+    let silent: Vec<TcpStream> = (0..5)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    // Past the grace, well within the 5 s hello timeout: a new client gets
+    // the slot of the oldest silent connection at once.
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut c = Client::connect(server.addr, options(Transport::Tcp, 1, 1024)).unwrap();
+    c.stat("/").unwrap();
+    served.stat("/").unwrap();
+    drop(silent);
+}
