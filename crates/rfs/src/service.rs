@@ -11,9 +11,18 @@
 //! 2. Version and operation code are known, the body decodes strictly.
 //!    Otherwise an error reply (PROTOCOL, UNSUPPORTED, INVAL) names the
 //!    problem.
-//! 3. `Hello` opens a session (bounded by `max_clients`). Everything else
-//!    names a session that exists, belongs to the sender's address (UDP) or
+//! 3. `Hello` opens a session (bounded by `max_clients`), over UDP only
+//!    with a valid address cookie (otherwise it is answered `Retry` and
+//!    nothing is kept; [`crate::cookie`]), and not for an address backed
+//!    off after wrong tokens ([`crate::backoff`]). Everything else names a
+//!    session that exists, belongs to the sender's address (UDP) or
 //!    connection (TCP), and has authenticated when the server has a token.
+//!    Only a request that passed that check confirms the session (an
+//!    unconfirmed session can be evicted for a new client).
+//!
+//! Over UDP, a reply to a sender that has no session is never larger than
+//! its request (an error's detail is cut, or nothing is sent): a forged
+//! source address cannot turn the server into an amplifier.
 //! 4. Non-idempotent operations pass the session's duplicate-request cache
 //!    ([`crate::drc`]).
 //! 5. The operation runs against the export (module `export`), with

@@ -441,3 +441,31 @@ fn a_new_client_displaces_a_silent_connection_when_the_slots_are_full() {
     served.stat("/").unwrap();
     drop(silent);
 }
+
+#[test]
+fn a_server_of_another_version_is_named_as_such() {
+    // An old (version 1) server refuses our hello in its own header.
+    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
+    fake.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let addr = fake.local_addr().unwrap();
+    let answer = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 70_000];
+        let Ok((_, from)) = fake.recv_from(&mut buf) else {
+            return;
+        };
+        let xid = u64::from_be_bytes(buf[16..24].try_into().unwrap());
+        let e = osprobe_rfs::protocol::RemoteError::new(
+            ErrorCode::Protocol,
+            "protocol version 2 is not supported (this side speaks version 1)",
+        );
+        let mut out = Vec::new();
+        encode_error_reply_as(1, 0, xid, 1, &e, &mut out);
+        let _ = fake.send_to(&out, from);
+    });
+    let e = Client::connect(addr, options(Transport::Udp, 1, 1024))
+        .err()
+        .unwrap();
+    answer.join().unwrap();
+    assert!(matches!(e, ClientError::Version { theirs: 1, .. }), "{e}");
+    assert!(e.to_string().contains("version 1"), "{e}");
+}
