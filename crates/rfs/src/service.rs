@@ -736,13 +736,7 @@ impl Service {
                 }
                 if self.config.token.is_some() {
                     if let Some(wait) = self.backoff.wait(peer.addr().ip()) {
-                        return Err(err(
-                            ErrorCode::Auth,
-                            format!(
-                                "wrong tokens came from this address: wait {:.1} s before the next try",
-                                wait.as_secs_f64()
-                            ),
-                        ));
+                        return Err(err(ErrorCode::Auth, crate::backoff::refusal(wait)));
                     }
                 }
                 self.expire_locked(&mut sessions);
