@@ -8,9 +8,10 @@
 //! running is dropped by the duplicate-request cache.
 //!
 //! Trap: a request runs to its end on the worker that took it, so a slow
-//! one (hashing a large file, an fsync) holds that worker; with the default
-//! of min(4, CPUs) workers, other clients are slowed, not stopped, and the
-//! client sends such requests "patient" (long retransmission timeout).
+//! one (an fsync) holds that worker; with the default of min(4, CPUs)
+//! workers, other clients are slowed, not stopped, and the client sends
+//! such requests "patient" (long retransmission timeout). The slowest,
+//! Hash, goes to hasher threads of its own ([`crate::hasher`]).
 //!
 //! TCP: one thread per connection, at most `max_clients + 4` connections
 //! at once. A connection beyond that is answered at once with a BUSY

@@ -19,15 +19,15 @@
 //!    connection (TCP), and has authenticated when the server has a token.
 //!    Only a request that passed that check confirms the session (an
 //!    unconfirmed session can be evicted for a new client).
-//!
-//! Over UDP, a reply to a sender that has no session is never larger than
-//! its request (an error's detail is cut, or nothing is sent): a forged
-//! source address cannot turn the server into an amplifier.
 //! 4. Non-idempotent operations pass the session's duplicate-request cache
 //!    ([`crate::drc`]).
 //! 5. The operation runs against the export (module `export`), with
 //!    handles from module `handles`; every error becomes a code and a
 //!    detail naming the input.
+//!
+//! Over UDP, a reply to a sender that has no session is never larger than
+//! its request (an error's detail is cut, or nothing is sent): a forged
+//! source address cannot turn the server into an amplifier.
 
 use crate::auth;
 use crate::backoff::Backoff;
