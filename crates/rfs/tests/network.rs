@@ -329,15 +329,15 @@ fn a_getattr_is_answered_while_a_large_hash_runs() {
         },
     );
     let addr = server.addr;
+    let mut other = Client::connect(addr, options(Transport::Udp, 1, 1024)).unwrap();
+    let mut hasher = Client::connect(addr, options(Transport::Udp, 1, 1024)).unwrap();
     let hashing = std::thread::spawn(move || {
-        let mut c = Client::connect(addr, options(Transport::Udp, 1, 1024)).unwrap();
-        let r = c.remote_hash("big");
+        let r = hasher.remote_hash("big");
         (r, Instant::now())
     });
-    // Once the hash has begun (the hasher reads the file), another client
-    // is served on the one request worker.
-    std::thread::sleep(Duration::from_millis(300));
-    let mut other = Client::connect(addr, options(Transport::Udp, 1, 1024)).unwrap();
+    // Once the hash has begun (about 2 s of reading and hashing in a test
+    // build), another client is served on the one request worker.
+    std::thread::sleep(Duration::from_millis(200));
     assert_eq!(other.stat("big").unwrap().size, 1 << 30);
     let served = Instant::now();
     let (hash, hashed) = hashing.join().unwrap();
@@ -428,7 +428,7 @@ fn a_new_client_displaces_a_silent_connection_when_the_slots_are_full() {
         .collect();
     // Past the grace, well within the 5 s hello timeout: a new client gets
     // the slot of the oldest silent connection at once.
-    std::thread::sleep(Duration::from_millis(1300));
+    std::thread::sleep(Duration::from_millis(2000));
     let mut c = Client::connect(server.addr, options(Transport::Tcp, 1, 1024)).unwrap();
     c.stat("/").unwrap();
     served.stat("/").unwrap();
