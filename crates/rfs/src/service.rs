@@ -484,10 +484,14 @@ impl Service {
                 }
                 Err(e) => {
                     bump(&self.counters.refused);
-                    self.emit(ServerEvent::Refused {
-                        peer: peer.addr(),
-                        reason: e.to_string(),
-                    });
+                    // A backed-off address was logged with its wrong token;
+                    // its retries are not (a guesser would flood the log).
+                    if !e.detail.starts_with(crate::backoff::REFUSAL) {
+                        self.emit(ServerEvent::Refused {
+                            peer: peer.addr(),
+                            reason: e.to_string(),
+                        });
+                    }
                     reply_error(e, out)
                 }
             };
