@@ -201,6 +201,7 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
             what.push("token required".into());
         }
         what.push(format!("at most {} clients", args.max_clients));
+        what.push(format!("files up to {}", args.max_file_size));
         let _ = writeln!(
             std::io::stdout().lock(),
             "osprobe rfs serve: exporting {} on {} ({}); Ctrl-C to stop",
