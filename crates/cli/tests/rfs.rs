@@ -352,3 +352,29 @@ fn interrupted_get_and_put_leave_no_partial_file() {
     }
     assert_eq!(names_in(export.path()), ["big.bin"]);
 }
+
+#[test]
+fn ls_escapes_names_and_serve_checks_max_file_size() {
+    let export = tempfile::tempdir().unwrap();
+    std::fs::write(export.path().join("evil\x1b[2J\nosprobe: ok"), b"x").unwrap();
+    let server = Served::start(export.path(), &["--max-file-size", "1M"]);
+    let out = rfs(&["ls"], &server.addr);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\x1b'), "{text:?}");
+    assert!(text.contains("evil\\x1b[2J\\nosprobe: ok"), "{text:?}");
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    drop(server);
+    let out = osprobe()
+        .args(["rfs", "serve"])
+        .arg(export.path())
+        .args(["--max-file-size", "lots"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--max-file-size 'lots'"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -8,6 +8,12 @@
 //! address, not port (ports are free to change). A right proof clears the
 //! address's record.
 //!
+//! Everyone behind the address waits, the owner of the token too (the
+//! server cannot tell them apart): the client waits out a short refusal
+//! (up to a few seconds) and tries again, and its first right proof
+//! clears the record, so a guesser sharing a legitimate client's address
+//! is slowed to a few guesses a second without locking the client out.
+//!
 //! The table holds at most `capacity` addresses: when it is full, records
 //! whose wait is over go first, then the oldest. So an attacker with many
 //! addresses can make the server forget some records (those addresses may
@@ -24,6 +30,21 @@ pub const FREE: u32 = 1;
 pub const FIRST: Duration = Duration::from_millis(250);
 /// Longest wait.
 pub const MAX: Duration = Duration::from_secs(30);
+/// How a refused hello's detail begins; the wait in seconds follows.
+pub const REFUSAL: &str = "wrong tokens came from this address: wait ";
+
+/// The detail of a hello refused for `wait`.
+pub fn refusal(wait: Duration) -> String {
+    format!("{REFUSAL}{:.2} s before the next try", wait.as_secs_f64())
+}
+
+/// The wait a refusal names (a client waits it out and tries again).
+pub fn parse_refusal(detail: &str) -> Option<Duration> {
+    let rest = detail.strip_prefix(REFUSAL)?;
+    let secs: f64 = rest.split(' ').next()?.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
+}
+
 /// Addresses remembered by default.
 pub const DEFAULT_CAPACITY: usize = 4096;
 
@@ -125,6 +146,14 @@ mod tests {
         assert_eq!(b.failed(ip(1)), MAX);
         b.succeeded(ip(1));
         assert_eq!(b.wait(ip(1)), None);
+    }
+
+    #[test]
+    fn refusals_name_their_wait() {
+        let d = refusal(Duration::from_millis(250));
+        assert_eq!(parse_refusal(&d), Some(Duration::from_millis(250)));
+        assert_eq!(parse_refusal("wrong token: no"), None);
+        assert_eq!(parse_refusal(&format!("{REFUSAL}NaN s")), None);
     }
 
     #[test]

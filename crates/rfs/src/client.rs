@@ -40,6 +40,9 @@ pub const MAX_WINDOW: usize = 256;
 pub const MAX_OPEN_FILES: usize = 1024;
 /// Entries asked for per readdir.
 const READDIR_PAGE: u16 = 256;
+/// Longest a hello waits out address back-offs in all (less than the
+/// server's hello timeout over TCP).
+const BACKOFF_PATIENCE: Duration = Duration::from_secs(3);
 /// Fresh address cookies a hello accepts before giving up.
 const MAX_HELLO_RETRIES: u32 = 3;
 
@@ -230,6 +233,8 @@ pub struct Client {
     next_fd: u32,
     dir_cursor: Option<DirCursor>,
     said_goodbye: bool,
+    /// How long a hello waits out an address back-off in all.
+    backoff_patience: Duration,
     /// Raised from outside (Ctrl-C) to stop a `get` or `put`.
     stop: Option<&'static AtomicBool>,
 }
@@ -295,6 +300,7 @@ impl Client {
             next_fd: 3, // 0..=2 are stdin, stdout and stderr in SOS too
             dir_cursor: None,
             said_goodbye: false,
+            backoff_patience: options.timeout.min(BACKOFF_PATIENCE),
             stop: None,
         };
         client.hello(options.token.as_deref())?;
@@ -311,6 +317,7 @@ impl Client {
         // (or the server restart), so a few retries are allowed.
         let mut cookie = [0u8; COOKIE_LEN];
         let mut retries = 0;
+        let mut backed_off = Duration::ZERO;
         let (nonce, auth_required, root, max_data, drc_span) = loop {
             let answer = self.call(
                 &Request::Hello {
@@ -330,7 +337,22 @@ impl Client {
                     Ok(_) => Err(unexpected(server, "hello")),
                     Err(error) => Err(remote(server, "opening a session".into(), error)),
                 },
-            )?;
+            );
+            // Wrong tokens from this address (another program's, maybe):
+            // wait out a short back-off, then try again.
+            let answer = match answer {
+                Err(ClientError::Remote { error, .. })
+                    if error.code == ErrorCode::Auth
+                        && crate::backoff::parse_refusal(&error.detail)
+                            .is_some_and(|w| backed_off + w <= self.backoff_patience) =>
+                {
+                    let wait = crate::backoff::parse_refusal(&error.detail).unwrap_or_default();
+                    std::thread::sleep(wait);
+                    backed_off += wait;
+                    continue;
+                }
+                other => other?,
+            };
             match answer {
                 Ok(welcome) => break welcome,
                 Err(_) if retries == MAX_HELLO_RETRIES => {

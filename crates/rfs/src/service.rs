@@ -11,14 +11,23 @@
 //! 2. Version and operation code are known, the body decodes strictly.
 //!    Otherwise an error reply (PROTOCOL, UNSUPPORTED, INVAL) names the
 //!    problem.
-//! 3. `Hello` opens a session (bounded by `max_clients`). Everything else
-//!    names a session that exists, belongs to the sender's address (UDP) or
+//! 3. `Hello` opens a session (bounded by `max_clients`), over UDP only
+//!    with a valid address cookie (otherwise it is answered `Retry` and
+//!    nothing is kept; [`crate::cookie`]), and not for an address backed
+//!    off after wrong tokens ([`crate::backoff`]). Everything else names a
+//!    session that exists, belongs to the sender's address (UDP) or
 //!    connection (TCP), and has authenticated when the server has a token.
+//!    Only a request that passed that check confirms the session (an
+//!    unconfirmed session can be evicted for a new client).
 //! 4. Non-idempotent operations pass the session's duplicate-request cache
 //!    ([`crate::drc`]).
 //! 5. The operation runs against the export (module `export`), with
 //!    handles from module `handles`; every error becomes a code and a
 //!    detail naming the input.
+//!
+//! Over UDP, a reply to a sender that has no session is never larger than
+//! its request (an error's detail is cut, or nothing is sent): a forged
+//! source address cannot turn the server into an amplifier.
 
 mod put;
 
@@ -28,6 +37,7 @@ use crate::cookie::{self, CookieJar};
 use crate::drc::{self, Check, Drc};
 use crate::export::{self, Export, RelPath, Resolver};
 use crate::handles::{FdCache, HandleTable, Resolved};
+use crate::hasher;
 use crate::protocol::{
     self, begin_read_reply, decode_header, decode_request_body, encode_error_reply,
     encode_error_reply_as, encode_reply, finish_read_reply, printable, request_op, Attr, CreateHow,
@@ -60,8 +70,6 @@ const AUTH_GRACE: Duration = Duration::from_secs(5);
 /// An unconfirmed session older than this is evicted when a new client
 /// needs its slot.
 const UNCONFIRMED_GRACE: Duration = Duration::from_secs(1);
-/// Chunk in which files are hashed.
-const HASH_CHUNK: usize = 256 * 1024;
 
 /// Who sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -182,6 +190,10 @@ pub struct ServiceConfig {
     /// A UDP session silent this long is forgotten.
     pub session_idle: Duration,
     pub resolver: Option<Resolver>,
+    /// Writes may not reach beyond this many bytes of a file.
+    pub max_file_size: u64,
+    /// Bounds of one Hash.
+    pub hash: hasher::Limits,
 }
 
 struct Session {
@@ -218,6 +230,11 @@ pub struct Service {
     cookies: CookieJar,
     /// Addresses that sent wrong tokens wait before their next session.
     backoff: Backoff,
+    /// UDP hashes waiting for the server's hasher threads.
+    pub(crate) hashes: hasher::Queue,
+    /// Whether UDP hashes go to `hashes` (a server with hasher threads) or
+    /// run where they arrive.
+    offload_hashes: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -351,6 +368,8 @@ impl Service {
             events,
             cookies: CookieJar::new()?,
             backoff: Backoff::new(crate::backoff::DEFAULT_CAPACITY),
+            hashes: hasher::Queue::new(),
+            offload_hashes: AtomicBool::new(false),
         })
     }
 
@@ -501,10 +520,14 @@ impl Service {
                 }
                 Err(e) => {
                     bump(&self.counters.refused);
-                    self.emit(ServerEvent::Refused {
-                        peer: peer.addr(),
-                        reason: e.to_string(),
-                    });
+                    // A backed-off address was logged with its wrong token;
+                    // its retries are not (a guesser would flood the log).
+                    if !e.detail.starts_with(crate::backoff::REFUSAL) {
+                        self.emit(ServerEvent::Refused {
+                            peer: peer.addr(),
+                            reason: e.to_string(),
+                        });
+                    }
                     reply_error(e, out)
                 }
             };
@@ -607,9 +630,48 @@ impl Service {
             }
         }
         let start = out.len();
-        self.execute(&header, op, req, transport, out);
+        if let (Request::Hash { file }, Peer::Udp(to), true) = (
+            &req,
+            peer,
+            transport == Transport::Udp && self.offload_hashes.load(Ordering::Relaxed),
+        ) {
+            let job = hasher::Job {
+                header,
+                file: *file,
+                to,
+            };
+            if self.hashes.submit(job).is_ok() {
+                // A hasher thread answers it (and completes the cache entry);
+                // a retransmission meanwhile finds it in progress.
+                return Outcome::Drop;
+            }
+            let busy = err(
+                ErrorCode::Busy,
+                "every hasher of the server is busy; retry later",
+            );
+            encode_error_reply(header.session, header.xid, op.code(), &busy, out);
+        } else {
+            self.execute(&header, op, req, transport, out);
+        }
         lock(&session.drc).complete(header.xid, &out[start..]);
         Outcome::Reply
+    }
+
+    /// Send UDP hashes to [`Service::hashes`] from now on (the server runs
+    /// hasher threads that call [`Service::run_hash_job`]).
+    pub(crate) fn offload_hashes(&self) {
+        self.offload_hashes.store(true, Ordering::Relaxed);
+    }
+
+    /// Run a queued hash: its reply in `out`, recorded in the session's
+    /// duplicate cache (if the session still exists).
+    pub(crate) fn run_hash_job(&self, job: &hasher::Job, out: &mut Vec<u8>) {
+        let result = self.hash(&job.file);
+        self.encode(job.header.session, job.header.xid, Op::Hash, &result, out);
+        let session = lock(&self.sessions).get(&job.header.session).cloned();
+        if let Some(s) = session {
+            lock(&s.drc).complete(job.header.xid, out);
+        }
     }
 
     fn encode(
@@ -723,13 +785,7 @@ impl Service {
                 }
                 if self.config.token.is_some() {
                     if let Some(wait) = self.backoff.wait(peer.addr().ip()) {
-                        return Err(err(
-                            ErrorCode::Auth,
-                            format!(
-                                "wrong tokens came from this address: wait {:.1} s before the next try",
-                                wait.as_secs_f64()
-                            ),
-                        ));
+                        return Err(err(ErrorCode::Auth, crate::backoff::refusal(wait)));
                     }
                 }
                 self.expire_locked(&mut sessions);
@@ -1161,6 +1217,18 @@ impl Service {
 
     fn write(&self, file: &Handle, offset: u64, data: &[u8]) -> OpResult<Reply<'static>> {
         self.check_writable()?;
+        let end = offset.saturating_add(data.len() as u64);
+        if end > self.config.max_file_size {
+            // One write at a large offset must not create a huge (sparse)
+            // file.
+            return Err(err(
+                ErrorCode::TooBig,
+                format!(
+                    "a write up to byte {end} is beyond the server's file size limit of {} bytes",
+                    self.config.max_file_size
+                ),
+            ));
+        }
         let f = self.open_file(file, true)?;
         f.write_all_at(data, offset)
             .map_err(|e| io_error(&e, "write"))?;
@@ -1259,23 +1327,10 @@ impl Service {
 
     fn hash(&self, file: &Handle) -> OpResult<Reply<'static>> {
         let f = self.open_file(file, false)?;
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        let mut buf = vec![0u8; HASH_CHUNK];
-        let mut offset = 0u64;
-        loop {
-            match f.read_at(&mut buf, offset) {
-                Ok(0) => break,
-                Ok(n) => {
-                    hasher.update(&buf[..n]);
-                    offset += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(&e, "hash")),
-            }
-        }
+        let (size, hash) = hasher::hash_file(&f, self.config.hash)?;
         Ok(Reply::Hash {
-            size: offset,
-            hash: hasher.digest128().to_be_bytes(),
+            size,
+            hash: hash.to_be_bytes(),
         })
     }
 
@@ -1310,6 +1365,11 @@ mod tests {
             drc_budget: 64 * 1024,
             session_idle: Duration::from_secs(60),
             resolver: None,
+            max_file_size: 1 << 20,
+            hash: hasher::Limits {
+                max_bytes: 1 << 20,
+                timeout: Duration::from_secs(60),
+            },
         }
     }
 

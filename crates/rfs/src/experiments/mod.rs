@@ -484,6 +484,11 @@ pub fn server_rate(
             drc_budget: 4 << 20,
             session_idle: Duration::from_secs(60),
             resolver: None,
+            max_file_size: crate::server::DEFAULT_MAX_FILE_SIZE,
+            hash: crate::hasher::Limits {
+                max_bytes: crate::server::DEFAULT_MAX_FILE_SIZE,
+                timeout: Duration::from_secs(60),
+            },
         },
         None,
     )
