@@ -1102,6 +1102,11 @@ impl Service {
     }
 
     fn getattr(&self, h: &Handle) -> OpResult<Attr> {
+        if put::is_upload(h) {
+            let f = self.upload_file(h)?;
+            let st = export::stat_fd(f.as_fd()).map_err(|e| io_error(&e, "the upload"))?;
+            return Ok(export::attr_of(&st));
+        }
         let r = self.resolve(h)?;
         let what = show_path(&r.path);
         let st = match r.path.split_last() {

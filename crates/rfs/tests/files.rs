@@ -92,6 +92,17 @@ fn a_hard_link_to_a_file_outside_the_export_is_not_written_through() {
     assert!(e.to_string().contains("hard link"), "{e}");
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 
+    // A put replaces the name in the export, not the file behind it.
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(local.path().join("new"), b"replacement").unwrap();
+    c.put(&local.path().join("new"), "link", &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        std::fs::read(export.path().join("link")).unwrap(),
+        b"replacement"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+
     // An ordinary file is still written.
     let fd = c.create("plain", CreateHow::Truncate, 0o644).unwrap();
     assert_eq!(c.write(fd, &data(100, 1)).unwrap(), 100);
@@ -141,6 +152,17 @@ fn a_put_replaces_the_file_in_one_step_and_leaves_nothing_behind() {
         })
         .unwrap();
         assert!(seen_temporary, "the upload went to a temporary file");
+        // A scratch file (an upload never committed) is read, written and
+        // stat'ed like a file, and goes when discarded.
+        let fd = c.create_scratch("doc").unwrap();
+        assert_eq!(c.write_at(fd, 5000, b"scratch").unwrap(), 7);
+        assert_eq!(c.fstat(fd).unwrap().size, 5007);
+        let mut back = [0u8; 7];
+        assert_eq!(c.read_at(fd, 5000, &mut back).unwrap(), 7);
+        assert_eq!(&back, b"scratch");
+        assert_eq!(temporaries(export.path()).len(), 1);
+        c.discard(fd).unwrap();
+        assert_eq!(std::fs::read(export.path().join("doc")).unwrap(), new);
         assert_eq!(std::fs::read(export.path().join("doc")).unwrap(), new);
         assert_eq!(temporaries(export.path()), Vec::<String>::new());
     }
