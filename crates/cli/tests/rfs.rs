@@ -281,8 +281,8 @@ fn names_in(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Ctrl-C in the middle of a get or a put: exit 130 with one line, and no
-/// partial file left on either side. A 1 GiB sparse file moved 512 bytes
+/// Ctrl-C in the middle of a get or a put: exit 130 with one line, no
+/// partial file left on either side, and the old remote file intact. A 1 GiB sparse file moved 512 bytes
 /// at a time with one request in flight cannot finish before the signal,
 /// which is sent only once the transfer has started writing.
 #[test]
@@ -310,7 +310,7 @@ fn interrupted_get_and_put_leave_no_partial_file() {
         let started = wait_for(|| {
             names_in(local.path())
                 .iter()
-                .any(|n| n.contains(".rfs-partial") && n.contains(flag))
+                .any(|n| n.contains(".osprobe-get-") && n.contains(flag))
         });
         assert!(started, "{flag}: no partial file appeared");
         let out = common::interrupt(child, &format!("rfs get {flag}"));
@@ -326,10 +326,12 @@ fn interrupted_get_and_put_leave_no_partial_file() {
             names_in(local.path())
         );
 
-        // put: the file being written on the server is removed.
+        // put: the upload (a temporary file beside the target) is
+        // discarded, and the old file is untouched.
         let src = local.path().join("up.bin");
         std::fs::File::create(&src).unwrap().set_len(big).unwrap();
         let name = format!("up{flag}.bin");
+        std::fs::write(export.path().join(&name), b"old version").unwrap();
         let child = osprobe()
             .args(["rfs", "put"])
             .arg(&src)
@@ -341,13 +343,25 @@ fn interrupted_get_and_put_leave_no_partial_file() {
             .spawn()
             .unwrap();
         let remote = export.path().join(&name);
-        let started = wait_for(|| remote.metadata().is_ok_and(|m| m.len() > 0));
+        let started = wait_for(|| {
+            std::fs::read_dir(export.path()).unwrap().any(|e| {
+                let e = e.unwrap();
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.contains(".osprobe-put-")
+                    && n.contains(flag)
+                    && e.metadata().is_ok_and(|m| m.len() > 0)
+            })
+        });
         assert!(started, "{flag}: the put never started writing");
         let out = common::interrupt(child, &format!("rfs put {flag}"));
         let err = stderr(&out);
         assert_eq!(err.trim_end().lines().count(), 1, "{flag}: {err}");
-        assert!(err.contains("removed from the server"), "{err}");
-        assert!(!remote.exists(), "{flag}: {} is left", remote.display());
+        assert!(
+            err.contains("unchanged") && err.contains("discarded"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&remote).unwrap(), b"old version");
+        std::fs::remove_file(&remote).unwrap();
         std::fs::remove_file(&src).unwrap();
     }
     assert_eq!(names_in(export.path()), ["big.bin"]);
