@@ -96,15 +96,17 @@ impl SwapMap {
 }
 
 /// A backend whose pages are checked on the way back: the xxh3-128 of
-/// every page written is kept (16 bytes per slot, in memory), and a page
+/// every page written is kept (17 bytes per slot, in memory), and a page
 /// read back with another hash is an error, never data. A swap file can
 /// be changed behind the pager's back (on an rfs server by anyone with
 /// access to the export, or by a disk), and a changed page handed to the
 /// application would be silent corruption of its memory.
 pub struct Verified {
     inner: Box<dyn SwapBackend>,
-    /// The hash of what was written to each slot; None: never written.
-    written: Vec<Option<u128>>,
+    /// The hash of what was written to each slot (bytes, so that an
+    /// entry takes 17 bytes, not the 32 of an aligned `Option<u128>`);
+    /// None: never written.
+    written: Vec<Option<[u8; 16]>>,
 }
 
 impl Verified {
@@ -136,7 +138,7 @@ impl SwapBackend for Verified {
         // nothing that may be read back.
         self.written[at] = None;
         self.inner.write_page(slot, page)?;
-        self.written[at] = Some(hash);
+        self.written[at] = Some(hash.to_le_bytes());
         Ok(())
     }
 
@@ -144,6 +146,7 @@ impl SwapBackend for Verified {
         let Some(written) = usize::try_from(slot)
             .ok()
             .and_then(|at| self.written.get(at).copied().flatten())
+            .map(u128::from_le_bytes)
         else {
             return Err(SwapError::NeverWritten {
                 backend: self.describe(),
