@@ -190,7 +190,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
         }
         Err(WorkloadError::Interrupted) => {
             eprintln!("osprobe: interrupted");
-            Ok(ExitCode::from(130))
+            Ok(ExitCode::from(osprobe_core::interrupt::exit_code()))
         }
         Err(e) => {
             let why = last_error

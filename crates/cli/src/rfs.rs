@@ -276,11 +276,11 @@ fn connect_stoppable(args: &ClientArgs) -> Result<Client> {
     Ok(client)
 }
 
-/// One line, exit code 130. Dropping the client ends the session (a
+/// One line, exit code 128 + the signal (130 for Ctrl-C). Dropping the client ends the session (a
 /// goodbye over UDP, the closed connection over TCP).
 fn interrupted(e: osprobe_rfs::ClientError) -> ExitCode {
     eprintln!("osprobe: {e}");
-    ExitCode::from(130)
+    ExitCode::from(osprobe_core::interrupt::exit_code())
 }
 
 /// The library's message already names the server, the path and the

@@ -1,53 +1,69 @@
-//! Token authentication for `osprobe serve --token SECRET`.
+//! Token authentication for `osprobe serve` (protocol version 2).
 //!
 //! The token never crosses the wire. Every connection starts with a fresh
-//! 32-byte server nonce; the client proves it knows the token by sending
-//! HMAC-SHA256(token, context || nonce), where the context string binds the
-//! proof to its purpose (opening a session, or attaching stream n of session
-//! s), so a proof observed on one connection is useless on another.
+//! 32-byte server nonce; the client proves it knows the token with
+//! [`osprobe_core::proof`] (HMAC-SHA256) over a label naming the purpose,
+//! the nonce and the request itself:
+//! - opening a session covers the test spec and its duration, so a hostile
+//!   server that relays a client's proof to a real one can only start the
+//!   test the client asked for, not another (a bigger file, more streams);
+//! - attaching covers the session id and the stream index.
+//!
+//! The protocol has no server identity (no server key pair), so the proof
+//! cannot name the server; binding the addresses each side sees would break
+//! behind NAT. The nonce and the request are what a proof is good for.
 
-use crate::protocol::{hex, unhex};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use crate::protocol::{hex, unhex, TestSpec};
+use osprobe_core::proof;
 
-type HmacSha256 = Hmac<Sha256>;
+const OPEN_LABEL: &str = "osprobe-serve-v2 open";
+const ATTACH_LABEL: &str = "osprobe-serve-v2 attach";
 
 /// What a proof is for; part of the MAC input.
 #[derive(Debug, Clone, Copy)]
 pub enum Purpose<'a> {
-    Open,
+    /// Open a session running `test` for `duration_s` seconds.
+    Open { test: &'a TestSpec, duration_s: u32 },
+    /// Join session `session` as stream `stream`.
     Attach { session: &'a str, stream: u32 },
 }
 
-fn mac(token: &str, nonce: &str, purpose: Purpose) -> HmacSha256 {
-    // HMAC accepts keys of any length; new_from_slice cannot fail for it.
-    let mut mac = HmacSha256::new_from_slice(token.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-    mac.update(b"osprobe-auth-v1\0");
+/// The MAC's (label, context) for `purpose`. The test spec enters as its
+/// JSON: both ends serialize the same validated struct, so the bytes agree.
+fn label_and_context(purpose: Purpose) -> (&'static str, Vec<Vec<u8>>) {
     match purpose {
-        Purpose::Open => mac.update(b"open\0"),
-        Purpose::Attach { session, stream } => {
-            mac.update(b"attach\0");
-            mac.update(session.as_bytes());
-            mac.update(&stream.to_be_bytes());
+        Purpose::Open { test, duration_s } => {
+            let spec = serde_json::to_vec(test).unwrap_or_default();
+            (OPEN_LABEL, vec![spec, duration_s.to_be_bytes().to_vec()])
         }
+        Purpose::Attach { session, stream } => (
+            ATTACH_LABEL,
+            vec![session.as_bytes().to_vec(), stream.to_be_bytes().to_vec()],
+        ),
     }
-    mac.update(nonce.as_bytes());
-    mac
 }
 
-/// The client's proof for `nonce`, as hex.
+/// The client's proof for `nonce` (hex) and `purpose`, as hex.
 pub fn proof(token: &str, nonce: &str, purpose: Purpose) -> String {
-    hex(&mac(token, nonce, purpose).finalize().into_bytes())
+    let (label, context) = label_and_context(purpose);
+    let parts: Vec<&[u8]> = context.iter().map(Vec::as_slice).collect();
+    hex(&proof::sign(
+        token.as_bytes(),
+        label,
+        nonce.as_bytes(),
+        &parts,
+    ))
 }
 
 /// Whether `proof` (hex) was made with `token` for `nonce` and `purpose`.
 /// The comparison takes the same time whatever the proof's content.
 pub fn verify(token: &str, nonce: &str, purpose: Purpose, proof: &str) -> bool {
-    match unhex(proof) {
-        Some(bytes) => mac(token, nonce, purpose).verify_slice(&bytes).is_ok(),
-        None => false,
-    }
+    let Some(bytes) = unhex(proof) else {
+        return false;
+    };
+    let (label, context) = label_and_context(purpose);
+    let parts: Vec<&[u8]> = context.iter().map(Vec::as_slice).collect();
+    proof::verify(token.as_bytes(), label, nonce.as_bytes(), &parts, &bytes)
 }
 
 #[cfg(test)]
@@ -56,20 +72,37 @@ mod tests {
 
     const NONCE: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+    fn sink(streams: u32) -> TestSpec {
+        TestSpec::Sink {
+            streams,
+            read_size: 65536,
+            cpu: None,
+        }
+    }
+
+    fn open(test: &TestSpec) -> Purpose<'_> {
+        Purpose::Open {
+            test,
+            duration_s: 5,
+        }
+    }
+
     #[test]
     fn the_right_token_is_accepted() {
-        let p = proof("s3cret", NONCE, Purpose::Open);
+        let spec = sink(1);
+        let p = proof("s3cret", NONCE, open(&spec));
         assert_eq!(p.len(), 64);
-        assert!(verify("s3cret", NONCE, Purpose::Open, &p));
+        assert!(verify("s3cret", NONCE, open(&spec), &p));
     }
 
     #[test]
     fn a_wrong_token_nonce_or_purpose_is_rejected() {
-        let p = proof("s3cret", NONCE, Purpose::Open);
-        assert!(!verify("s3cret!", NONCE, Purpose::Open, &p));
-        assert!(!verify("", NONCE, Purpose::Open, &p));
+        let spec = sink(1);
+        let p = proof("s3cret", NONCE, open(&spec));
+        assert!(!verify("s3cret!", NONCE, open(&spec), &p));
+        assert!(!verify("", NONCE, open(&spec), &p));
         let other_nonce = NONCE.replace('0', "1");
-        assert!(!verify("s3cret", &other_nonce, Purpose::Open, &p));
+        assert!(!verify("s3cret", &other_nonce, open(&spec), &p));
         let attach = Purpose::Attach {
             session: "ab",
             stream: 0,
@@ -85,20 +118,22 @@ mod tests {
     }
 
     #[test]
-    fn garbage_proofs_are_rejected() {
-        for bad in ["", "zz", "00", &"0".repeat(64), &"0".repeat(63)] {
-            assert!(!verify("s3cret", NONCE, Purpose::Open, bad));
-        }
+    fn a_proof_for_one_test_is_refused_for_another() {
+        let asked = sink(1);
+        let p = proof("s3cret", NONCE, open(&asked));
+        assert!(!verify("s3cret", NONCE, open(&sink(2)), &p));
+        let longer = Purpose::Open {
+            test: &asked,
+            duration_s: 6,
+        };
+        assert!(!verify("s3cret", NONCE, longer, &p));
     }
 
     #[test]
-    fn known_answer() {
-        // RFC 4231 test case 2 checks the HMAC-SHA256 primitive itself.
-        let mut mac = HmacSha256::new_from_slice(b"Jefe").unwrap();
-        mac.update(b"what do ya want for nothing?");
-        assert_eq!(
-            hex(&mac.finalize().into_bytes()),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-        );
+    fn garbage_proofs_are_rejected() {
+        let spec = sink(1);
+        for bad in ["", "zz", "00", &"0".repeat(64), &"0".repeat(63)] {
+            assert!(!verify("s3cret", NONCE, open(&spec), bad));
+        }
     }
 }

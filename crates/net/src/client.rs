@@ -177,10 +177,15 @@ impl Peer {
             nodelay: true,
             ..ConnectOptions::default()
         })?;
+        let duration_s = duration.as_secs_f64().ceil().clamp(1.0, 86_400.0) as u32;
+        let purpose = Purpose::Open {
+            test: &test,
+            duration_s,
+        };
         let open = Message::Open {
             version: PROTOCOL_VERSION,
-            proof: self.proof(auth_required, &nonce, Purpose::Open),
-            duration_s: duration.as_secs_f64().ceil().clamp(1.0, 86_400.0) as u32,
+            proof: self.proof(auth_required, &nonce, purpose),
+            duration_s,
             test: test.clone(),
         };
         self.write(&mut control, &open, "opening a session")?;

@@ -24,17 +24,25 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
 
 /// The name in `Hello`: a peer that is not osprobe is recognised at once.
 pub const PROTOCOL_NAME: &str = "osprobe";
-/// Bumped when a change breaks older peers.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Bumped when a change breaks older peers. 2: the Open proof covers the
+/// test spec and duration (see [`crate::auth`]).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// The largest frame body either side accepts: a bound on what a peer
 /// can make us allocate, and large enough for the largest message, a
 /// `Report` of MAX_STREAMS streams each with its TCP_INFO (about 1.2 KB
 /// of JSON each in practice, 2.2 KB with every field at its largest; 16
 /// KiB was too small for 16 streams).
 pub const MAX_FRAME: usize = 512 * 1024;
+/// The largest first message a server reads from a new connection, before
+/// the peer has proved anything: an `Open` or `Attach` is a few hundred
+/// bytes (a file name of up to 1 KiB included). A peer claiming more is
+/// refused before anything is allocated.
+pub const MAX_FIRST_FRAME: usize = 4 * 1024;
 /// Default TCP port of `osprobe serve` (UDP echo uses the same number).
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -204,8 +212,8 @@ pub enum FrameError {
     Closed,
     #[error("connection closed in the middle of a message")]
     Truncated,
-    #[error("message of {0} bytes exceeds the limit of {MAX_FRAME} bytes")]
-    TooLarge(usize),
+    #[error("message of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: usize, limit: usize },
     #[error("empty message")]
     Empty,
     #[error("malformed message: {0}")]
@@ -232,7 +240,10 @@ impl FrameError {
 pub fn encode(msg: &Message) -> Result<Vec<u8>, FrameError> {
     let body = serde_json::to_vec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
     if body.len() > MAX_FRAME {
-        return Err(FrameError::TooLarge(body.len()));
+        return Err(FrameError::TooLarge {
+            len: body.len(),
+            limit: MAX_FRAME,
+        });
     }
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -246,7 +257,10 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
         return Err(FrameError::Empty);
     }
     if body.len() > MAX_FRAME {
-        return Err(FrameError::TooLarge(body.len()));
+        return Err(FrameError::TooLarge {
+            len: body.len(),
+            limit: MAX_FRAME,
+        });
     }
     let msg: Message =
         serde_json::from_slice(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
@@ -261,10 +275,18 @@ pub fn write_message(w: &mut impl Write, msg: &Message) -> Result<(), FrameError
     w.flush().map_err(FrameError::from_io)
 }
 
-/// Read one frame. EOF before the first byte is [`FrameError::Closed`]; EOF
-/// after it is [`FrameError::Truncated`]. Timeouts come from the socket's
-/// read timeout.
+/// Read one frame of at most [`MAX_FRAME`] bytes. EOF before the first
+/// byte is [`FrameError::Closed`]; EOF after it is [`FrameError::Truncated`].
+/// Timeouts come from the socket's read timeout (or a [`DeadlineReader`]).
 pub fn read_message(r: &mut impl Read) -> Result<Message, FrameError> {
+    read_message_limited(r, MAX_FRAME)
+}
+
+/// Read one frame whose body is at most `limit` bytes. The body buffer
+/// grows with the bytes that actually arrive, never with the length the
+/// peer claims: a peer that announces a large frame and sends a byte holds
+/// a few bytes of memory, not the announced size.
+pub fn read_message_limited(r: &mut impl Read, limit: usize) -> Result<Message, FrameError> {
     let mut len_bytes = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -280,12 +302,45 @@ pub fn read_message(r: &mut impl Read) -> Result<Message, FrameError> {
     if len == 0 {
         return Err(FrameError::Empty);
     }
-    if len > MAX_FRAME {
-        return Err(FrameError::TooLarge(len));
+    let limit = limit.min(MAX_FRAME);
+    if len > limit {
+        return Err(FrameError::TooLarge { len, limit });
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(FrameError::from_io)?;
+    let mut body = Vec::new();
+    r.take(len as u64)
+        .read_to_end(&mut body)
+        .map_err(FrameError::from_io)?;
+    if body.len() < len {
+        return Err(FrameError::Truncated);
+    }
     decode_body(&body)
+}
+
+/// A reader that fails with `TimedOut` once `deadline` has passed, however
+/// the bytes trickle in: a socket's read timeout alone restarts with every
+/// byte, so a peer sending one byte a second could hold a connection for
+/// as long as it likes.
+pub struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl<'a> DeadlineReader<'a> {
+    pub fn new(stream: &'a TcpStream, deadline: Instant) -> DeadlineReader<'a> {
+        DeadlineReader { stream, deadline }
+    }
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut stream = self.stream;
+        stream.read(buf)
+    }
 }
 
 /// Hex digits of a nonce (32 bytes) and of a session id (16 bytes).
@@ -622,12 +677,39 @@ mod tests {
         frame.extend_from_slice(b"{}");
         assert!(matches!(
             read_message(&mut frame.as_slice()),
-            Err(FrameError::TooLarge(n)) if n == MAX_FRAME + 1
+            Err(FrameError::TooLarge { len, .. }) if len == MAX_FRAME + 1
         ));
         let huge = u32::MAX.to_be_bytes();
         assert!(matches!(
             read_message(&mut huge.as_slice()),
-            Err(FrameError::TooLarge(_))
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn a_first_frame_over_its_limit_is_refused() {
+        let open = Message::Open {
+            version: PROTOCOL_VERSION,
+            proof: None,
+            duration_s: 5,
+            test: TestSpec::Echo {
+                streams: 1,
+                size: 1,
+            },
+        };
+        let frame = encode(&open).unwrap();
+        assert!(read_message_limited(&mut frame.as_slice(), MAX_FIRST_FRAME).is_ok());
+        let claim = ((MAX_FIRST_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(
+            read_message_limited(&mut claim.as_slice(), MAX_FIRST_FRAME),
+            Err(FrameError::TooLarge { limit, .. }) if limit == MAX_FIRST_FRAME
+        ));
+        // A body shorter than its claim is a truncation, not a hang or a panic.
+        let mut short = 100u32.to_be_bytes().to_vec();
+        short.extend_from_slice(b"{\"type\"");
+        assert!(matches!(
+            read_message_limited(&mut short.as_slice(), MAX_FIRST_FRAME),
+            Err(FrameError::Truncated)
         ));
     }
 

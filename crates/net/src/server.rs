@@ -56,7 +56,8 @@ pub struct ServerConfig {
     pub dir: Option<PathBuf>,
     /// How long a peer may stay silent in the middle of a test.
     pub idle_timeout: Duration,
-    /// How long a new connection may take to send its first message.
+    /// How long a new connection may take, from accept, to send its first
+    /// message: a total, not reset by each byte that trickles in.
     pub handshake_timeout: Duration,
 }
 
@@ -260,6 +261,7 @@ impl Server {
                 Err(e) if is_transient_accept_error(&e) => continue,
                 Err(e) => return Err(e),
             };
+            let accepted = Instant::now();
             let shared = Arc::clone(&self.shared);
             let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
             let slot = ConnectionSlot(Arc::clone(&shared));
@@ -277,7 +279,7 @@ impl Server {
                 .stack_size(HANDLER_STACK)
                 .spawn(move || {
                     let _slot = slot;
-                    shared.handle_connection(stream, peer);
+                    shared.handle_connection(stream, peer, accepted);
                 });
             if let Err(e) = spawned {
                 self.shared.emit(ServerEvent::Failed {
@@ -368,10 +370,15 @@ impl Shared {
         });
     }
 
-    fn handle_connection(self: &Arc<Self>, mut stream: TcpStream, peer: SocketAddr) {
+    fn handle_connection(
+        self: &Arc<Self>,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        accepted: Instant,
+    ) {
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_nodelay(true);
-        let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
+        let _ = stream.set_write_timeout(Some(self.config.handshake_timeout));
         let nonce = match random_bytes::<32>() {
             Ok(bytes) => hex(&bytes),
             Err(e) => {
@@ -392,8 +399,11 @@ impl Shared {
         if protocol::write_message(&mut stream, &hello).is_err() {
             return; // gone already, e.g. a net.connect probe
         }
-        let _ = stream.set_read_timeout(Some(self.config.handshake_timeout));
-        let first = match protocol::read_message(&mut stream) {
+        // Before the peer has proved anything: one small frame, within a
+        // total deadline from accept.
+        let deadline = accepted + self.config.handshake_timeout;
+        let mut reader = protocol::DeadlineReader::new(&stream, deadline);
+        let first = match protocol::read_message_limited(&mut reader, protocol::MAX_FIRST_FRAME) {
             Ok(msg) => msg,
             // Connecting and closing is what net.connect does: not an error.
             Err(FrameError::Closed) => return,
@@ -406,6 +416,7 @@ impl Shared {
                 return;
             }
         };
+        let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
         match first {
             Message::Open {
                 version,
@@ -469,7 +480,11 @@ impl Shared {
                 ),
             ));
         }
-        self.check_proof(nonce, Purpose::Open, request.proof.as_deref())?;
+        let purpose = Purpose::Open {
+            test: &request.test,
+            duration_s: request.duration_s,
+        };
+        self.check_proof(nonce, purpose, request.proof.as_deref())?;
         let max = self.config.max_duration.as_secs();
         if request.duration_s as u64 > max {
             return Err(Refusal::new(

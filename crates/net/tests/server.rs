@@ -1,63 +1,16 @@
 //! The server against well-behaved, broken and hostile clients, over
 //! loopback (127.0.0.1 only).
 
-use osprobe_net::client::{NetError, Peer};
+use osprobe_net::client::NetError;
 use osprobe_net::protocol::{self, ErrorCode, Message, TestSpec};
-use osprobe_net::server::{Server, ServerConfig, ServerEvent};
+mod common;
+
+use common::TestServer;
+use osprobe_net::server::ServerConfig;
 use osprobe_net::sock::ConnectOptions;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// A server thread on 127.0.0.1 with `config`, its events collected.
-struct TestServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    events: Arc<Mutex<Vec<String>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl TestServer {
-    fn start(config: ServerConfig) -> TestServer {
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&events);
-        let server = Server::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            config,
-            Arc::new(move |e: &ServerEvent| sink.lock().unwrap().push(e.to_string())),
-        )
-        .unwrap();
-        let addr = server.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || server.serve(&flag).unwrap());
-        TestServer {
-            addr,
-            stop,
-            events,
-            thread: Some(thread),
-        }
-    }
-
-    fn peer(&self, token: Option<&str>) -> Peer {
-        Peer::new(self.addr, token.map(str::to_string))
-    }
-
-    fn events(&self) -> Vec<String> {
-        self.events.lock().unwrap().clone()
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 fn quick_config() -> ServerConfig {
     ServerConfig {

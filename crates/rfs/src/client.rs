@@ -22,7 +22,7 @@ use crate::error::ClientError;
 use crate::pipeline::{ClientStats, Conn, Encoder, Job, Pipeline, Timing};
 use crate::protocol::{
     validate_name, Attr, CreateHow, DirEntry, ErrorCode, Handle, Kind, Op, RemoteError, Reply,
-    Request, Transport, MAX_READDIR_ENTRIES,
+    Request, Transport, COOKIE_LEN, MAX_READDIR_ENTRIES,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -40,6 +40,8 @@ pub const MAX_WINDOW: usize = 256;
 pub const MAX_OPEN_FILES: usize = 1024;
 /// Entries asked for per readdir.
 const READDIR_PAGE: u16 = 256;
+/// Fresh address cookies a hello accepts before giving up.
+const MAX_HELLO_RETRIES: u32 = 3;
 
 /// Settings of a client.
 #[derive(Debug, Clone)]
@@ -303,23 +305,49 @@ impl Client {
         let client_nonce =
             auth::random_bytes::<16>().map_err(|e| ClientError::io("getting random bytes", e))?;
         let server = self.server;
-        let (nonce, auth_required, root, max_data, drc_span) = self.call(
-            &Request::Hello {
-                nonce: client_nonce,
-            },
-            false,
-            |r| match r {
-                Ok(Reply::Welcome {
-                    nonce,
-                    auth_required,
-                    root,
-                    max_data,
-                    drc_span,
-                }) => Ok((nonce, auth_required, root, max_data, drc_span)),
-                Ok(_) => Err(unexpected(server, "hello")),
-                Err(error) => Err(remote(server, "opening a session".into(), error)),
-            },
-        )?;
+        // Over UDP the first hello is answered with a cookie (the server
+        // validates our address before it keeps any state); the second,
+        // carrying it, opens the session. A cookie can expire on the way
+        // (or the server restart), so a few retries are allowed.
+        let mut cookie = [0u8; COOKIE_LEN];
+        let mut retries = 0;
+        let (nonce, auth_required, root, max_data, drc_span) = loop {
+            let answer = self.call(
+                &Request::Hello {
+                    nonce: client_nonce,
+                    cookie,
+                },
+                false,
+                |r| match r {
+                    Ok(Reply::Welcome {
+                        nonce,
+                        auth_required,
+                        root,
+                        max_data,
+                        drc_span,
+                    }) => Ok(Ok((nonce, auth_required, root, max_data, drc_span))),
+                    Ok(Reply::Retry { cookie }) => Ok(Err(cookie)),
+                    Ok(_) => Err(unexpected(server, "hello")),
+                    Err(error) => Err(remote(server, "opening a session".into(), error)),
+                },
+            )?;
+            match answer {
+                Ok(welcome) => break welcome,
+                Err(_) if retries == MAX_HELLO_RETRIES => {
+                    return Err(ClientError::Unexpected {
+                        server,
+                        what: format!(
+                            "the server asked for a new address cookie {} times in a row",
+                            retries + 1
+                        ),
+                    })
+                }
+                Err(fresh) => {
+                    cookie = fresh;
+                    retries += 1;
+                }
+            }
+        };
         self.root = root;
         self.max_data = max_data as usize;
         // Keep every retransmission inside the server's duplicate cache.
@@ -1196,7 +1224,15 @@ fn create_partial(local: &Path) -> Result<(PathBuf, File), ClientError> {
     }
 }
 
-fn remote(server: SocketAddr, context: String, error: RemoteError) -> ClientError {
+fn remote(server: SocketAddr, context: String, mut error: RemoteError) -> ClientError {
+    if error.code == ErrorCode::BadSession && !error.detail.contains("restarted") {
+        // The server cuts its replies to addresses it does not know (to
+        // the size of the request), so the detail may be short.
+        error.detail = format!(
+            "{} (the server restarted or ended the session: connect again)",
+            error.detail
+        );
+    }
     ClientError::Remote {
         server,
         context,

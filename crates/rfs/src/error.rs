@@ -39,6 +39,8 @@ pub enum ClientError {
         context: String,
         error: RemoteError,
     },
+    #[error("{server} speaks rfs protocol version {theirs}, this osprobe speaks version {}: run the same osprobe version on both sides", crate::protocol::VERSION)]
+    Version { server: SocketAddr, theirs: u8 },
     /// The server answered UNSUPPORTED: it predates the operation.
     #[error("{server} does not know the {op} operation: the server is older than this client; upgrade it (osprobe rfs serve)")]
     OldServer { server: SocketAddr, op: Op },

@@ -34,11 +34,14 @@
 //! window and reassembly in [`client`], confinement in `export`.
 
 pub mod auth;
+pub mod backoff;
 pub mod client;
+pub mod cookie;
 pub mod drc;
 pub mod error;
 pub mod experiments;
 pub(crate) mod export;
+pub mod fuzz;
 pub(crate) mod handles;
 pub mod pipeline;
 pub mod protocol;

@@ -13,8 +13,14 @@
 //! client sends such requests "patient" (long retransmission timeout).
 //!
 //! TCP: one thread per connection, at most `max_clients + 4` connections
-//! at once (more are closed as soon as they are accepted; a connection
-//! beyond `max_clients` sessions gets BUSY in answer to its hello). Each
+//! at once. A connection beyond that is answered at once with a BUSY
+//! error under request id 0 (which answers no request: the server's word
+//! on the connection) and closed, so its client can say "server busy"
+//! instead of "connection reset"; a connection beyond `max_clients`
+//! sessions gets BUSY in answer to its hello. A connection must open an
+//! authenticated session within `hello_timeout` of its accept, however
+//! it trickles its bytes, or it is closed: silent connections cannot
+//! hold the slots. Each
 //! message is framed by a 4-byte big-endian length that is checked against
 //! [`MAX_MESSAGE`] before anything else. Requests on a connection are
 //! handled in order; the client's window keeps the connection busy. A
@@ -39,7 +45,7 @@
 
 use crate::drc;
 use crate::export::Resolver;
-use crate::protocol::{Transport, MAX_MESSAGE};
+use crate::protocol::{self, ErrorCode, Op, RemoteError, Transport, MAX_MESSAGE};
 use crate::service::{EventSink, Outcome, Peer, ServerStats, Service, ServiceConfig};
 use crate::sock;
 use std::io::{self, Read, Write};
@@ -113,6 +119,8 @@ pub struct ServerOptions {
     pub udp_workers: usize,
     /// A client silent this long is forgotten (UDP) or disconnected (TCP).
     pub session_idle: Duration,
+    /// TCP: the time from accept to an authenticated session.
+    pub hello_timeout: Duration,
     /// How paths are resolved beneath the export; None picks openat2 where
     /// the kernel has it.
     pub resolver: Option<Resolver>,
@@ -127,6 +135,7 @@ impl Default for ServerOptions {
             max_client_memory: 1 << 20,
             udp_workers: 0,
             session_idle: Duration::from_secs(120),
+            hello_timeout: Duration::from_secs(5),
             resolver: None,
         }
     }
@@ -170,6 +179,7 @@ pub struct Server {
     service: Arc<Service>,
     udp_workers: usize,
     session_idle: Duration,
+    hello_timeout: Duration,
     max_clients: usize,
     connections: AtomicUsize,
     next_conn: AtomicU64,
@@ -225,6 +235,7 @@ impl Server {
             service: Arc::new(service),
             udp_workers: workers,
             session_idle: options.session_idle,
+            hello_timeout: options.hello_timeout,
             max_clients: options.max_clients,
             connections: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
@@ -327,7 +338,7 @@ impl Server {
             let open = self.connections.fetch_add(1, Ordering::SeqCst) + 1;
             let slot = ConnectionSlot(&self.connections);
             if open > self.max_clients + EXTRA_CONNECTIONS {
-                drop(stream);
+                self.turn_away(stream);
                 drop(slot);
                 continue;
             }
@@ -348,6 +359,30 @@ impl Server {
         Ok(())
     }
 
+    /// Answer a connection beyond the limit with BUSY under request id 0,
+    /// without blocking the accept loop, and close it.
+    fn turn_away(&self, mut stream: TcpStream) {
+        let _ = stream.set_nonblocking(true);
+        let busy = RemoteError::new(
+            ErrorCode::Busy,
+            format!(
+                "server busy: it has {} connections open, its most; try again later",
+                self.max_clients + EXTRA_CONNECTIONS
+            ),
+        );
+        let mut out = vec![0u8; 4];
+        protocol::encode_error_reply(0, 0, Op::Hello.code(), &busy, &mut out);
+        let len = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&len.to_be_bytes());
+        // A fresh socket's send buffer takes these few bytes at once.
+        let _ = stream.write(&out);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        // Read what already arrived, so that the close sends FIN and not
+        // RST (which could discard the reply before the client reads it).
+        let mut sink = [0u8; 4096];
+        while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    }
+
     fn serve_connection(
         &self,
         mut stream: TcpStream,
@@ -366,7 +401,17 @@ impl Server {
         let mut frames = FrameBuffer::new();
         let mut out = Vec::with_capacity(OUT_BUFFER);
         let mut last_frame = Instant::now();
+        let accepted = Instant::now();
+        let mut ready = false;
         while !stop.load(Ordering::Relaxed) {
+            // A total deadline, checked whatever arrives: trickling bytes
+            // does not extend it.
+            if !ready {
+                ready = self.service.connection_ready(conn);
+                if !ready && accepted.elapsed() > self.hello_timeout {
+                    return;
+                }
+            }
             match frames.fill(&mut stream) {
                 Ok(0) => return, // closed (maybe mid-frame: that request is dropped)
                 Ok(_) => {}
@@ -464,6 +509,13 @@ fn validate(transports: &Transports, options: &ServerOptions) -> Result<(), Serv
             what: "token",
             value: "\"\"".into(),
             accepted: "a non-empty secret, or no token".into(),
+        });
+    }
+    if options.hello_timeout.is_zero() {
+        return Err(ServerError::Option {
+            what: "hello_timeout",
+            value: "0".into(),
+            accepted: "a positive duration".into(),
         });
     }
     if options.session_idle.is_zero() {

@@ -23,13 +23,16 @@
 mod put;
 
 use crate::auth;
+use crate::backoff::Backoff;
+use crate::cookie::{self, CookieJar};
 use crate::drc::{self, Check, Drc};
 use crate::export::{self, Export, RelPath, Resolver};
 use crate::handles::{FdCache, HandleTable, Resolved};
 use crate::protocol::{
-    self, begin_read_reply, decode_header, decode_request_body, encode_error_reply, encode_reply,
-    finish_read_reply, printable, request_op, Attr, CreateHow, DecodeError, DirEntry, ErrorCode,
-    Handle, Header, Kind, Op, RemoteError, Reply, Request, Transport, REPLY_BIT,
+    self, begin_read_reply, decode_header, decode_request_body, encode_error_reply,
+    encode_error_reply_as, encode_reply, finish_read_reply, printable, request_op, Attr, CreateHow,
+    DecodeError, DirEntry, ErrorCode, Handle, Header, Kind, Op, RemoteError, Reply, Request,
+    Transport, REPLY_BIT,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -211,6 +214,10 @@ pub struct Service {
     uploads: Mutex<HashMap<u64, Weak<put::Upload>>>,
     pub counters: Counters,
     events: Option<EventSink>,
+    /// Validates UDP source addresses before a session exists.
+    cookies: CookieJar,
+    /// Addresses that sent wrong tokens wait before their next session.
+    backoff: Backoff,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -342,6 +349,8 @@ impl Service {
             uploads: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             events,
+            cookies: CookieJar::new()?,
+            backoff: Backoff::new(crate::backoff::DEFAULT_CAPACITY),
         })
     }
 
@@ -391,7 +400,17 @@ impl Service {
     ) -> Outcome {
         bump(&self.counters.requests);
         let start = out.len();
-        let outcome = self.handle_inner(peer, transport, msg, out);
+        let mut validated = false;
+        let mut outcome = self.handle_inner(peer, transport, msg, out, &mut validated);
+        if outcome == Outcome::Reply
+            && transport == Transport::Udp
+            && !validated
+            && !cookie::fit_reply(out, start, msg.len())
+        {
+            // Not even a bare error fits in the request's size: a source
+            // that has not shown it receives datagrams gets nothing.
+            outcome = Outcome::Drop;
+        }
         if outcome == Outcome::Reply {
             bump(&self.counters.replies);
         } else {
@@ -400,12 +419,15 @@ impl Service {
         outcome
     }
 
+    /// `validated` is set when the reply goes to a source address known to
+    /// be real (a session's, or a hello's with a valid cookie).
     fn handle_inner(
         &self,
         peer: Peer,
         transport: Transport,
         msg: &[u8],
         out: &mut Vec<u8>,
+        validated: &mut bool,
     ) -> Outcome {
         let no_header = match transport {
             Transport::Udp => Outcome::Drop,
@@ -427,6 +449,21 @@ impl Service {
         };
         let op = match request_op(&header) {
             Ok(op) => op,
+            Err(DecodeError::Version { got }) => {
+                // Answered under the peer's own version, so that an older
+                // (or newer) client can read why it is refused.
+                bump(&self.counters.malformed);
+                let e = err(
+                    ErrorCode::Protocol,
+                    format!(
+                        "v{} required: this server speaks rfs protocol version {}, the client {got}; run the same osprobe version on both sides",
+                        protocol::VERSION,
+                        protocol::VERSION
+                    ),
+                );
+                encode_error_reply_as(got, header.session, header.xid, header.opcode, &e, out);
+                return Outcome::Reply;
+            }
             Err(e) => {
                 bump(&self.counters.malformed);
                 let code = match e {
@@ -447,7 +484,16 @@ impl Service {
                 return reply_error(err(code, format!("{op} request: {e}")), out);
             }
         };
-        if let Request::Hello { nonce } = req {
+        if let Request::Hello { nonce, cookie } = req {
+            if transport == Transport::Udp && !self.cookies.check(peer.addr(), &cookie) {
+                // No state, no event: prove the address first.
+                let retry = Reply::Retry {
+                    cookie: self.cookies.issue(peer.addr()),
+                };
+                self.encode(0, header.xid, op, &Ok(retry), out);
+                return Outcome::Reply;
+            }
+            *validated = true;
             return match self.hello(peer, transport, nonce) {
                 Ok((session, welcome)) => {
                     self.encode(session, header.xid, op, &Ok(welcome), out);
@@ -470,8 +516,9 @@ impl Service {
                 return reply_error(e, out);
             }
         };
+        // The session's address or connection is the sender's: real.
+        *validated = true;
         session.last_seen.store(self.now_ms(), Ordering::Relaxed);
-        session.confirmed.store(true, Ordering::Relaxed);
         match req {
             Request::Auth { proof } => {
                 let result = self.auth(&session, &proof);
@@ -495,6 +542,8 @@ impl Service {
             _ => {}
         }
         if !session.authenticated.load(Ordering::Acquire) {
+            // Refused requests do not confirm the session: a client without
+            // the token stays evictable however much it sends.
             bump(&self.counters.refused);
             return reply_error(
                 err(
@@ -504,6 +553,7 @@ impl Service {
                 out,
             );
         }
+        session.confirmed.store(true, Ordering::Relaxed);
         if !op.is_cached() {
             self.execute(&header, op, req, transport, out);
             return Outcome::Reply;
@@ -671,6 +721,17 @@ impl Service {
                         "this connection has a session already; one session per TCP connection",
                     ));
                 }
+                if self.config.token.is_some() {
+                    if let Some(wait) = self.backoff.wait(peer.addr().ip()) {
+                        return Err(err(
+                            ErrorCode::Auth,
+                            format!(
+                                "wrong tokens came from this address: wait {:.1} s before the next try",
+                                wait.as_secs_f64()
+                            ),
+                        ));
+                    }
+                }
                 self.expire_locked(&mut sessions);
                 if sessions.len() >= self.config.max_clients {
                     self.evict_unconfirmed(&mut sessions);
@@ -784,8 +845,11 @@ impl Service {
             proof,
         ) {
             session.authenticated.store(true, Ordering::Release);
+            session.confirmed.store(true, Ordering::Relaxed);
+            self.backoff.succeeded(session.peer.addr().ip());
             Ok(())
         } else {
+            self.backoff.failed(session.peer.addr().ip());
             self.end_session(session.id, "wrong token");
             self.emit(ServerEvent::Refused {
                 peer: session.peer.addr(),
@@ -807,6 +871,15 @@ impl Service {
                 reason,
             });
         }
+    }
+
+    /// Whether TCP connection `conn` has a session that may make requests
+    /// (authenticated, or no token needed).
+    pub fn connection_ready(&self, conn: u64) -> bool {
+        lock(&self.sessions).values().any(|s| {
+            matches!(s.peer, Peer::Tcp { conn: c, .. } if c == conn)
+                && s.authenticated.load(Ordering::Acquire)
+        })
     }
 
     /// End the sessions of a closed TCP connection.
@@ -1261,13 +1334,26 @@ mod tests {
                 xid: 0,
                 peer: Peer::Udp(PEER.parse().unwrap()),
             };
-            let (h, r) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+            let (h, r) = t.hello([1; 16]);
             match r.unwrap() {
                 Reply::Welcome { root, .. } => t.root = root,
                 other => panic!("{other:?}"),
             }
             t.session = h.session;
             t
+        }
+
+        /// A hello with the cookie round trip a UDP client makes.
+        fn hello(&mut self, nonce: [u8; 16]) -> (Header, OpResult<Reply<'static>>) {
+            let first = Request::Hello {
+                nonce,
+                cookie: [0; protocol::COOKIE_LEN],
+            };
+            let (_, r) = self.send_raw(0, &first);
+            let Ok(Reply::Retry { cookie }) = r else {
+                panic!("a hello without a cookie got {r:?}")
+            };
+            self.send_raw(0, &Request::Hello { nonce, cookie })
         }
 
         fn message(&mut self, xid: u64, req: &Request<'_>) -> Vec<u8> {
@@ -1347,6 +1433,7 @@ mod tests {
                 max_data,
                 drc_span,
             },
+            Reply::Retry { cookie } => Reply::Retry { cookie },
             Reply::Done => Reply::Done,
             Reply::Handle { handle, attr } => Reply::Handle { handle, attr },
             Reply::Written { count, size } => Reply::Written { count, size },
@@ -1718,26 +1805,18 @@ mod tests {
         );
         t.peer = Peer::Udp(PEER.parse().unwrap());
         // A retransmitted hello gets the same session.
-        let (h, _) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+        let (h, _) = t.hello([1; 16]);
         assert_eq!(h.session, t.session);
         // max_clients.
         for i in 0..3u8 {
-            let (h, r) = t.send_raw(
-                0,
-                &Request::Hello {
-                    nonce: [10 + i; 16],
-                },
-            );
+            let (h, r) = t.hello([10 + i; 16]);
             assert!(r.is_ok());
             assert_ne!(h.session, t.session);
         }
-        assert_eq!(
-            code(t.send_raw(0, &Request::Hello { nonce: [99; 16] }).1),
-            ErrorCode::Busy
-        );
+        assert_eq!(code(t.hello([99; 16]).1), ErrorCode::Busy);
         // Goodbye frees the slot.
         assert!(t.send(&Request::Goodbye).is_ok());
-        assert!(t.send_raw(0, &Request::Hello { nonce: [99; 16] }).1.is_ok());
+        assert!(t.hello([99; 16]).1.is_ok());
     }
 
     #[test]
@@ -1753,14 +1832,11 @@ mod tests {
         let me = t.peer;
         // A "client" that only ever says hello (its address was forged).
         t.peer = Peer::Udp("127.0.0.1:50001".parse().unwrap());
-        assert!(t.send_raw(0, &Request::Hello { nonce: [7; 16] }).1.is_ok());
+        assert!(t.hello([7; 16]).1.is_ok());
         t.peer = Peer::Udp("127.0.0.1:50002".parse().unwrap());
-        assert_eq!(
-            code(t.send_raw(0, &Request::Hello { nonce: [8; 16] }).1),
-            ErrorCode::Busy
-        );
+        assert_eq!(code(t.hello([8; 16]).1), ErrorCode::Busy);
         std::thread::sleep(UNCONFIRMED_GRACE + Duration::from_millis(100));
-        assert!(t.send_raw(0, &Request::Hello { nonce: [8; 16] }).1.is_ok());
+        assert!(t.hello([8; 16]).1.is_ok());
         // The confirmed session was not the one evicted.
         t.peer = me;
         assert!(t.send(&Request::Getattr { handle: t.root }).is_ok());
@@ -1776,7 +1852,7 @@ mod tests {
             ErrorCode::Auth
         );
         // The right proof.
-        let (_, r) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+        let (_, r) = t.hello([1; 16]);
         let Reply::Welcome {
             nonce,
             auth_required,

@@ -6,7 +6,7 @@ mod common;
 use common::{data, options, TestServer};
 use osprobe_rfs::protocol::{
     decode_header, decode_reply, encode_error_reply, encode_reply, encode_request, Handle, Op,
-    RemoteError, Reply, Request,
+    RemoteError, Reply, Request, COOKIE_LEN,
 };
 use osprobe_rfs::{
     Client, ClientError, CreateHow, ErrorCode, OpenMode, ServerOptions, Transport, Transports,
@@ -214,7 +214,10 @@ impl RawTcp {
             root: Handle([0; 16]),
             xid: 0,
         };
-        let (session, reply) = raw.call(&Request::Hello { nonce: [9; 16] });
+        let (session, reply) = raw.call(&Request::Hello {
+            nonce: [9; 16],
+            cookie: [0; COOKIE_LEN],
+        });
         let Ok(Reply::Welcome { root, .. }) = reply else {
             panic!("{reply:?}")
         };
@@ -332,7 +335,17 @@ fn a_silent_udp_client_s_upload_goes_when_its_session_expires() {
         buf.truncate(n);
         buf
     };
-    let welcome = call(0, 1, &Request::Hello { nonce: [5; 16] });
+    // UDP: the first hello is answered with a cookie to send back.
+    let hello = |cookie| Request::Hello {
+        nonce: [5; 16],
+        cookie,
+    };
+    let retry = call(0, 1, &hello([0; COOKIE_LEN]));
+    let (_, _, r) = decode_reply(&retry).unwrap();
+    let Ok(Reply::Retry { cookie }) = r else {
+        panic!("{r:?}")
+    };
+    let welcome = call(0, 1, &hello(cookie));
     let (h, _, r) = decode_reply(&welcome).unwrap();
     let Ok(Reply::Welcome { root, .. }) = r else {
         panic!("{r:?}")

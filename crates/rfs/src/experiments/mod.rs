@@ -501,7 +501,15 @@ pub fn server_rate(
             _ => Err(fail("the service sent no reply")),
         }
     };
-    exchange(0, 1, &Request::Hello { nonce: [7; 16] }, &mut out)?;
+    exchange(
+        0,
+        1,
+        &Request::Hello {
+            nonce: [7; 16],
+            cookie: [0; crate::protocol::COOKIE_LEN],
+        },
+        &mut out,
+    )?;
     let (header, _, reply) = decode_reply(&out).map_err(|e| fail(&e.to_string()))?;
     let session = header.session;
     let Ok(Reply::Welcome { root, .. }) = reply else {
