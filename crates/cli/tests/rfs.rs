@@ -366,3 +366,52 @@ fn interrupted_get_and_put_leave_no_partial_file() {
     }
     assert_eq!(names_in(export.path()), ["big.bin"]);
 }
+
+/// Names of put uploads in `dir` (the server's temporary files).
+fn uploads_in(dir: &Path) -> Vec<String> {
+    names_in(dir)
+        .into_iter()
+        .filter(|n| n.contains(".osprobe-put-"))
+        .collect()
+}
+
+/// kill -9 of `rfs put` midway (over TCP): the old file is intact and the
+/// server removes the upload when the connection drops.
+#[test]
+fn a_put_killed_midway_leaves_the_old_file_and_no_upload() {
+    let export = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(export.path().join("doc"), b"old version").unwrap();
+    let src = local.path().join("doc");
+    std::fs::File::create(&src)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let server = Served::start(export.path(), &[]);
+    let mut child = osprobe()
+        .args(["rfs", "put"])
+        .arg(&src)
+        .args(["doc", "--tcp", "--window", "1", "--packet", "512"])
+        .args(["--server", &server.addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = wait_for(|| {
+        uploads_in(export.path())
+            .iter()
+            .any(|n| std::fs::metadata(export.path().join(n)).is_ok_and(|m| m.len() > 0))
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(started, "the put never started writing");
+    assert!(
+        wait_for(|| uploads_in(export.path()).is_empty()),
+        "left {:?}",
+        uploads_in(export.path())
+    );
+    assert_eq!(
+        std::fs::read(export.path().join("doc")).unwrap(),
+        b"old version"
+    );
+}
