@@ -212,6 +212,8 @@ pub struct Service {
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
     /// Every upload in progress, by handle index (held by their sessions).
     uploads: Mutex<HashMap<u64, Weak<put::Upload>>>,
+    /// Directories already swept of dead servers' uploads (by identity).
+    swept_dirs: Mutex<std::collections::HashSet<(u64, u64)>>,
     pub counters: Counters,
     events: Option<EventSink>,
     /// Validates UDP source addresses before a session exists.
@@ -334,7 +336,7 @@ impl Service {
         let root_fd = export.open_dir(&RelPath::root())?;
         let root_st = export::stat_fd(root_fd.as_fd())?;
         let epoch = auth::random_nonzero_u64()?;
-        Ok(Service {
+        let service = Service {
             handles: Mutex::new(HandleTable::new(
                 epoch,
                 export::identity(&root_st),
@@ -347,11 +349,16 @@ impl Service {
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
             uploads: Mutex::new(HashMap::new()),
+            swept_dirs: Mutex::default(),
             counters: Counters::default(),
             events,
             cookies: CookieJar::new()?,
             backoff: Backoff::new(crate::backoff::DEFAULT_CAPACITY),
-        })
+        };
+        // Uploads a killed server left at the root go now; elsewhere, at
+        // the first put into their directory.
+        service.sweep_once(&RelPath::root(), export::identity(&root_st));
+        Ok(service)
     }
 
     pub fn resolver(&self) -> Resolver {

@@ -518,3 +518,51 @@ fn get_stops_when_the_file_changes_size_during_the_transfer() {
         );
     }
 }
+
+#[test]
+fn uploads_left_by_a_killed_server_are_swept() {
+    use osprobe_core::owner::Owner;
+    let export = tempfile::tempdir().unwrap();
+    std::fs::create_dir(export.path().join("sub")).unwrap();
+    let me = Owner::current();
+    // A server that is gone: this pid, started at another time.
+    let gone = Owner {
+        pid: me.pid,
+        start: me.start + 1,
+    };
+    let upload = |dir: &str, owner: &Owner| {
+        let name = format!(".doc.osprobe-put-{}-00000000000000aa", owner.tag());
+        let path = export.path().join(dir).join(name);
+        std::fs::write(&path, b"partial").unwrap();
+        path
+    };
+    let dead_root = upload("", &gone);
+    let dead_sub = upload("sub", &gone);
+    let live_sub = upload("sub", &me);
+    let other = export.path().join(".doc.osprobe-put-notes");
+    std::fs::write(&other, b"a user's file").unwrap();
+
+    let server = TestServer::start(export.path(), Transports::BOTH, ServerOptions::default());
+    // At start: the root only.
+    assert!(
+        !dead_root.exists(),
+        "the dead server's upload at the root stayed"
+    );
+    assert!(dead_sub.exists() && live_sub.exists() && other.exists());
+    // The first put into a directory sweeps it, sparing live servers' uploads.
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(local.path().join("doc"), b"new").unwrap();
+    let mut c = Client::connect(server.addr, options(Transport::Tcp, 4, 4096)).unwrap();
+    c.put(&local.path().join("doc"), "sub/doc", &mut |_| {})
+        .unwrap();
+    assert!(
+        !dead_sub.exists(),
+        "the dead server's upload in sub/ stayed"
+    );
+    assert!(live_sub.exists(), "a live server's upload was removed");
+    assert!(other.exists(), "a name that is not an upload was removed");
+    assert_eq!(
+        std::fs::read(export.path().join("sub/doc")).unwrap(),
+        b"new"
+    );
+}
