@@ -3,7 +3,7 @@
 //!
 //! A put never writes the file it replaces. `PutBegin` creates a temporary
 //! file beside the target, exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`)
-//! under a random name (`.NAME.osprobe-put-RANDOM`), and answers with an
+//! under a random name (`.NAME.osprobe-put-…`, below), and answers with an
 //! *upload handle*: the handle table's epoch and an index with
 //! [`UPLOAD_BIT`] set, which `Write`, `Read`, `Hash` and `Commit` accept
 //! like any file handle, from the session that began it only. The client
