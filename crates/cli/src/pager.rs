@@ -130,8 +130,7 @@ fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
                 json: false,
             };
             let client = crate::rfs::connect(&client_args)?;
-            let name = format!("osprobe-pager-{}.swap", std::process::id());
-            Ok(Box::new(RfsSwap::create(client, &name)?.remove_on_drop()))
+            Ok(Box::new(RfsSwap::create(client, "osprobe-pager.swap")?))
         }
         _ => Err(bad().into()),
     }

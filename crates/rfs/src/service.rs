@@ -224,6 +224,8 @@ pub struct Service {
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
     /// Every upload in progress, by handle index (held by their sessions).
     uploads: Mutex<HashMap<u64, Weak<put::Upload>>>,
+    /// Directories already swept of dead servers' uploads (by identity).
+    swept_dirs: Mutex<std::collections::HashSet<(u64, u64)>>,
     pub counters: Counters,
     events: Option<EventSink>,
     /// Validates UDP source addresses before a session exists.
@@ -351,7 +353,7 @@ impl Service {
         let root_fd = export.open_dir(&RelPath::root())?;
         let root_st = export::stat_fd(root_fd.as_fd())?;
         let epoch = auth::random_nonzero_u64()?;
-        Ok(Service {
+        let service = Service {
             handles: Mutex::new(HandleTable::new(
                 epoch,
                 export::identity(&root_st),
@@ -364,13 +366,18 @@ impl Service {
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
             uploads: Mutex::new(HashMap::new()),
+            swept_dirs: Mutex::default(),
             counters: Counters::default(),
             events,
             cookies: CookieJar::new()?,
             backoff: Backoff::new(crate::backoff::DEFAULT_CAPACITY),
             hashes: hasher::Queue::new(),
             offload_hashes: AtomicBool::new(false),
-        })
+        };
+        // Uploads a killed server left at the root go now; elsewhere, at
+        // the first put into their directory.
+        service.sweep_once(&RelPath::root(), export::identity(&root_st));
+        Ok(service)
     }
 
     pub fn resolver(&self) -> Resolver {
@@ -666,7 +673,14 @@ impl Service {
     /// Run a queued hash: its reply in `out`, recorded in the session's
     /// duplicate cache (if the session still exists).
     pub(crate) fn run_hash_job(&self, job: &hasher::Job, out: &mut Vec<u8>) {
-        let result = self.hash(&job.file);
+        // An upload is hashed only for the session that began it, as in
+        // `execute`, which a queued hash does not pass through.
+        let result = match upload_of(&Request::Hash { file: job.file }) {
+            Some(h) => self
+                .check_upload_owner(job.header.session, h)
+                .and_then(|()| self.hash(&job.file)),
+            None => self.hash(&job.file),
+        };
         self.encode(job.header.session, job.header.xid, Op::Hash, &result, out);
         let session = lock(&self.sessions).get(&job.header.session).cloned();
         if let Some(s) = session {
@@ -1243,6 +1257,11 @@ impl Service {
     }
 
     fn getattr(&self, h: &Handle) -> OpResult<Attr> {
+        if put::is_upload(h) {
+            let f = self.upload_file(h)?;
+            let st = export::stat_fd(f.as_fd()).map_err(|e| io_error(&e, "the upload"))?;
+            return Ok(export::attr_of(&st));
+        }
         let r = self.resolve(h)?;
         let what = show_path(&r.path);
         let st = match r.path.split_last() {

@@ -92,6 +92,17 @@ fn a_hard_link_to_a_file_outside_the_export_is_not_written_through() {
     assert!(e.to_string().contains("hard link"), "{e}");
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 
+    // A put replaces the name in the export, not the file behind it.
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(local.path().join("new"), b"replacement").unwrap();
+    c.put(&local.path().join("new"), "link", &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        std::fs::read(export.path().join("link")).unwrap(),
+        b"replacement"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+
     // An ordinary file is still written.
     let fd = c.create("plain", CreateHow::Truncate, 0o644).unwrap();
     assert_eq!(c.write(fd, &data(100, 1)).unwrap(), 100);
@@ -141,6 +152,17 @@ fn a_put_replaces_the_file_in_one_step_and_leaves_nothing_behind() {
         })
         .unwrap();
         assert!(seen_temporary, "the upload went to a temporary file");
+        // A scratch file (an upload never committed) is read, written and
+        // stat'ed like a file, and goes when discarded.
+        let fd = c.create_scratch("doc").unwrap();
+        assert_eq!(c.write_at(fd, 5000, b"scratch").unwrap(), 7);
+        assert_eq!(c.fstat(fd).unwrap().size, 5007);
+        let mut back = [0u8; 7];
+        assert_eq!(c.read_at(fd, 5000, &mut back).unwrap(), 7);
+        assert_eq!(&back, b"scratch");
+        assert_eq!(temporaries(export.path()).len(), 1);
+        c.discard(fd).unwrap();
+        assert_eq!(std::fs::read(export.path().join("doc")).unwrap(), new);
         assert_eq!(std::fs::read(export.path().join("doc")).unwrap(), new);
         assert_eq!(temporaries(export.path()), Vec::<String>::new());
     }
@@ -495,4 +517,145 @@ fn get_stops_when_the_file_changes_size_during_the_transfer() {
             "the partial copy was removed"
         );
     }
+}
+
+#[test]
+fn uploads_left_by_a_killed_server_are_swept() {
+    use osprobe_core::owner::Owner;
+    let export = tempfile::tempdir().unwrap();
+    std::fs::create_dir(export.path().join("sub")).unwrap();
+    let me = Owner::current();
+    // A server that is gone: this pid, started at another time.
+    let gone = Owner {
+        pid: me.pid,
+        start: me.start + 1,
+    };
+    let upload = |dir: &str, owner: &Owner| {
+        let name = format!(".doc.osprobe-put-{}-00000000000000aa", owner.tag());
+        let path = export.path().join(dir).join(name);
+        std::fs::write(&path, b"partial").unwrap();
+        path
+    };
+    let dead_root = upload("", &gone);
+    let dead_sub = upload("sub", &gone);
+    let live_sub = upload("sub", &me);
+    let other = export.path().join(".doc.osprobe-put-notes");
+    std::fs::write(&other, b"a user's file").unwrap();
+
+    let server = TestServer::start(export.path(), Transports::BOTH, ServerOptions::default());
+    // At start: the root only.
+    assert!(
+        !dead_root.exists(),
+        "the dead server's upload at the root stayed"
+    );
+    assert!(dead_sub.exists() && live_sub.exists() && other.exists());
+    // The first put into a directory sweeps it, sparing live servers' uploads.
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(local.path().join("doc"), b"new").unwrap();
+    let mut c = Client::connect(server.addr, options(Transport::Tcp, 4, 4096)).unwrap();
+    c.put(&local.path().join("doc"), "sub/doc", &mut |_| {})
+        .unwrap();
+    assert!(
+        !dead_sub.exists(),
+        "the dead server's upload in sub/ stayed"
+    );
+    assert!(live_sub.exists(), "a live server's upload was removed");
+    assert!(other.exists(), "a name that is not an upload was removed");
+    assert_eq!(
+        std::fs::read(export.path().join("sub/doc")).unwrap(),
+        b"new"
+    );
+}
+
+/// A UDP session (cookie round trip included): the socket, the session id
+/// and the root handle.
+fn udp_session(server: SocketAddr, nonce: u8) -> (UdpSocket, u64, Handle) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.connect(server).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut cookie = [0; COOKIE_LEN];
+    for _ in 0..2 {
+        let hello = Request::Hello {
+            nonce: [nonce; 16],
+            cookie,
+        };
+        let (h, r) = udp_call(&sock, 0, 1, &hello);
+        match r {
+            Ok(Reply::Retry { cookie: c }) => cookie = c,
+            Ok(Reply::Welcome { root, .. }) => return (sock, h, root),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no welcome after the cookie round trip")
+}
+
+fn udp_call(
+    sock: &UdpSocket,
+    session: u64,
+    xid: u64,
+    req: &Request<'_>,
+) -> (u64, Result<Reply<'static>, RemoteError>) {
+    let mut m = Vec::new();
+    encode_request(session, xid, req, &mut m).unwrap();
+    sock.send(&m).unwrap();
+    let mut buf = vec![0u8; 70_000];
+    let n = sock.recv(&mut buf).unwrap();
+    let (h, _, r) = decode_reply(&buf[..n]).unwrap();
+    let r = r.map(|reply| match reply {
+        Reply::Retry { cookie } => Reply::Retry { cookie },
+        Reply::Welcome {
+            nonce,
+            auth_required,
+            root,
+            max_data,
+            drc_span,
+        } => Reply::Welcome {
+            nonce,
+            auth_required,
+            root,
+            max_data,
+            drc_span,
+        },
+        Reply::Handle { handle, attr } => Reply::Handle { handle, attr },
+        Reply::Written { count, size } => Reply::Written { count, size },
+        Reply::Hash { size, hash } => Reply::Hash { size, hash },
+        Reply::Done => Reply::Done,
+        other => panic!("unexpected reply {other:?}"),
+    });
+    (h.session, r)
+}
+
+/// Over UDP a hash runs on the server's hasher threads, outside the
+/// request path: it must still refuse another session's upload.
+#[test]
+fn another_session_cannot_hash_an_upload_over_udp() {
+    let export = tempfile::tempdir().unwrap();
+    let server = TestServer::start(export.path(), Transports::BOTH, ServerOptions::default());
+    let (owner, owner_session, root) = udp_session(server.addr, 1);
+    let (_, begun) = udp_call(
+        &owner,
+        owner_session,
+        2,
+        &Request::PutBegin {
+            dir: root,
+            name: b"doc",
+            mode: 0o644,
+        },
+    );
+    let Ok(Reply::Handle { handle: upload, .. }) = begun else {
+        panic!("{begun:?}")
+    };
+    let (_, own) = udp_call(&owner, owner_session, 3, &Request::Hash { file: upload });
+    assert!(matches!(own, Ok(Reply::Hash { .. })), "{own:?}");
+    let (stranger, stranger_session, _) = udp_session(server.addr, 2);
+    let (_, theirs) = udp_call(
+        &stranger,
+        stranger_session,
+        2,
+        &Request::Hash { file: upload },
+    );
+    assert!(
+        theirs.is_err(),
+        "another session hashed the upload: {theirs:?}"
+    );
 }

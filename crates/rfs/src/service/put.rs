@@ -3,7 +3,7 @@
 //!
 //! A put never writes the file it replaces. `PutBegin` creates a temporary
 //! file beside the target, exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`)
-//! under a random name (`.NAME.osprobe-put-RANDOM`), and answers with an
+//! under a random name (`.NAME.osprobe-put-…`, below), and answers with an
 //! *upload handle*: the handle table's epoch and an index with
 //! [`UPLOAD_BIT`] set, which `Write`, `Read`, `Hash` and `Commit` accept
 //! like any file handle, from the session that began it only. The client
@@ -15,8 +15,11 @@
 //! a dropped TCP connection, a killed client's UDP session expiring, an
 //! eviction), the uploads are dropped with it and [`Upload`]'s `Drop`
 //! removes their temporary files: the old file is intact and nothing is
-//! left behind. Only a server killed during an upload leaves its temporary
-//! file (its name says what it is).
+//! left behind. A server killed during an upload leaves its temporary file,
+//! so the name carries the server's pid and start time
+//! (`.NAME.osprobe-put-PID-START-RANDOM`, see `osprobe_core::owner`): a
+//! server removes the uploads of dead servers from the export's root when
+//! it starts, and from any other directory the first time it puts there.
 //!
 //! The same mechanism gives the pager a swap file of its own on the server
 //! that no other client collides with and that disappears with the
@@ -26,6 +29,7 @@ use super::{err, io_error, lock, quoted, show_path, OpResult, Service};
 use crate::auth;
 use crate::export::{self, RelPath};
 use crate::protocol::{ErrorCode, Handle, Kind, Reply, MAX_NAME};
+use osprobe_core::owner::{Claim, Owner};
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -39,7 +43,12 @@ pub(crate) const UPLOAD_BIT: u64 = 1 << 63;
 pub const MAX_UPLOADS_PER_SESSION: usize = 8;
 /// The part of the target's name kept in the temporary name, so that the
 /// temporary name stays within NAME_MAX.
-const NAME_PREFIX: usize = MAX_NAME - 48;
+const NAME_PREFIX: usize = MAX_NAME - 64;
+/// What marks an upload's temporary name; the owner's tag follows.
+const MARK: &str = ".osprobe-put-";
+/// Directories swept of dead servers' uploads that are remembered (then
+/// the memory starts over: a directory is swept again, which is harmless).
+const MAX_SWEPT_DIRS: usize = 4096;
 
 /// One upload in progress: its temporary file and where it goes.
 pub(crate) struct Upload {
@@ -78,16 +87,81 @@ pub(crate) fn is_upload(h: &Handle) -> bool {
     h.parts().1 & UPLOAD_BIT != 0
 }
 
-fn temp_name(name: &[u8], tag: u64) -> Vec<u8> {
+fn temp_name(name: &[u8], owner: &Owner, tag: u64) -> Vec<u8> {
     let keep = &name[..name.len().min(NAME_PREFIX)];
-    let mut t = Vec::with_capacity(keep.len() + 32);
+    let mut t = Vec::with_capacity(keep.len() + 64);
     t.push(b'.');
     t.extend_from_slice(keep);
-    t.extend_from_slice(format!(".osprobe-put-{tag:016x}").as_bytes());
+    t.extend_from_slice(format!("{MARK}{}-{tag:016x}", owner.tag()).as_bytes());
     t
 }
 
+/// Whether `name` is an upload's temporary file whose server is gone.
+fn is_dead_upload(name: &[u8]) -> bool {
+    if name.first() != Some(&b'.') {
+        return false;
+    }
+    let Ok(name) = std::str::from_utf8(name) else {
+        return false;
+    };
+    let Some(at) = name.rfind(MARK) else {
+        return false;
+    };
+    match Claim::parse(&name[at + MARK.len()..], "") {
+        Some(claim @ Claim::Exact(_)) => claim.owner_is_gone(),
+        _ => false,
+    }
+}
+
+/// Remove from the directory `dir` (open for reading) the temporary files
+/// of uploads whose server is gone; returns how many.
+pub(super) fn sweep_dead_uploads(dir: OwnedFd) -> usize {
+    // read_dir consumes `dir`; a duplicate stays open for unlinkat.
+    let Ok(path) = dir.try_clone() else {
+        return 0;
+    };
+    let mut dead: Vec<CString> = Vec::new();
+    let _ = export::read_dir(dir, 0, |_, kind, name| {
+        if kind == Kind::File && is_dead_upload(name) {
+            if let Ok(c) = CString::new(name) {
+                dead.push(c);
+            }
+        }
+        dead.len() < 1024 // a page at a time is plenty
+    });
+    let mut removed = 0;
+    for name in dead {
+        // SAFETY: `name` is NUL-terminated and `path` an open directory;
+        // both outlive the call. Only names of dead servers' uploads.
+        if unsafe { libc::unlinkat(path.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 impl Service {
+    /// Sweep the directory `path` (with `identity`) of dead servers'
+    /// uploads, unless this server did already.
+    pub(super) fn sweep_once(&self, path: &RelPath, identity: (u64, u64)) {
+        {
+            let mut swept = lock(&self.swept_dirs);
+            if swept.len() >= MAX_SWEPT_DIRS {
+                swept.clear();
+            }
+            if !swept.insert(identity) {
+                return;
+            }
+        }
+        if let Ok(dir) = self.export.open_at(
+            path,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NONBLOCK,
+            0,
+        ) {
+            sweep_dead_uploads(dir);
+        }
+    }
+
     /// The open temporary file of upload handle `h` (for `open_file`).
     pub(super) fn upload_file(&self, h: &Handle) -> OpResult<Arc<File>> {
         self.upload(h).map(|u| Arc::clone(&u.file))
@@ -156,6 +230,7 @@ impl Service {
             ));
         }
         let dfd = self.open_dir(&d)?;
+        self.sweep_once(&d.path, d.identity);
         match export::stat_in(dfd.as_fd(), name) {
             Ok(st) => match export::kind_of(st.st_mode) {
                 Kind::File => {}
@@ -190,7 +265,7 @@ impl Service {
         let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NONBLOCK | libc::O_NOCTTY;
         let mut tries = 0;
         let (temp, fd) = loop {
-            let temp = temp_name(name, random("name")?);
+            let temp = temp_name(name, &Owner::current(), random("name")?);
             match export::open_in(dfd.as_fd(), &temp, flags, mode & 0o777) {
                 Ok(fd) => break (temp, fd),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) && tries < 4 => tries += 1,
@@ -318,11 +393,39 @@ mod tests {
     #[test]
     fn temporary_names_stay_within_name_max_and_start_with_a_dot() {
         let long = vec![b'x'; MAX_NAME];
-        let t = temp_name(&long, u64::MAX);
+        let worst = Owner {
+            pid: u32::MAX,
+            start: u64::MAX,
+        };
+        let t = temp_name(&long, &worst, u64::MAX);
         assert!(t.len() <= MAX_NAME, "{}", t.len());
         assert_eq!(t[0], b'.');
         crate::protocol::validate_name(&t).unwrap();
-        let t = temp_name(b"report.pdf", 0xab);
-        assert_eq!(t, b".report.pdf.osprobe-put-00000000000000ab");
+        let owner = Owner { pid: 12, start: 34 };
+        let t = temp_name(b"report.pdf", &owner, 0xab);
+        assert_eq!(t, b".report.pdf.osprobe-put-12-34-00000000000000ab");
+    }
+
+    #[test]
+    fn only_uploads_of_dead_servers_are_dead() {
+        let me = Owner::current();
+        let live = temp_name(b"f", &me, 1);
+        assert!(!is_dead_upload(&live));
+        // The same pid started at another time: a server that is gone.
+        let reused = Owner {
+            pid: me.pid,
+            start: me.start + 1,
+        };
+        assert!(is_dead_upload(&temp_name(b"f", &reused, 1)));
+        // Names that are not uploads, or say no exact owner, stay.
+        for name in [
+            &b"f.osprobe-put-1-2-3"[..],
+            b".f.osprobe-put-",
+            b".f.osprobe-put-abc",
+            b".f.osprobe-put-4000000-0000000000000001",
+            b"report.pdf",
+        ] {
+            assert!(!is_dead_upload(name), "{}", String::from_utf8_lossy(name));
+        }
     }
 }
