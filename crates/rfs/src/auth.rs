@@ -3,8 +3,8 @@
 //! The token never crosses the wire. A session starts with the client's
 //! `Hello` (carrying a 16-byte client nonce); the server answers `Welcome`
 //! with a fresh 32-byte server nonce and the session id. The client then
-//! sends `Auth` with HMAC-SHA256(token, context || server nonce || client
-//! nonce || session id). An observer learns a proof that is good for that
+//! sends `Auth` with HMAC-SHA256 keyed by the token over the server nonce,
+//! the client nonce and the session id (`osprobe_core::proof`). An observer learns a proof that is good for that
 //! one session only, and the server drops a session after one wrong proof,
 //! so guessing costs a round trip per guess, and the guesser's address
 //! then waits longer and longer before its next session
@@ -16,36 +16,26 @@
 //! attacker who can read and forge traffic on the path (the same position
 //! as NFS with AUTH_SYS). Use a trusted network or a tunnel for that.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use osprobe_core::proof;
 use std::io;
 
-type HmacSha256 = Hmac<Sha256>;
+const LABEL: &str = "osprobe-rfs-auth-v2";
 
-const CONTEXT: &[u8] = b"osprobe-rfs-auth-v1\0";
-
-fn mac(token: &str, server_nonce: &[u8; 32], client_nonce: &[u8; 16], session: u64) -> HmacSha256 {
-    // HMAC takes keys of any length: new_from_slice cannot fail.
-    let mut mac = HmacSha256::new_from_slice(token.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-    mac.update(CONTEXT);
-    mac.update(server_nonce);
-    mac.update(client_nonce);
-    mac.update(&session.to_be_bytes());
-    mac
-}
-
-/// The client's proof for one session.
+/// The client's proof for one session: HMAC-SHA256 keyed by the token over
+/// the server nonce, the client nonce and the session id
+/// ([`osprobe_core::proof`]).
 pub fn proof(
     token: &str,
     server_nonce: &[u8; 32],
     client_nonce: &[u8; 16],
     session: u64,
 ) -> [u8; 32] {
-    mac(token, server_nonce, client_nonce, session)
-        .finalize()
-        .into_bytes()
-        .into()
+    proof::sign(
+        token.as_bytes(),
+        LABEL,
+        server_nonce,
+        &[client_nonce, &session.to_be_bytes()],
+    )
 }
 
 /// Whether `proof` was made with `token` for this session. Constant time in
@@ -57,9 +47,13 @@ pub fn verify(
     session: u64,
     proof: &[u8; 32],
 ) -> bool {
-    mac(token, server_nonce, client_nonce, session)
-        .verify_slice(proof)
-        .is_ok()
+    proof::verify(
+        token.as_bytes(),
+        LABEL,
+        server_nonce,
+        &[client_nonce, &session.to_be_bytes()],
+        proof,
+    )
 }
 
 pub use osprobe_core::random::os_random_bytes as random_bytes;

@@ -25,15 +25,12 @@
 //! [`HELLO_LEN`]: crate::protocol::HELLO_LEN
 
 use crate::protocol::{COOKIE_LEN, HEADER_LEN};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use osprobe_core::proof;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-type HmacSha256 = Hmac<Sha256>;
-
-const CONTEXT: &[u8] = b"osprobe-rfs-cookie-v1\0";
+const LABEL: &str = "osprobe-rfs-cookie-v1";
 /// Length of one time bucket.
 pub const PERIOD: Duration = Duration::from_secs(30);
 
@@ -56,23 +53,19 @@ impl CookieJar {
         self.origin.elapsed().as_secs() / PERIOD.as_secs()
     }
 
-    fn mac(&self, addr: SocketAddr, bucket: u64) -> HmacSha256 {
-        // HMAC takes keys of any length: new_from_slice cannot fail.
-        let mut mac = HmacSha256::new_from_slice(&self.secret)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-        mac.update(CONTEXT);
+    /// What a cookie covers: the address (IPv4 as mapped IPv6, so both
+    /// families have one form), the port and the time bucket.
+    fn covered(addr: SocketAddr, bucket: u64) -> ([u8; 16], [u8; 2], [u8; 8]) {
         let ip = match addr.ip() {
             IpAddr::V4(v4) => v4.to_ipv6_mapped(),
             IpAddr::V6(v6) => v6,
         };
-        mac.update(&ip.octets());
-        mac.update(&addr.port().to_be_bytes());
-        mac.update(&bucket.to_be_bytes());
-        mac
+        (ip.octets(), addr.port().to_be_bytes(), bucket.to_be_bytes())
     }
 
     fn issue_in(&self, addr: SocketAddr, bucket: u64) -> [u8; COOKIE_LEN] {
-        self.mac(addr, bucket).finalize().into_bytes().into()
+        let (ip, port, bucket) = Self::covered(addr, bucket);
+        proof::sign(&self.secret, LABEL, &[], &[&ip, &port, &bucket])
     }
 
     /// The cookie for `addr` now.
@@ -87,7 +80,10 @@ impl CookieJar {
         [Some(now), now.checked_sub(1)]
             .into_iter()
             .flatten()
-            .any(|b| self.mac(addr, b).verify_slice(cookie).is_ok())
+            .any(|b| {
+                let (ip, port, bucket) = Self::covered(addr, b);
+                proof::verify(&self.secret, LABEL, &[], &[&ip, &port, &bucket], cookie)
+            })
     }
 }
 
