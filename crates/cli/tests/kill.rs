@@ -13,6 +13,15 @@ use std::time::{Duration, Instant};
 /// How long the kernel may take to tear everything down.
 const TEARDOWN: Duration = Duration::from_secs(3);
 
+/// One test at a time: every osprobe command sweeps dead owners' leftovers
+/// at start, so a second osprobe started by a test running beside would
+/// remove what a killed one left and hide it.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serialized() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn osprobe() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_osprobe"));
     cmd.env_remove("OSPROBE_TOKEN")
@@ -98,6 +107,7 @@ fn kill_9_of_link_leaves_no_namespace_link_route_or_child() {
     if !need_root("kill_9_of_link_leaves_no_namespace_link_route_or_child") {
         return;
     }
+    let _one = serialized();
     let (running, traces) = link_running_sleep();
     running.signal(libc::SIGKILL);
     running.wait();
@@ -110,6 +120,7 @@ fn sigterm_and_sighup_of_link_clean_up_and_reach_the_command() {
     if !need_root("sigterm_and_sighup_of_link_clean_up_and_reach_the_command") {
         return;
     }
+    let _one = serialized();
     for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
         let (running, traces) = link_running_sleep();
         let started = Instant::now();
@@ -134,6 +145,7 @@ fn kill_9_during_a_netns_measurement_leaves_nothing() {
     if !need_root("kill_9_during_a_netns_measurement_leaves_nothing") {
         return;
     }
+    let _one = serialized();
     let child = osprobe()
         .args([
             "net",
