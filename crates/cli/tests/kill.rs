@@ -87,13 +87,19 @@ fn comm(pid: u32) -> String {
 
 /// `osprobe link -- sleep 60`, once `sleep` runs; with what it made.
 fn link_running_sleep() -> (Running, NetTraces) {
+    link_running(&["sleep", "60"], "sleep")
+}
+
+/// `osprobe link -- COMMAND...`, once a child named `comm` runs.
+fn link_running(command: &[&str], comm_name: &str) -> (Running, NetTraces) {
     let child = osprobe()
-        .args(["link", "--", "sleep", "60"])
+        .args(["link", "--"])
+        .args(command)
         .spawn()
         .expect("start osprobe link");
     let mut running = Running(Some(child));
-    running.wait_for("sleep starting in namespace A", |pid| {
-        children_of(pid).iter().any(|&c| comm(c) == "sleep")
+    running.wait_for(&format!("{comm_name} starting in namespace A"), |pid| {
+        children_of(pid).iter().any(|&c| comm(c) == comm_name)
     });
     let traces = NetTraces::capture(running.pid());
     assert_eq!(traces.labels.len(), 2, "two namespace pairs: {traces:?}");
@@ -122,18 +128,25 @@ fn sigterm_and_sighup_of_link_clean_up_and_reach_the_command() {
     }
     let _one = serialized();
     for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
-        let (running, traces) = link_running_sleep();
-        let started = Instant::now();
+        // A shell that notes which signal reached it. Its `sleep 0.1`
+        // children end on their own within 0.1 s.
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("signal");
+        let script = format!(
+            "trap 'echo TERM > {m}; exit 0' TERM; trap 'echo HUP > {m}; exit 0' HUP; \
+             while :; do sleep 0.1; done",
+            m = marker.display()
+        );
+        let (running, traces) = link_running(&["sh", "-c", &script], "sh");
         running.signal(sig);
         let out = running.wait();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(128 + sig), "{name}: {stderr}");
-        // Passed on to sleep, which dies of it at once; without that,
-        // osprobe would wait out its grace period and then kill it.
-        assert!(
-            started.elapsed() < Duration::from_millis(1900),
-            "{name} did not reach the command: {:?}",
-            started.elapsed()
+        let got = std::fs::read_to_string(&marker).unwrap_or_default();
+        assert_eq!(
+            got.trim(),
+            &name[3..],
+            "{name} was not passed on to the command"
         );
         let left = traces.wait_until_gone(TEARDOWN);
         assert!(left.is_empty(), "{name} left behind: {left:?}");
