@@ -1402,6 +1402,45 @@ mod tests {
     }
 
     #[test]
+    fn commands_run_inside_and_die_with_the_thread_that_started_them() {
+        if !can_build() {
+            return;
+        }
+        let pair = NetnsPair::create().unwrap();
+        let ns_inode = std::fs::metadata(pair.netns_path()).unwrap().ino();
+        let out = pair.run_command("readlink", ["/proc/self/ns/net"]).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("net:[{ns_inode}]")
+        );
+        let mut command = pair.command("sleep").unwrap();
+        command.arg("60");
+        // Started by a thread that then ends, as osprobe ending would.
+        let mut child = std::thread::spawn(move || command.spawn().unwrap())
+            .join()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.and_then(|s| s.signal()),
+            Some(libc::SIGKILL),
+            "the child outlived the thread that started it"
+        );
+        pair.remove().unwrap();
+    }
+
+    #[test]
     fn sysctls_are_set_inside_only() {
         if !can_build() {
             return;
