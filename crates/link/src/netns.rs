@@ -570,11 +570,22 @@ pub fn sweep_stale() -> usize {
         Some((pid, _)) => !pid_alive(pid),
         None => false,
     };
+    // A host end whose pid now belongs to another process: the owner holds
+    // its namespace by a descriptor from before `ip link add` until after
+    // the link is deleted, so a live process holding no namespace at all
+    // is a newcomer with a reused pid. (Older versions' pairs, named in
+    // /run/netns, are held by the name instead: not judged this way.)
+    let link_is_stale = |name: &str| {
+        is_stale(name)
+            || owner_of(name).is_some_and(|(pid, _)| {
+                pid != own_pid && !netns_file(name).exists() && !holds_a_namespace(pid)
+            })
+    };
     let mut removed = 0;
     // Links first: deleting a host end destroys its pair at once, while a
     // deleted namespace takes its links down only later.
     for link in list_links().unwrap_or_default() {
-        if is_stale(&link) {
+        if link_is_stale(&link) {
             let _ = ip(&["link", "del", "dev", &link]);
             if !link_exists(&link) {
                 removed += 1;
@@ -620,6 +631,20 @@ fn owner_of(name: &str) -> Option<(u32, char)> {
     }
     let pid = u32::from_str_radix(hex, 16).ok()?;
     (pid > 0).then_some((pid, counter))
+}
+
+/// Whether process `pid` holds a network namespace by a descriptor. When
+/// its descriptors cannot be read (not root), it is assumed to, so that
+/// nothing of a live process is ever removed on a guess.
+fn holds_a_namespace(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return true;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .map(|target| target.to_string_lossy().starts_with("net:["))
+            .unwrap_or(false)
+    })
 }
 
 /// Whether a process with this pid exists (in our pid namespace).
@@ -1591,13 +1616,36 @@ mod tests {
             &dead_link_peer,
         ])
         .unwrap();
+        // A live process that took a dead owner's pid: it holds no
+        // namespace, so the host end named after that pid is not its.
+        let mut newcomer = Command::new("sleep").arg("30").spawn().unwrap();
+        let reused_link = format!("{NAME_PREFIX}{:x}q", newcomer.id());
+        let _cleanup_reused = HandMade {
+            links: vec![reused_link.clone()],
+            namespaces: vec![],
+        };
+        let reused_peer = format!("{NAME_PREFIX}{:x}r", newcomer.id());
+        ip(&[
+            "link",
+            "add",
+            &reused_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &reused_peer,
+        ])
+        .unwrap();
         let removed = sweep_stale();
+        let _ = newcomer.kill();
+        let _ = newcomer.wait();
+        assert_eq!(leftovers(&reused_link), Vec::<String>::new(), "reused pid");
         for name in [&dead_ns, &recycled_ns, &dead_link, &dead_link_peer] {
             assert_eq!(leftovers(name), Vec::<String>::new());
         }
         // Two namespaces and two links (the peer goes with its partner);
         // perhaps more if an earlier run left some.
-        assert!(removed >= 4, "{removed}");
+        assert!(removed >= 5, "{removed}");
         assert_eq!(leftovers(live.name()).len(), 1, "a live pair was swept");
         live.remove().unwrap();
     }
