@@ -82,10 +82,10 @@ for target in $TARGETS; do
     name="${target%%=*}"
     var="${target#*=}"
     addr="${!var}"
-    ip netns exec "$OSPROBE_LINK_NS_B" "$IPERF3" -s -1 -B "$addr" >/dev/null 2>&1 &
+    nsenter --net="$OSPROBE_LINK_NS_B" "$IPERF3" -s -1 -B "$addr" >/dev/null 2>&1 &
     server=$!
     for _ in $(seq 50); do
-        ip netns exec "$OSPROBE_LINK_NS_B" ss -Hltn "src $addr" | grep -q . && break
+        nsenter --net="$OSPROBE_LINK_NS_B" ss -Hltn "src $addr" | grep -q . && break
         sleep 0.1
     done
     "$IPERF3" -c "$addr" -t "$DURATION_S" $CLIENT_ARGS -J >"$WORK/$name$ROUND.json"

@@ -32,7 +32,8 @@ B is reachable only through the emulator. Quote variables so that your shell lea
 osprobe: `osprobe link --delay 50ms --serve -- osprobe net rtt --to '$OSPROBE_LINK_PEER'` \
 (osprobe replaces $OSPROBE_LINK_PEER in CMD's arguments), or run a shell: \
 `-- sh -c 'ping -c 3 $OSPROBE_LINK_PEER'`. Something must listen in B: --serve, or \
-`ip netns exec $OSPROBE_LINK_NS_B ...` from within CMD.\n\
+`nsenter --net=$OSPROBE_LINK_NS_B ...` from within CMD ($OSPROBE_LINK_NS_A/B are paths to the \
+namespaces, which have no names: they, their devices and CMD die with osprobe, even by kill -9).\n\
 Delay, jitter, loss, rate and queue apply to both directions (uplink: A->B, downlink: B->A); \
 a trace replaces the rate for its direction. Needs root.")]
 pub struct LinkArgs {
@@ -199,9 +200,11 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
     if !quiet {
         eprintln!("{}", describe(&link, server.is_some()));
     }
+    // Spawned from this thread, which waits for it: the child's death
+    // signal (SIGKILL when osprobe dies) is tied to the spawning thread.
     let outcome = link
         .command_in_a(program, &rest)
-        .spawn()
+        .and_then(|mut command| command.spawn())
         .with_context(|| format!("starting {} in namespace A", program.to_string_lossy()))
         .and_then(wait_for);
     if let Some((stop, handle)) = server {

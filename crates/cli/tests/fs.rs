@@ -302,3 +302,49 @@ fn no_process_mentions(needle: &str) -> bool {
     }
     false
 }
+
+/// kill -9 during fs.cache_size leaves its scratch file and (as root) its
+/// memory cgroup, which the kernel cannot tie to the process; the next
+/// osprobe command of any kind (`list` here) sweeps both, since their names
+/// carry the dead owner.
+#[test]
+fn what_kill_9_left_is_swept_by_the_next_command() {
+    let tmp = disk_tempdir();
+    let dir = tmp.path().join("target");
+    std::fs::create_dir(&dir).unwrap();
+    let mut child = osprobe(tmp.path())
+        .args(["bench", "fs.cache_size", "--profile", "smoke", "--no-store"])
+        .arg("--param")
+        .arg(format!("dir={}", dir.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Root with a memory controller: wait for the cgroup too.
+    let expect_cgroup = common::is_root()
+        && (Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
+            || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+                .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory")));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while scratch_left_in(&dir).is_empty() || (expect_cgroup && cgroups_of(pid).is_empty()) {
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fs.cache_size made no scratch directory (or cgroup) in time");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(no_process_mentions(&dir.display().to_string()));
+    assert!(!scratch_left_in(&dir).is_empty(), "nothing to sweep");
+    let out = osprobe(tmp.path())
+        .env("TMPDIR", &dir)
+        .arg("list")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(scratch_left_in(&dir), Vec::<String>::new());
+    assert_eq!(cgroups_of(pid), Vec::<PathBuf>::new());
+}

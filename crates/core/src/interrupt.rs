@@ -7,9 +7,9 @@
 //! SQLite transaction, and namespaces die with the process anyway.
 //!
 //! A parent that runs a command (`osprobe link -- CMD`) passes the signal
-//! on with [`forward_to`]: a terminal's Ctrl-C already reached the whole
-//! foreground process group, but a `kill -TERM` or a hang-up sent to
-//! osprobe alone did not reach the child.
+//! on with [`forward_to`]: a terminal's Ctrl-C or hang-up already reached
+//! the whole foreground process group, but a `kill -TERM` or `kill -HUP`
+//! sent to osprobe alone did not reach the child.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -80,12 +80,12 @@ pub fn exit_code() -> u8 {
 }
 
 /// Pass the stop signal on to a child process, unless the child has it
-/// already: a terminal's SIGINT reached the whole foreground process group.
-/// Returns the signal sent, if any.
+/// already: a signal from the kernel (a terminal's Ctrl-C, or its hang-up)
+/// went to the whole foreground process group, the child included; one
+/// from `kill` reached osprobe alone. Returns the signal sent, if any.
 pub fn forward_to(child: u32) -> Option<libc::c_int> {
     let signal = signal()?;
-    let from_terminal = signal == libc::SIGINT && !FROM_PROCESS.load(Ordering::SeqCst);
-    if from_terminal {
+    if !FROM_PROCESS.load(Ordering::SeqCst) {
         return None;
     }
     let pid = libc::pid_t::try_from(child).ok().filter(|&p| p > 0)?;

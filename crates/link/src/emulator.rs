@@ -4,7 +4,7 @@
 //! # Topology
 //!
 //! ```text
-//!   namespace A (osprobe-<pid><c>)              namespace B (osprobe-<pid><d>)
+//!   namespace A (pair osprobe-<pid><c>)         namespace B (pair osprobe-<pid><d>)
 //!   osprobe-tun  addr_a/32 peer addr_b           osprobe-tun  addr_b/32 peer addr_a
 //!        |                                              ^
 //!        +--> uplink forwarder (A -> B) ----------------+
@@ -12,10 +12,9 @@
 //!        +---------------- downlink forwarder (B -> A) <-+
 //! ```
 //!
-//! Each namespace is a [`NetnsPair`]: its veth into the current namespace
-//! is what reserves a /30 of 198.18.0.0/15 under the address lock all
-//! osprobe processes share, and what lets [`crate::netns::sweep_stale`]
-//! find the leftovers of a killed process. The link moves the /30's `.2`
+//! Each namespace is a [`NetnsPair`], held by a descriptor only: its veth
+//! into the current namespace is what reserves a /30 of 198.18.0.0/15 under
+//! the address lock all osprobe processes share. The link moves the /30's `.2`
 //! (the namespace's address) from the veth onto the TUN device and takes
 //! the veth end inside down, so the TUN device is the namespace's only
 //! path; the host end keeps `.1`, which keeps the /30 visibly in use. The
@@ -32,7 +31,10 @@
 //! forwarders, closes the TUN descriptors (a non-persistent TUN device
 //! vanishes with its last descriptor), and removes both namespaces with
 //! their veth pairs. Routes and addresses go with their devices. A process
-//! killed outright leaves its namespaces, which the next start sweeps.
+//! killed outright (SIGKILL) leaves nothing either: its descriptors close,
+//! the namespaces lose their last holder and the kernel destroys them with
+//! the TUN devices, veths and routes in them; the command run inside
+//! ([`Link::command_in`]) gets SIGKILL when osprobe dies.
 //!
 //! # Reference veth
 //!
@@ -380,8 +382,9 @@ impl Link {
         let ref_a = Ipv4Addr::from(u32::from(a.addr) + 1);
         let ref_b = Ipv4Addr::from(u32::from(b.addr) + 1);
         let setup = |e: String| LinkError::Setup(e);
+        let b_path = b.pair.netns_path().display().to_string();
         ip_in(
-            a.pair.name(),
+            &a.pair,
             &[
                 "link",
                 "add",
@@ -392,11 +395,11 @@ impl Link {
                 "name",
                 REFERENCE_IFNAME,
                 "netns",
-                b.pair.name(),
+                &b_path,
             ],
         )
         .map_err(setup)?;
-        for (ns, own, other) in [(a.pair.name(), ref_a, ref_b), (b.pair.name(), ref_b, ref_a)] {
+        for (ns, own, other) in [(&a.pair, ref_a, ref_b), (&b.pair, ref_b, ref_a)] {
             ip_in(
                 ns,
                 &[
@@ -430,9 +433,16 @@ impl Link {
         self.addr(Side::B)
     }
 
-    /// A side's namespace name (`ip netns exec NAME ...` works with it).
+    /// A side's label (`osprobe-<pid><c>`, the name of its veth's host end);
+    /// the namespace itself has no name: see [`Link::namespace_path`].
     pub fn namespace(&self, side: Side) -> &str {
         self.end(side).pair.name()
+    }
+
+    /// A path to a side's namespace while the link runs
+    /// (`/proc/<pid>/fd/<fd>`): `nsenter --net=PATH CMD` runs CMD inside.
+    pub fn namespace_path(&self, side: Side) -> std::path::PathBuf {
+        self.end(side).pair.netns_path()
     }
 
     pub fn namespace_a(&self) -> &str {
@@ -491,36 +501,40 @@ impl Link {
     }
 
     /// A command that runs `program args...` inside a side's namespace
-    /// (`ip netns exec`), with [`ENV_PEER`] (and [`ENV_MAHIMAHI_BASE`]) set
-    /// to the other side's address, [`ENV_SELF`] to its own, the
-    /// namespaces' names in [`ENV_NS_A`] / [`ENV_NS_B`], and
+    /// (see [`NetnsPair::command`]: it is killed when the spawning thread
+    /// ends, so spawn it from one that outlives it), with [`ENV_PEER`] (and
+    /// [`ENV_MAHIMAHI_BASE`]) set to the other side's address, [`ENV_SELF`]
+    /// to its own, paths to the namespaces in [`ENV_NS_A`] / [`ENV_NS_B`]
+    /// (for `nsenter --net=$OSPROBE_LINK_NS_B ...`), and
     /// [`ENV_REFERENCE_PEER`] with a reference veth. Stdio is inherited
     /// unless the caller changes it; the caller spawns and waits.
-    pub fn command_in<I, S>(&self, side: Side, program: impl AsRef<OsStr>, args: I) -> Command
+    pub fn command_in<I, S>(
+        &self,
+        side: Side,
+        program: impl AsRef<OsStr>,
+        args: I,
+    ) -> io::Result<Command>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let ip = ip_program().unwrap_or(std::path::Path::new("ip"));
         let peer = self.addr(side.other()).to_string();
-        let mut command = Command::new(ip);
+        let mut command = self.end(side).pair.command(program)?;
         command
-            .args(["netns", "exec", self.namespace(side)])
-            .arg(program)
             .args(args)
             .env(ENV_PEER, &peer)
             .env(ENV_MAHIMAHI_BASE, &peer)
             .env(ENV_SELF, self.addr(side).to_string())
-            .env(ENV_NS_A, self.namespace_a())
-            .env(ENV_NS_B, self.namespace_b());
+            .env(ENV_NS_A, self.namespace_path(Side::A))
+            .env(ENV_NS_B, self.namespace_path(Side::B));
         if let Some((ref_a, ref_b)) = self.reference {
             let other = if side == Side::A { ref_b } else { ref_a };
             command.env(ENV_REFERENCE_PEER, other.to_string());
         }
-        command
+        Ok(command)
     }
 
-    pub fn command_in_a<I, S>(&self, program: impl AsRef<OsStr>, args: I) -> Command
+    pub fn command_in_a<I, S>(&self, program: impl AsRef<OsStr>, args: I) -> io::Result<Command>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -528,7 +542,7 @@ impl Link {
         self.command_in(Side::A, program, args)
     }
 
-    pub fn command_in_b<I, S>(&self, program: impl AsRef<OsStr>, args: I) -> Command
+    pub fn command_in_b<I, S>(&self, program: impl AsRef<OsStr>, args: I) -> io::Result<Command>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -634,7 +648,7 @@ impl Drop for Link {
 
 /// Move the namespace's address from its veth onto a new TUN device.
 fn build_end(pair: NetnsPair, peer: Ipv4Addr, config: &LinkConfig) -> Result<End, LinkError> {
-    let ns = pair.name().to_string();
+    let label = pair.name().to_string();
     let addr = pair.peer_addr();
     let offload = config.offload;
     let tun = pair
@@ -644,7 +658,7 @@ fn build_end(pair: NetnsPair, peer: Ipv4Addr, config: &LinkConfig) -> Result<End
                 .unwrap_or_else(|_| Err(io::Error::other("the thread creating the TUN panicked")))
         })
         .map_err(|e| LinkError::Io {
-            context: format!("creating TUN device {TUN_IFNAME} in namespace {ns}"),
+            context: format!("creating TUN device {TUN_IFNAME} in namespace {label}"),
             source: e,
         })?;
     let end = End {
@@ -653,10 +667,11 @@ fn build_end(pair: NetnsPair, peer: Ipv4Addr, config: &LinkConfig) -> Result<End
         addr,
     };
     let setup = |e: String| LinkError::Setup(e);
-    ip_in(&ns, &["addr", "flush", "dev", PEER_IFNAME]).map_err(setup)?;
-    ip_in(&ns, &["link", "set", "dev", PEER_IFNAME, "down"]).map_err(setup)?;
+    let ns = &end.pair;
+    ip_in(ns, &["addr", "flush", "dev", PEER_IFNAME]).map_err(setup)?;
+    ip_in(ns, &["link", "set", "dev", PEER_IFNAME, "down"]).map_err(setup)?;
     ip_in(
-        &ns,
+        ns,
         &[
             "link",
             "set",
@@ -671,7 +686,7 @@ fn build_end(pair: NetnsPair, peer: Ipv4Addr, config: &LinkConfig) -> Result<End
     )
     .map_err(setup)?;
     ip_in(
-        &ns,
+        ns,
         &[
             "addr",
             "add",

@@ -3,7 +3,6 @@
 //! name the command and what `ip` said.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// The `ip` program: on PATH, or in the usual sbin directories (PATH often
@@ -21,29 +20,8 @@ pub fn program() -> Option<&'static Path> {
     .as_deref()
 }
 
-/// Run `ip args...`; its stdout, or an error naming the command and its
-/// stderr.
-pub fn ip(args: &[&str]) -> Result<String, String> {
-    let program = program().ok_or("the `ip` command was not found: install iproute2")?;
-    let command = format!("ip {}", args.join(" "));
-    let output = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running `{command}`: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "`{command}` failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
-/// `ip -n <namespace> args...`.
-pub fn ip_in(namespace: &str, args: &[&str]) -> Result<String, String> {
-    let mut all = vec!["-n", namespace];
-    all.extend_from_slice(args);
-    ip(&all)
+/// `ip args...` inside a pair's namespace (`ip -n` takes only names in
+/// /run/netns, and osprobe's namespaces have none).
+pub fn ip_in(pair: &crate::netns::NetnsPair, args: &[&str]) -> Result<String, String> {
+    pair.ip(args).map_err(|e| e.to_string())
 }

@@ -7,40 +7,66 @@
 //!
 //! # Method
 //!
-//! [`NetnsPair::create`] runs iproute2's `ip`, one small step at a time:
+//! [`NetnsPair::create`]:
 //!
-//! 1. `ip netns add osprobe-<pid in hex><counter char>`: a named namespace
-//!    (a bind mount of the namespace under `/run/netns`);
-//! 2. `ip link add <name> type veth peer name osprobe-peer netns <name>`: the
-//!    host end keeps the namespace's name (so `ip link` shows where each
-//!    osprobe link leads and whose it is), the peer end is created directly
-//!    inside the namespace, where no other name can collide with it;
+//! 1. creates a namespace with `unshare(CLONE_NEWNET)` on a short-lived
+//!    thread and keeps only an open descriptor of it (`/proc/thread-self/ns/net`):
+//!    no name under `/run/netns`. The namespace lives exactly as long as
+//!    something holds it: that descriptor, a thread or process inside, or
+//!    one of its sockets;
+//! 2. `ip link add <label> type veth peer name osprobe-peer netns
+//!    /proc/<pid>/fd/<fd>`: the host end is named `osprobe-<pid in hex><counter
+//!    char>` (the pair's label, so `ip link` shows where each osprobe link
+//!    leads and whose it is), the peer end is created directly inside the
+//!    namespace, where no other name can collide with it;
 //! 3. a free /30 out of 198.18.0.0/15 (the benchmarking range): host `.1`,
 //!    peer `.2`;
-//! 4. both ends and the namespace's loopback up.
+//! 4. both ends and the namespace's loopback up. Steps inside the namespace
+//!    run `ip` in a child that enters it with `setns(2)` before `exec`
+//!    ([`NetnsPair::command`]; iproute2's `ip -n` only takes names).
 //!
 //! Code runs inside the namespace on a thread that called `setns(2)` on
-//! `/run/netns/<name>` ([`NetnsPair::spawn_in`]); every socket that thread
-//! (or a thread it starts) creates lives in the namespace.
+//! that descriptor ([`NetnsPair::spawn_in`]); every socket that thread (or a
+//! thread it starts) creates lives in the namespace.
+//!
+//! # Nothing left when osprobe dies, however it dies
+//!
+//! When the osprobe process exits, even by SIGKILL, the kernel closes its
+//! descriptors; the namespace then has no holder and is destroyed with
+//! every device in it (the peer end, TUN devices, the emulator's reference
+//! veth) and their routes. Destroying the peer end destroys the host end
+//! too (a veth pair dies as one), and with it the host's /30 route. Child
+//! processes started in the namespace ([`NetnsPair::command`]) get
+//! `PR_SET_PDEATHSIG(SIGKILL)`, so they do not keep it alive.
+//!
+//! The exception: a grandchild (say, a process a shell started, which is
+//! not told of osprobe's death) that outlives osprobe keeps the namespace,
+//! and so the host end in the current namespace, until it exits. The host
+//! end carries the owner's pid, and [`sweep_stale`], which every osprobe
+//! command runs at start as root, deletes the host ends of dead owners,
+//! which takes the pair down. It also removes `osprobe-*` namespaces named
+//! in /run/netns by older osprobe versions.
 //!
 //! # Traps
 //!
 //! - Interface names are at most 15 bytes (IFNAMSIZ); `osprobe-` leaves 7, and
 //!   a pid needs up to 6 hex digits (pid_max is at most 2^22), so the host end
 //!   cannot carry a suffix beyond the counter character: it shares the
-//!   namespace's name, and the peer, alone in its namespace, is `osprobe-peer`.
+//!   pair's label, and the peer, alone in its namespace, is `osprobe-peer`.
 //! - Linux happily puts the same address on two interfaces, so two processes
 //!   picking "the first free /30" at once would both succeed and then route
 //!   each other's traffic astray. The choice and the `ip addr add` happen under
-//!   an exclusive `flock` on `/run/osprobe-netns.lock`, shared by all processes.
-//! - Deleting a namespace destroys its veth pair asynchronously (the kernel
-//!   tears namespaces down in a work queue), and not at all while a thread or
-//!   process is still inside. Removal therefore deletes the host end first,
-//!   which destroys both ends at once, and then the namespace.
+//!   an exclusive `flock` on `/run/osprobe-netns.lock`, shared by all processes
+//!   (the empty lock file stays; the kernel releases the lock of a dead process).
+//! - Deleting the host end destroys both ends at once; a namespace without
+//!   holders is torn down asynchronously (in a work queue). Removal
+//!   therefore deletes the host end first, then closes the descriptor.
 //! - `setns` moves one thread. A thread pool, or an async runtime that moves
 //!   tasks between threads, does not follow; and `/proc/net` (a link to
 //!   `/proc/self/net`) shows the main thread's namespace: read
 //!   `/proc/thread-self/net/...` inside.
+//! - `PR_SET_PDEATHSIG` fires when the *thread* that started the child ends:
+//!   start long-lived children from a thread that lives as long as they do.
 //! - Only `net.*` sysctls belong to a namespace; `kernel.*`, `vm.*` written
 //!   from inside change the whole machine, so [`NetnsPair::write_sysctl`]
 //!   refuses them.
@@ -48,10 +74,9 @@
 //!   step fails, and `create` removes what it had built, like on any failure.
 //!   Callers see `osprobe_core::interrupt::requested()`, return, and Drop
 //!   removes a finished pair.
-//! - A process killed by a second Ctrl-C cannot clean up. The owner's pid is in
-//!   every name, so [`sweep_stale`] removes what belongs to dead processes. It
-//!   cannot tell a live process in another pid namespace (a container sharing
-//!   `/run/netns`) from a dead one: it only ever removes `osprobe-*` objects.
+//! - [`sweep_stale`] cannot tell a live process in another pid namespace (a
+//!   container sharing this network namespace) from a dead one: it only ever
+//!   removes `osprobe-*` objects.
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -60,6 +85,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -142,14 +168,20 @@ impl From<NetnsError> for osprobe_core::ExperimentError {
     }
 }
 
-/// A network namespace `osprobe-<pid><c>` joined to the current namespace by a
-/// veth pair, with a /30 from 198.18.0.0/15 (host `.1`, peer `.2`).
+/// A network namespace, held by a descriptor only, joined to the current
+/// namespace by a veth pair whose host end is `osprobe-<pid><c>`, with a /30
+/// from 198.18.0.0/15 (host `.1`, peer `.2`).
 ///
-/// Dropping it removes the namespace and both ends of the veth pair, ignoring
-/// errors; [`NetnsPair::remove`] does the same and reports them.
+/// Dropping it removes the veth pair and releases the namespace, ignoring
+/// errors; [`NetnsPair::remove`] does the same and reports them. If the
+/// process dies instead, the kernel removes both.
 #[derive(Debug)]
 pub struct NetnsPair {
+    /// The pair's label: the host end's name, shown in messages.
     name: String,
+    /// The namespace itself: it exists while this (or a thread, process or
+    /// socket inside) holds it.
+    ns: File,
     host_ifname: String,
     peer_ifname: String,
     host_addr: Ipv4Addr,
@@ -214,10 +246,11 @@ impl NetnsPair {
         let name = reservation.name.clone();
         *lock_ignoring_poison(&plan.chosen_name) = Some(name.clone());
 
-        ip(&["netns", "add", &name])?;
+        let ns = new_namespace()?;
         // From here on `pair` stands for what exists: an early return drops it,
-        // and Drop removes the namespace (and the host end once it exists).
+        // and Drop releases the namespace (and the host end once it exists).
         let mut pair = NetnsPair {
+            ns,
             host_ifname: name.clone(),
             peer_ifname: plan.peer_ifname.clone(),
             name,
@@ -229,6 +262,7 @@ impl NetnsPair {
         };
         plan.after(Step::Namespace)?;
 
+        let ns_path = pair.netns_path().display().to_string();
         ip(&[
             "link",
             "add",
@@ -239,7 +273,7 @@ impl NetnsPair {
             "name",
             &pair.peer_ifname,
             "netns",
-            &pair.name,
+            &ns_path,
         ])?;
         pair.host_link_created = true;
         plan.after(Step::Veth)?;
@@ -250,33 +284,18 @@ impl NetnsPair {
         plan.after(Step::HostAddress)?;
 
         let peer_cidr = format!("{peer_addr}/{PAIR_PREFIX_LEN}");
-        ip(&[
-            "-n",
-            &pair.name,
-            "addr",
-            "add",
-            &peer_cidr,
-            "dev",
-            &pair.peer_ifname,
-        ])?;
+        pair.ip(&["addr", "add", &peer_cidr, "dev", &pair.peer_ifname])?;
         plan.after(Step::PeerAddress)?;
 
         ip(&["link", "set", "dev", &pair.host_ifname, "up"])?;
-        ip(&[
-            "-n",
-            &pair.name,
-            "link",
-            "set",
-            "dev",
-            &pair.peer_ifname,
-            "up",
-        ])?;
-        ip(&["-n", &pair.name, "link", "set", "dev", "lo", "up"])?;
+        pair.ip(&["link", "set", "dev", &pair.peer_ifname, "up"])?;
+        pair.ip(&["link", "set", "dev", "lo", "up"])?;
         plan.after(Step::LinksUp)?;
         Ok(pair)
     }
 
-    /// The namespace's name, `osprobe-<pid in hex><counter char>`.
+    /// The pair's label, `osprobe-<pid in hex><counter char>`: the host end's
+    /// name. The namespace itself has no name (see the module docs).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -306,9 +325,52 @@ impl NetnsPair {
         &self.peer_ifname
     }
 
-    /// The namespace file `setns` opens (`/run/netns/<name>`).
+    /// A path to the namespace while this pair lives: `/proc/<pid>/fd/<fd>`
+    /// of the descriptor holding it. Other programs can enter it with
+    /// `nsenter --net=PATH` or move a device into it with `ip link set DEV
+    /// netns PATH`.
     pub fn netns_path(&self) -> PathBuf {
-        netns_file(&self.name)
+        PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            self.ns.as_raw_fd()
+        ))
+    }
+
+    /// A command that runs `program` inside the namespace: the child enters
+    /// it with `setns(2)` before `exec`, and is killed (SIGKILL) when the
+    /// thread that spawns it ends, so that no child outlives osprobe and
+    /// keeps the namespace alive. Spawn it from a thread that lives as long
+    /// as the child should.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> io::Result<Command> {
+        let ns = self.open_netns()?;
+        let mut command = Command::new(program);
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the child between fork and exec and
+        // only makes system calls (setns, prctl, getppid), which are
+        // async-signal-safe; `ns` is owned by the closure, so its
+        // descriptor is open in the child.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                die_with_parent(parent)
+            });
+        }
+        Ok(command)
+    }
+
+    /// Run `ip args...` inside the namespace.
+    pub fn ip(&self, args: &[&str]) -> Result<String, NetnsError> {
+        let command = self
+            .command(ip_program()?)
+            .map_err(|e| NetnsError::io(format!("entering namespace {}", self.name), e))?;
+        run_ip(
+            command,
+            &format!("ip {} (in namespace {})", args.join(" "), self.name),
+            args,
+        )
     }
 
     /// Start a thread that enters the namespace and then runs `f`. Sockets
@@ -347,18 +409,16 @@ impl NetnsPair {
         ThreadNetnsGuard::enter(&self.open_netns()?, &self.name)
     }
 
-    /// Run `program args...` inside the namespace (`ip netns exec`) and return
-    /// its output, whatever its exit status: check `status` yourself.
+    /// Run `program args...` inside the namespace (see [`NetnsPair::command`])
+    /// and return its output, whatever its exit status: check `status`
+    /// yourself.
     pub fn run_command<I, S>(&self, program: impl AsRef<OsStr>, args: I) -> io::Result<Output>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let ip = ip_program().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
         let program = program.as_ref();
-        Command::new(ip)
-            .args(["netns", "exec", &self.name])
-            .arg(program)
+        self.command(program)?
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -366,9 +426,9 @@ impl NetnsPair {
                 io::Error::new(
                     e.kind(),
                     format!(
-                        "running `ip netns exec {} {}`: {e}",
-                        self.name,
-                        program.to_string_lossy()
+                        "running `{}` in namespace {}: {e}",
+                        program.to_string_lossy(),
+                        self.name
                     ),
                 )
             })
@@ -402,18 +462,19 @@ impl NetnsPair {
         self.teardown()
     }
 
+    /// A second descriptor of the namespace (close-on-exec, like the first).
     fn open_netns(&self) -> io::Result<File> {
-        let path = self.netns_path();
-        File::open(&path).map_err(|e| {
+        self.ns.try_clone().map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!("opening network namespace {}: {e}", path.display()),
+                format!("duplicating the descriptor of namespace {}: {e}", self.name),
             )
         })
     }
 
-    /// Delete the host end (which destroys both ends at once), then the
-    /// namespace. Something already gone counts as removed.
+    /// Delete the host end, which destroys both ends at once; the namespace
+    /// goes when its descriptor is closed, right after (Drop). Something
+    /// already gone counts as removed.
     fn teardown(&mut self) -> Result<(), NetnsError> {
         if self.removed {
             return Ok(());
@@ -425,11 +486,6 @@ impl NetnsPair {
                 if link_exists(&self.host_ifname) {
                     first_error.get_or_insert(e);
                 }
-            }
-        }
-        if let Err(e) = ip(&["netns", "del", &self.name]) {
-            if netns_file(&self.name).exists() {
-                first_error.get_or_insert(e);
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -514,11 +570,22 @@ pub fn sweep_stale() -> usize {
         Some((pid, _)) => !pid_alive(pid),
         None => false,
     };
+    // A host end whose pid now belongs to another process: the owner holds
+    // its namespace by a descriptor from before `ip link add` until after
+    // the link is deleted, so a live process holding no namespace at all
+    // is a newcomer with a reused pid. (Older versions' pairs, named in
+    // /run/netns, are held by the name instead: not judged this way.)
+    let link_is_stale = |name: &str| {
+        is_stale(name)
+            || owner_of(name).is_some_and(|(pid, _)| {
+                pid != own_pid && !netns_file(name).exists() && !holds_a_namespace(pid)
+            })
+    };
     let mut removed = 0;
     // Links first: deleting a host end destroys its pair at once, while a
     // deleted namespace takes its links down only later.
     for link in list_links().unwrap_or_default() {
-        if is_stale(&link) {
+        if link_is_stale(&link) {
             let _ = ip(&["link", "del", "dev", &link]);
             if !link_exists(&link) {
                 removed += 1;
@@ -564,6 +631,20 @@ fn owner_of(name: &str) -> Option<(u32, char)> {
     }
     let pid = u32::from_str_radix(hex, 16).ok()?;
     (pid > 0).then_some((pid, counter))
+}
+
+/// Whether process `pid` holds a network namespace by a descriptor. When
+/// its descriptors cannot be read (not root), it is assumed to, so that
+/// nothing of a live process is ever removed on a guess.
+fn holds_a_namespace(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return true;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .map(|target| target.to_string_lossy().starts_with("net:["))
+            .unwrap_or(false)
+    })
 }
 
 /// Whether a process with this pid exists (in our pid namespace).
@@ -914,24 +995,85 @@ fn ip_program() -> Result<&'static Path, NetnsError> {
 
 /// Run `ip args...`; its stdout, or an error naming the command and its stderr.
 fn ip(args: &[&str]) -> Result<String, NetnsError> {
-    let program = ip_program()?;
-    let command = format!("ip {}", args.join(" "));
-    let output = Command::new(program)
+    let command = Command::new(ip_program()?);
+    run_ip(command, &format!("ip {}", args.join(" ")), args)
+}
+
+/// Run `command` (an `ip` program, perhaps set to enter a namespace) with
+/// `args`; `label` names it in errors.
+fn run_ip(mut command: Command, label: &str, args: &[&str]) -> Result<String, NetnsError> {
+    let output = command
         .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => NetnsError::IpMissing,
-            _ => NetnsError::io(format!("running `{command}`"), e),
+            _ => NetnsError::io(format!("running `{label}`"), e),
         })?;
     if !output.status.success() {
         return Err(NetnsError::Command {
-            command,
+            command: label.to_string(),
             status: output.status.to_string(),
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// A new network namespace, held only by the returned descriptor: a
+/// short-lived thread unshares into it, opens it and ends (the thread's
+/// own reference goes with it).
+fn new_namespace() -> Result<File, NetnsError> {
+    let maker = std::thread::Builder::new()
+        .name("netns-create".into())
+        .spawn(|| -> io::Result<File> {
+            // SAFETY: unshare only moves this short-lived thread, which
+            // ends right after opening its new namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            File::open("/proc/thread-self/ns/net")
+        })
+        .map_err(|e| NetnsError::io("starting a thread to create a namespace", e))?;
+    maker
+        .join()
+        .map_err(|_| NetnsError::Invalid("the thread creating a namespace panicked".into()))?
+        .map_err(|e| NetnsError::io("creating a network namespace (unshare CLONE_NEWNET)", e))
+}
+
+/// In a child between fork and exec: be killed when the parent thread
+/// ends, and end now if the parent is already gone (the death signal is
+/// only armed for a parent alive at the prctl).
+fn die_with_parent(parent: u32) -> io::Result<()> {
+    // SAFETY: prctl and getppid are plain system calls.
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() as u32 != parent {
+            return Err(io::Error::other("osprobe exited before its child started"));
+        }
+    }
+    Ok(())
+}
+
+/// A command whose child is killed (SIGKILL) when the spawning thread ends,
+/// for children in the current namespace that must not outlive osprobe.
+pub fn command_dying_with_parent(program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(program);
+    let parent = std::process::id();
+    // SAFETY: the closure only makes async-signal-safe system calls.
+    unsafe {
+        command.pre_exec(move || die_with_parent(parent));
+    }
+    command
 }
 
 /// The names of `ip netns list`: `name (id: 3)` or `name`.
@@ -1282,6 +1424,45 @@ mod tests {
     }
 
     #[test]
+    fn commands_run_inside_and_die_with_the_thread_that_started_them() {
+        if !can_build() {
+            return;
+        }
+        let pair = NetnsPair::create().unwrap();
+        let ns_inode = std::fs::metadata(pair.netns_path()).unwrap().ino();
+        let out = pair.run_command("readlink", ["/proc/self/ns/net"]).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("net:[{ns_inode}]")
+        );
+        let mut command = pair.command("sleep").unwrap();
+        command.arg("60");
+        // Started by a thread that then ends, as osprobe ending would.
+        let mut child = std::thread::spawn(move || command.spawn().unwrap())
+            .join()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.and_then(|s| s.signal()),
+            Some(libc::SIGKILL),
+            "the child outlived the thread that started it"
+        );
+        pair.remove().unwrap();
+    }
+
+    #[test]
     fn sysctls_are_set_inside_only() {
         if !can_build() {
             return;
@@ -1341,7 +1522,10 @@ mod tests {
         let pair = NetnsPair::create().unwrap();
         let name = pair.name().to_string();
         let host_addr = pair.host_addr();
-        assert_eq!(leftovers(&name).len(), 2, "both should exist while alive");
+        // The namespace has no name: only the host end shows, and the
+        // namespace through its descriptor.
+        assert_eq!(leftovers(&name), vec![format!("link {name}")]);
+        assert!(pair.netns_path().exists());
         assert!(address_in_use(host_addr));
         drop(pair);
         assert_eq!(leftovers(&name), Vec::<String>::new());
@@ -1429,14 +1613,37 @@ mod tests {
             &dead_link_peer,
         ])
         .unwrap();
+        // A live process that took a dead owner's pid: it holds no
+        // namespace, so the host end named after that pid is not its.
+        let mut newcomer = Command::new("sleep").arg("30").spawn().unwrap();
+        let reused_link = format!("{NAME_PREFIX}{:x}q", newcomer.id());
+        let _cleanup_reused = HandMade {
+            links: vec![reused_link.clone()],
+            namespaces: vec![],
+        };
+        let reused_peer = format!("{NAME_PREFIX}{:x}r", newcomer.id());
+        ip(&[
+            "link",
+            "add",
+            &reused_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &reused_peer,
+        ])
+        .unwrap();
         let removed = sweep_stale();
+        let _ = newcomer.kill();
+        let _ = newcomer.wait();
+        assert_eq!(leftovers(&reused_link), Vec::<String>::new(), "reused pid");
         for name in [&dead_ns, &recycled_ns, &dead_link, &dead_link_peer] {
             assert_eq!(leftovers(name), Vec::<String>::new());
         }
         // Two namespaces and two links (the peer goes with its partner);
         // perhaps more if an earlier run left some.
-        assert!(removed >= 4, "{removed}");
-        assert_eq!(leftovers(live.name()).len(), 2, "a live pair was swept");
+        assert!(removed >= 5, "{removed}");
+        assert_eq!(leftovers(live.name()).len(), 1, "a live pair was swept");
         live.remove().unwrap();
     }
 

@@ -3,8 +3,10 @@
 //! - `loopback` (the default): a server thread in this process on 127.0.0.1.
 //! - `netns`: a second host on this machine: a network namespace joined by
 //!   a veth pair, the server thread inside it; both removed when the
-//!   [`Endpoint`] is dropped (also on error and Ctrl-C, which end the
-//!   experiment through its interrupt checks).
+//!   [`Endpoint`] is dropped (also on error, Ctrl-C, SIGTERM and SIGHUP,
+//!   which end the experiment through its interrupt checks), and by the
+//!   kernel when the process dies any other way (the namespace is held by a
+//!   descriptor only: see osprobe-link's netns module).
 //! - `remote`: an `osprobe serve` elsewhere, named by the `to` parameter
 //!   (`--to HOST[:PORT]`), with the token from the context.
 //! - `emulated`: the server behind the user-space link emulator, with the

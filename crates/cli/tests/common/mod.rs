@@ -95,18 +95,201 @@ pub fn need_root(test: &str) -> bool {
     false
 }
 
-/// The names of the osprobe-* network namespaces now.
+/// The osprobe namespace pairs that exist now, by label: named namespaces
+/// (`ip netns list`, older versions) and the host ends of osprobe's veths
+/// (`osprobe-<pid in hex><c>` in `ip link`), which exist exactly as long as
+/// their namespace (they die together).
 pub fn osprobe_namespaces() -> Vec<String> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
+    let listed = |args: &[&str]| {
+        let out = std::process::Command::new(ip_program())
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut names: Vec<String> = listed(&["netns", "list"])
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| n.starts_with("osprobe-"))
         .map(str::to_string)
-        .collect()
+        .collect();
+    for line in listed(&["-o", "link", "show"]).lines() {
+        let Some(word) = line.split_whitespace().nth(1) else {
+            continue;
+        };
+        let name = word.trim_end_matches(':').split('@').next().unwrap_or("");
+        if is_pair_label(name) && !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    names
+}
+
+/// `osprobe-<hex pid><counter char>`.
+fn is_pair_label(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("osprobe-") else {
+        return false;
+    };
+    rest.len() >= 2
+        && rest.len() <= 7
+        && rest[..rest.len() - 1]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit())
+        && rest.as_bytes()[rest.len() - 1].is_ascii_alphanumeric()
+}
+
+/// iproute2's `ip`, also where PATH lacks the sbin directories.
+pub fn ip_program() -> std::path::PathBuf {
+    ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| "ip".into())
+}
+
+/// What an osprobe process made in the network, captured while it runs, to
+/// check afterwards that nothing of it is left.
+#[derive(Debug)]
+pub struct NetTraces {
+    pub pid: u32,
+    /// Its pairs' labels (host veth ends): `osprobe-<pid in hex><c>`.
+    pub labels: Vec<String>,
+    /// Inodes of the network namespaces it held (descriptors or threads),
+    /// other than the one this test runs in.
+    pub namespaces: Vec<u64>,
+    /// Its child processes.
+    pub children: Vec<u32>,
+}
+
+impl NetTraces {
+    pub fn capture(pid: u32) -> NetTraces {
+        let prefix = format!("osprobe-{pid:x}");
+        let labels = osprobe_namespaces()
+            .into_iter()
+            .filter(|n| n.starts_with(&prefix) && n.len() == prefix.len() + 1)
+            .collect();
+        let own = net_inode(Path::new("/proc/self/ns/net"));
+        let mut namespaces = Vec::new();
+        let mut links: Vec<std::path::PathBuf> = Vec::new();
+        for dir in [format!("/proc/{pid}/fd"), format!("/proc/{pid}/task")] {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if dir.ends_with("task") {
+                    links.push(e.path().join("ns/net"));
+                } else {
+                    links.push(e.path());
+                }
+            }
+        }
+        for link in links {
+            if let Some(ino) = net_inode(&link) {
+                if Some(ino) != own && !namespaces.contains(&ino) {
+                    namespaces.push(ino);
+                }
+            }
+        }
+        NetTraces {
+            pid,
+            labels,
+            namespaces,
+            children: children_of(pid),
+        }
+    }
+
+    /// Everything still there: a pair's host end or named namespace, a
+    /// route or address on it, a process in one of its namespaces, a child.
+    pub fn remaining(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let now = osprobe_namespaces();
+        for label in &self.labels {
+            if now.contains(label) {
+                found.push(format!("namespace pair {label}"));
+            }
+        }
+        let ip = |args: &[&str]| {
+            let out = std::process::Command::new(ip_program())
+                .args(args)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let routes = ip(&["-4", "route", "show", "table", "all"]);
+        let addrs = ip(&["-o", "-4", "addr", "show"]);
+        for line in routes.lines().chain(addrs.lines()) {
+            if self.labels.iter().any(|l| line.contains(l.as_str())) {
+                found.push(format!("route or address: {line}"));
+            }
+        }
+        for proc_dir in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = proc_dir.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if is_zombie_or_gone(pid) {
+                continue;
+            }
+            let tasks = std::fs::read_dir(proc_dir.path().join("task"));
+            for task in tasks.into_iter().flatten().flatten() {
+                if let Some(ino) = net_inode(&task.path().join("ns/net")) {
+                    if self.namespaces.contains(&ino) {
+                        found.push(format!("process {pid} in namespace net:[{ino}]"));
+                        break;
+                    }
+                }
+            }
+        }
+        for &child in &self.children {
+            if !is_zombie_or_gone(child) {
+                found.push(format!("child process {child}"));
+            }
+        }
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    /// Poll (bounded) until nothing remains; what remains at the deadline.
+    pub fn wait_until_gone(&self, within: std::time::Duration) -> Vec<String> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = self.remaining();
+            if left.is_empty() || std::time::Instant::now() > deadline {
+                return left;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+/// The inode of a `net:[N]` namespace link, None for anything else.
+pub fn net_inode(link: &Path) -> Option<u64> {
+    let target = std::fs::read_link(link).ok()?;
+    let text = target.to_str()?;
+    text.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// The children of every thread of `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    for task in tasks.into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    children
+}
+
+/// Whether `pid` has exited (reaped, or a zombie nobody reaped yet).
+pub fn is_zombie_or_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
 }
 
 /// An `osprobe rfs serve` child on 127.0.0.1 and a free port; stopped with

@@ -216,7 +216,15 @@ pub fn sweep_everywhere() -> usize {
     }
     let mut removed = 0;
     let mut visited = 0;
-    for root in [Path::new(V2_ROOT), Path::new(V1_ROOT)] {
+    // On v1, /sys/fs/cgroup holds every controller's hierarchy: walk only
+    // the memory one. On v2 (or hybrid with a v2 memory controller) the
+    // unified root.
+    let v2 = Path::new(V2_ROOT).join("cgroup.controllers").exists();
+    let roots = [
+        Some(Path::new(V2_ROOT)).filter(|_| v2),
+        Some(Path::new(V1_ROOT)),
+    ];
+    for root in roots.into_iter().flatten().filter(|r| r.is_dir()) {
         let mut level = vec![root.to_path_buf()];
         for _ in 0..=SWEEP_DEPTH {
             let mut next = Vec::new();

@@ -43,21 +43,23 @@ pub fn run(
     ];
     // The server runs where the endpoint's server runs; the client here
     // (inside namespace A on an emulated path: this thread is).
-    let server_namespace = match endpoint.kind {
-        PathKind::Netns => endpoint.namespace().map(|ns| ns.name().to_string()),
-        PathKind::Emulated => endpoint
-            .emulated_link()
-            .map(|e| e.link().namespace_b().to_string()),
-        _ => None,
-    };
-    let mut command = match server_namespace {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", &ns, "iperf3"]);
-            c
-        }
-        None => Command::new("iperf3"),
-    };
+    // In a namespace the server is a child inside it that dies with
+    // osprobe (it would otherwise keep the namespace alive).
+    let mut command = match endpoint.kind {
+        PathKind::Netns => match endpoint.namespace() {
+            Some(pair) => pair.command("iperf3"),
+            None => Ok(Command::new("iperf3")),
+        },
+        PathKind::Emulated => match endpoint.emulated_link() {
+            Some(e) => {
+                e.link()
+                    .command_in(osprobe_link::Side::B, "iperf3", std::iter::empty::<&str>())
+            }
+            None => Ok(Command::new("iperf3")),
+        },
+        _ => Ok(Command::new("iperf3")),
+    }
+    .map_err(|e| ExperimentError::io("preparing iperf3 -s in the server's namespace", e))?;
     let child = command
         .args(&server_args)
         .stdin(Stdio::null())
@@ -70,7 +72,8 @@ pub fn run(
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         std::thread::sleep(Duration::from_millis(100));
-        let output = Command::new("iperf3")
+        // Perhaps inside namespace A: it must not outlive osprobe either.
+        let output = osprobe_link::netns::command_dying_with_parent("iperf3")
             .args(["-c", &addr.to_string(), "-p", &port.to_string()])
             .args(["-P", &streams.to_string(), "-t", &seconds.to_string(), "-J"])
             .stdin(Stdio::null())

@@ -1,0 +1,187 @@
+//! Nothing of osprobe's networking outlives it, however it dies: after
+//! SIGKILL (and SIGTERM, SIGHUP) of `osprobe link -- sleep 60` or of a
+//! `--netns` measurement, no namespace, veth, route or child process is
+//! left (polled for a few seconds: the kernel tears namespaces down in a
+//! work queue). Root only.
+
+mod common;
+
+use common::{children_of, need_root, NetTraces};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the kernel may take to tear everything down.
+const TEARDOWN: Duration = Duration::from_secs(3);
+
+/// One test at a time: every osprobe command sweeps dead owners' leftovers
+/// at start, so a second osprobe started by a test running beside would
+/// remove what a killed one left and hide it.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serialized() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn osprobe() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_osprobe"));
+    cmd.env_remove("OSPROBE_TOKEN")
+        .arg("--quiet")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Kills the child on drop, so a failed assertion leaves no osprobe behind.
+struct Running(Option<Child>);
+
+impl Running {
+    fn pid(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) of our own child, not yet reaped.
+        unsafe { libc::kill(self.pid() as libc::pid_t, signal) };
+    }
+
+    fn wait(mut self) -> std::process::Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+
+    /// Poll until `ready` holds (bounded); panics with stderr otherwise.
+    fn wait_for(&mut self, what: &str, ready: impl Fn(u32) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let pid = self.pid();
+        while !ready(pid) {
+            let exited = self.0.as_mut().unwrap().try_wait().unwrap().is_some();
+            if exited || Instant::now() > deadline {
+                let out = self.0.take().unwrap();
+                let _ = unsafe { libc::kill(out.id() as libc::pid_t, libc::SIGKILL) };
+                let out = out.wait_with_output().unwrap();
+                panic!(
+                    "{what} never happened: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// `osprobe link -- sleep 60`, once `sleep` runs; with what it made.
+fn link_running_sleep() -> (Running, NetTraces) {
+    link_running(&["sleep", "60"], "sleep")
+}
+
+/// `osprobe link -- COMMAND...`, once a child named `comm` runs.
+fn link_running(command: &[&str], comm_name: &str) -> (Running, NetTraces) {
+    let child = osprobe()
+        .args(["link", "--"])
+        .args(command)
+        .spawn()
+        .expect("start osprobe link");
+    let mut running = Running(Some(child));
+    running.wait_for(&format!("{comm_name} starting in namespace A"), |pid| {
+        children_of(pid).iter().any(|&c| comm(c) == comm_name)
+    });
+    let traces = NetTraces::capture(running.pid());
+    assert_eq!(traces.labels.len(), 2, "two namespace pairs: {traces:?}");
+    assert!(traces.namespaces.len() >= 2, "{traces:?}");
+    assert!(!traces.children.is_empty(), "{traces:?}");
+    (running, traces)
+}
+
+#[test]
+fn kill_9_of_link_leaves_no_namespace_link_route_or_child() {
+    if !need_root("kill_9_of_link_leaves_no_namespace_link_route_or_child") {
+        return;
+    }
+    let _one = serialized();
+    let (running, traces) = link_running_sleep();
+    running.signal(libc::SIGKILL);
+    running.wait();
+    let left = traces.wait_until_gone(TEARDOWN);
+    assert!(left.is_empty(), "left behind after kill -9: {left:?}");
+}
+
+#[test]
+fn sigterm_and_sighup_of_link_clean_up_and_reach_the_command() {
+    if !need_root("sigterm_and_sighup_of_link_clean_up_and_reach_the_command") {
+        return;
+    }
+    let _one = serialized();
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        // A shell that notes which signal reached it. Its `sleep 0.1`
+        // children end on their own within 0.1 s.
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("signal");
+        let script = format!(
+            "trap 'echo TERM > {m}; exit 0' TERM; trap 'echo HUP > {m}; exit 0' HUP; \
+             while :; do sleep 0.1; done",
+            m = marker.display()
+        );
+        let (running, traces) = link_running(&["sh", "-c", &script], "sh");
+        running.signal(sig);
+        let out = running.wait();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + sig), "{name}: {stderr}");
+        let got = std::fs::read_to_string(&marker).unwrap_or_default();
+        assert_eq!(
+            got.trim(),
+            &name[3..],
+            "{name} was not passed on to the command"
+        );
+        let left = traces.wait_until_gone(TEARDOWN);
+        assert!(left.is_empty(), "{name} left behind: {left:?}");
+    }
+}
+
+#[test]
+fn kill_9_during_a_netns_measurement_leaves_nothing() {
+    if !need_root("kill_9_during_a_netns_measurement_leaves_nothing") {
+        return;
+    }
+    let _one = serialized();
+    let child = osprobe()
+        .args([
+            "net",
+            "bandwidth",
+            "--netns",
+            "--profile",
+            "smoke",
+            "--no-store",
+        ])
+        .args(["--param", "duration_ms=20000"])
+        .spawn()
+        .expect("start osprobe net bandwidth --netns");
+    let mut running = Running(Some(child));
+    running.wait_for("the netns host being built", |pid| {
+        !NetTraces::capture(pid).labels.is_empty()
+    });
+    // Let it get to measuring, then capture what it holds.
+    std::thread::sleep(Duration::from_millis(500));
+    let traces = NetTraces::capture(running.pid());
+    assert_eq!(traces.labels.len(), 1, "{traces:?}");
+    assert!(!traces.namespaces.is_empty(), "{traces:?}");
+    running.signal(libc::SIGKILL);
+    running.wait();
+    let left = traces.wait_until_gone(TEARDOWN);
+    assert!(left.is_empty(), "left behind after kill -9: {left:?}");
+}
