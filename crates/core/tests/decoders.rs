@@ -14,5 +14,5 @@ fn peer_text_never_panics_and_escapes_everything_unsafe() {
         "\u{85}\u{9b}31m C1 controls \u{7f}".as_bytes(),
         &[b'a'; 300],
     ];
-    check_decoder("peer text", seeds, 4000, osprobe_core::fuzz::peer_text);
+    check_decoder("core_peer_text", seeds, 4000, osprobe_core::fuzz::peer_text);
 }

@@ -50,7 +50,7 @@ fn tun_packets_never_panic_and_segments_add_up() {
         tun_packet(true, 536, 60, 0),
         tun_packet(false, 0, 20, 100),
     ];
-    check_decoder("link tun packets", seeds, CASES, fuzz::packet);
+    check_decoder("link_packet", seeds, CASES, fuzz::packet);
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn trace_files_never_panic_and_keep_fifo_order() {
         b"1\n18446744073709551615\n",
         b"4611686018427387904\n9223372036854775807\n",
     ];
-    check_decoder("link traces", seeds, CASES, fuzz::trace);
+    check_decoder("link_trace", seeds, CASES, fuzz::trace);
 }
 
 #[test]
@@ -79,5 +79,5 @@ fn link_parameters_never_panic() {
         b"64kb",
         b"0.001",
     ];
-    check_decoder("link parameters", seeds, CASES, fuzz::arguments);
+    check_decoder("link_arguments", seeds, CASES, fuzz::arguments);
 }

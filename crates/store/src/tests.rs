@@ -378,5 +378,5 @@ fn stored_json_never_panics_and_round_trips() {
         to_json(&run.environment),
         to_json(&run.skipped),
     ];
-    osprobe_core::testing::check_decoder("stored run json", seeds, 3000, fuzz::run_json);
+    osprobe_core::testing::check_decoder("store_run_json", seeds, 3000, fuzz::run_json);
 }
