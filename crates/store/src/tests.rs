@@ -366,17 +366,3 @@ fn concurrent_first_writers_in_processes_all_store_their_runs() {
         assert_eq!(store.list_runs().unwrap().len(), WRITERS, "round {round}");
     }
 }
-
-/// What the store reads back (a run's JSON, a measurement's JSON) never
-/// panics it, however damaged, and what parses round-trips.
-#[test]
-fn stored_json_never_panics_and_round_trips() {
-    let run = sample_run("01FUZZ", 2);
-    let seeds = vec![
-        to_json(&run),
-        to_json(&run.measurements[0]),
-        to_json(&run.environment),
-        to_json(&run.skipped),
-    ];
-    osprobe_core::testing::check_decoder("store_run_json", seeds, 3000, fuzz::run_json);
-}

@@ -166,7 +166,8 @@ impl Mutations {
 
 /// Environment variable naming a directory: [`check_decoder`] writes its
 /// seeds there, to `DIR/NAME/seed-N`, the layout of cargo-fuzz's corpus
-/// (`OSPROBE_FUZZ_CORPUS=$PWD/fuzz/corpus cargo test decoders`).
+/// (`OSPROBE_FUZZ_CORPUS=$PWD/fuzz/corpus cargo test --workspace --test
+/// decoders`).
 pub const CORPUS_VAR: &str = "OSPROBE_FUZZ_CORPUS";
 
 /// Feed `decoder` the seeds, their prefixes and `count` mutations drawn
