@@ -13,6 +13,7 @@ pub mod affinity;
 pub mod clock;
 pub mod environment;
 pub mod experiment;
+pub mod fuzz;
 pub mod harness;
 pub mod id;
 pub mod interrupt;

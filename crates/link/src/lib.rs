@@ -13,6 +13,7 @@ pub mod bottleneck;
 pub mod delay;
 pub mod emulator;
 pub mod forwarder;
+pub mod fuzz;
 pub mod histogram;
 pub mod impairment;
 mod iproute;

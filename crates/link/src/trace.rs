@@ -114,9 +114,15 @@ impl Trace {
         &self.source
     }
 
-    /// The time of opportunity `index` of cycle `cycle`, in ms from the start.
+    /// The time of opportunity `index` of cycle `cycle`, in ms from the
+    /// start. Saturating: a trace file may hold timestamps up to u64::MAX,
+    /// and its second cycle then lies past the end of the clock ("never"),
+    /// not at a wrapped-around time (or a panic, as the fuzz test found).
     fn time_ms(&self, cursor: Cursor) -> u64 {
-        cursor.cycle * self.period_ms() + self.times_ms[cursor.index]
+        cursor
+            .cycle
+            .saturating_mul(self.period_ms())
+            .saturating_add(self.times_ms[cursor.index])
     }
 }
 
@@ -176,11 +182,11 @@ impl TraceLink {
         // the cycle after `since_ms / period` is always late enough.
         let mut cycle = (since_ms / period).saturating_sub(1);
         loop {
-            let base = cycle * period;
+            let base = cycle.saturating_mul(period);
             let index = self
                 .trace
                 .times_ms
-                .partition_point(|&ms| base + ms < since_ms);
+                .partition_point(|&ms| base.saturating_add(ms) < since_ms);
             if index < self.trace.times_ms.len() {
                 return Cursor { cycle, index };
             }
@@ -234,6 +240,18 @@ mod tests {
         assert!((t.mean_rate_bps() - 9.6e6).abs() < 1.0);
         let one = Trace::parse("1", "one").unwrap();
         assert!((one.mean_rate_bps() - 12e6).abs() < 1.0);
+    }
+
+    /// A period near u64::MAX ms puts the second cycle past the end of
+    /// the clock: departures saturate there instead of overflowing.
+    #[test]
+    fn a_huge_period_saturates_instead_of_overflowing() {
+        let t = Arc::new(Trace::parse("1\n18446744073709551615\n", "huge").unwrap());
+        let mut link = TraceLink::new(t, 0);
+        assert_eq!(link.departure(0, 1), MS);
+        // Three opportunities: the second line, then the next cycle.
+        assert_eq!(link.departure(0, 3 * OPPORTUNITY_BYTES), u64::MAX);
+        assert_eq!(link.departure(u64::MAX, 1), u64::MAX);
     }
 
     #[test]

@@ -69,7 +69,7 @@ fn the_seeds_are_valid_frames() {
 
 #[test]
 fn control_frames_never_panic_and_round_trip() {
-    check_decoder("net control frames", frame_seeds(), CASES, fuzz::frames);
+    check_decoder("net_frames", frame_seeds(), CASES, fuzz::frames);
 }
 
 /// The internet checksum of RFC 1071.
@@ -118,5 +118,5 @@ fn icmp_echo_replies_never_panic() {
         with_ip_header(&plain, &[]),
         with_ip_header(&plain, &[1, 1, 1, 0]),
     ];
-    check_decoder("icmp echo replies", seeds, CASES, fuzz::echo_reply);
+    check_decoder("net_echo_reply", seeds, CASES, fuzz::echo_reply);
 }

@@ -186,12 +186,12 @@ fn framed(body: &[u8]) -> Vec<u8> {
 #[test]
 fn requests_never_panic_and_round_trip() {
     let seeds = [valid_requests(), corpus()].concat();
-    check_decoder("rfs requests", seeds, CASES, fuzz::request);
+    check_decoder("rfs_request", seeds, CASES, fuzz::request);
 }
 
 #[test]
 fn replies_never_panic_and_round_trip() {
-    check_decoder("rfs replies", valid_replies(), CASES, fuzz::reply);
+    check_decoder("rfs_reply", valid_replies(), CASES, fuzz::reply);
 }
 
 #[test]
@@ -204,7 +204,7 @@ fn tcp_streams_never_panic() {
         .map(|&size| [&[size][..], &all].concat())
         .chain(requests.iter().map(|r| [&[16u8][..], &framed(r)].concat()))
         .collect();
-    check_decoder("rfs tcp streams", seeds, CASES / 4, fuzz::tcp_stream);
+    check_decoder("rfs_tcp_stream", seeds, CASES / 4, fuzz::tcp_stream);
 }
 
 #[test]
@@ -216,5 +216,5 @@ fn names_never_panic_and_print_without_control_characters() {
         b"\x1b[31mred\x1b[0m\n",
         "caf\u{e9} \u{202e}txt".as_bytes(),
     ];
-    check_decoder("rfs names", seeds, CASES, fuzz::name);
+    check_decoder("rfs_name", seeds, CASES, fuzz::name);
 }

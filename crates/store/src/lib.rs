@@ -11,6 +11,8 @@ use osprobe_core::{Environment, Measurement, Profile, Run, SCHEMA_VERSION};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction};
 use std::path::{Path, PathBuf};
 
+pub mod fuzz;
+
 /// The schema, one step per version: `MIGRATIONS[i]` takes version i to i+1.
 pub const MIGRATIONS: &[&str] = &[
     // 0 -> 1: runs and their measurements; the measurement body is the JSON

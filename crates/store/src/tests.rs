@@ -256,13 +256,13 @@ fn a_write_interrupted_by_death_leaves_no_partial_run() {
 
 /// Rounds of the concurrent-first-writer tests: the race was seen in 1 of 23
 /// tries, so each test tries many fresh databases.
-const FIRST_WRITER_ROUNDS: usize = 40;
+const FIRST_WRITER_ROUNDS: usize = 12;
 
 /// Several connections in threads open one new database at the same moment
 /// and each stores a run: every open and every write succeeds.
 #[test]
 fn concurrent_first_writers_in_threads_all_store_their_runs() {
-    const WRITERS: usize = 6;
+    const WRITERS: usize = 4;
     for round in 0..FIRST_WRITER_ROUNDS {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");
@@ -325,7 +325,7 @@ fn child_first_writer() {
 #[test]
 fn concurrent_first_writers_in_processes_all_store_their_runs() {
     const WRITERS: usize = 4;
-    const ROUNDS: usize = 12;
+    const ROUNDS: usize = 8;
     for round in 0..ROUNDS {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");

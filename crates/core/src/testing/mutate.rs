@@ -164,21 +164,31 @@ impl Mutations {
     }
 }
 
+/// Environment variable naming a directory: [`check_decoder`] writes its
+/// seeds there, to `DIR/NAME/seed-N`, the layout of cargo-fuzz's corpus
+/// (`OSPROBE_FUZZ_CORPUS=$PWD/fuzz/corpus cargo test --workspace --test
+/// decoders`).
+pub const CORPUS_VAR: &str = "OSPROBE_FUZZ_CORPUS";
+
 /// Feed `decoder` the seeds, their prefixes and `count` mutations drawn
-/// from a seed fixed by `name`; a panic fails the calling test with the
-/// case number and the input in hex, so it can be replayed (and added to
-/// `fuzz/corpus`). The decoder's own assertions (a round trip, say) count
-/// as failures too.
+/// from a seed fixed by `name` (by convention the name of the matching
+/// target in `fuzz/`); a panic fails the calling test with the case number
+/// and the input in hex, so it can be replayed. The decoder's own
+/// assertions (a round trip, say) count as failures too.
 pub fn check_decoder<S: AsRef<[u8]>>(
     name: &str,
     seeds: impl IntoIterator<Item = S>,
     count: usize,
     mut decoder: impl FnMut(&[u8]),
 ) {
+    let seeds: Vec<Vec<u8>> = seeds.into_iter().map(|s| s.as_ref().to_vec()).collect();
+    if let Some(dir) = std::env::var_os(CORPUS_VAR) {
+        write_corpus(&std::path::Path::new(&dir).join(name), &seeds);
+    }
     let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
-    for (case, input) in mutations(seeds, count, seed).enumerate() {
+    for (case, input) in mutations(&seeds, count, seed).enumerate() {
         let outcome = catch_unwind(AssertUnwindSafe(|| decoder(&input)));
         if let Err(panic) = outcome {
             let message = panic
@@ -192,6 +202,17 @@ pub fn check_decoder<S: AsRef<[u8]>>(
                 hex(&input)
             );
         }
+    }
+}
+
+/// Write `seeds` as `dir/seed-N` for a fuzzer to start from.
+fn write_corpus(dir: &std::path::Path, seeds: &[Vec<u8>]) {
+    std::fs::create_dir_all(dir)
+        .unwrap_or_else(|e| panic!("{CORPUS_VAR}: cannot create {}: {e}", dir.display()));
+    for (i, seed) in seeds.iter().enumerate() {
+        let path = dir.join(format!("seed-{i}"));
+        std::fs::write(&path, seed)
+            .unwrap_or_else(|e| panic!("{CORPUS_VAR}: cannot write {}: {e}", path.display()));
     }
 }
 
