@@ -44,6 +44,11 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         Arc::new(|event: &ServerEvent| crate::progress::log_line(event))
     };
     interrupt::install();
+    // Hundreds of connections, each with a descriptor (and one more while
+    // it authenticates): the usual soft limit of 1024 is too few.
+    if let Err(e) = osprobe_net::sock::raise_fd_limit() {
+        eprintln!("osprobe serve: cannot raise the open-file limit: {e}");
+    }
     let server = Server::bind(bind, config, events)?;
     let addr = server.local_addr()?;
     if !quiet {

@@ -7,6 +7,7 @@ use crate::protocol::{
     self, unhex, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_VERSION,
 };
 use crate::sock::{self, ConnectOptions};
+use osprobe_core::peer_text;
 use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
@@ -21,6 +22,10 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
+    /// The server is full (or evicted this connection to make room): a
+    /// later attempt may succeed.
+    #[error("{addr}: server busy, try again ({message})")]
+    Busy { addr: SocketAddr, message: String },
     #[error("{addr} refused the test ({code:?}): {message}")]
     Refused {
         addr: SocketAddr,
@@ -128,10 +133,18 @@ impl Peer {
 
     fn read(&self, stream: &mut TcpStream, context: &'static str) -> Result<Message, NetError> {
         match protocol::read_message(stream) {
+            // The server's words reach a terminal: escaped and capped.
+            Ok(Message::Error {
+                code: ErrorCode::Busy,
+                message,
+            }) => Err(NetError::Busy {
+                addr: self.addr,
+                message: peer_text::escape(&message, peer_text::MAX_CHARS),
+            }),
             Ok(Message::Error { code, message }) => Err(NetError::Refused {
                 addr: self.addr,
                 code,
-                message,
+                message: peer_text::escape(&message, peer_text::MAX_CHARS),
             }),
             Ok(msg) => Ok(msg),
             Err(source) => Err(NetError::Protocol {
