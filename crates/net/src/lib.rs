@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod send;
 pub mod server;
 pub mod sock;
+pub mod space;
 pub mod tcp_info;
 pub mod transfer;
 

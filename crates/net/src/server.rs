@@ -21,6 +21,7 @@ use crate::protocol::{
     self, hex, random_bytes, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_NAME,
     PROTOCOL_VERSION,
 };
+use crate::space::{self, Ledger, Reservation};
 use crate::transfer;
 use osprobe_core::scratch::ScratchDir;
 use std::collections::HashMap;
@@ -63,6 +64,9 @@ pub struct ServerConfig {
     /// Pending (unauthenticated) connections per source and in all, and
     /// the back-off after failed proofs.
     pub gate: gate::Limits,
+    /// The most this server keeps on disk: files in `dir` (those there at
+    /// start included) plus transfers in progress (`--max-bytes`).
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +80,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(5),
             gate: gate::Limits::default(),
+            max_bytes: None,
         }
     }
 }
@@ -165,6 +170,8 @@ struct Shared {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     connections: AtomicUsize,
     gate: Arc<Gate>,
+    /// Disk space promised to transfers and kept.
+    space: Arc<Ledger>,
     /// Connections refused as busy since the last summary log line.
     refused_busy: AtomicUsize,
     /// Where unnamed test files are written; created on first use.
@@ -181,6 +188,8 @@ struct Session {
     closed: AtomicBool,
     state: Mutex<SessionState>,
     changed: Condvar,
+    /// The disk space promised to this session's files.
+    space: Mutex<Option<Reservation>>,
 }
 
 #[derive(Default)]
@@ -236,6 +245,7 @@ impl Server {
             }
         }
         let swept = config.dir.as_deref().map_or(0, transfer::sweep_partials);
+        let kept = config.dir.as_deref().map_or(0, space::bytes_in);
         if swept > 0 {
             events(&ServerEvent::Failed {
                 peer: tcp_addr,
@@ -247,6 +257,7 @@ impl Server {
             udp,
             shared: Arc::new(Shared {
                 gate: Gate::new(config.gate.clone()),
+                space: Ledger::new(config.max_bytes, kept),
                 config,
                 events,
                 sessions: Mutex::new(HashMap::new()),
@@ -597,7 +608,7 @@ impl Shared {
                 ),
             ));
         }
-        self.check_storage(&request.test)?;
+        let reservation = self.reserve_storage(&request.test)?;
         let id = hex(&random_bytes::<16>().map_err(|e| {
             Refusal::new(ErrorCode::Internal, format!("no random session id: {e}"))
         })?);
@@ -615,6 +626,7 @@ impl Shared {
                 sockets: Vec::new(),
             }),
             changed: Condvar::new(),
+            space: Mutex::new(reservation),
         });
         let mut sessions = self.sessions();
         if sessions.len() >= self.config.max_clients {
@@ -633,8 +645,9 @@ impl Shared {
         Ok(session)
     }
 
-    /// Named files need a --dir, a name that stays inside it and the space.
-    fn check_storage(&self, test: &TestSpec) -> Result<(), Refusal> {
+    /// Named files need a --dir and a name that stays inside it; every
+    /// file test reserves its bytes (free space, --max-bytes) up front.
+    fn reserve_storage(&self, test: &TestSpec) -> Result<Option<Reservation>, Refusal> {
         let TestSpec::File {
             streams,
             bytes,
@@ -642,7 +655,7 @@ impl Shared {
             ..
         } = test
         else {
-            return Ok(());
+            return Ok(None);
         };
         let total = bytes.saturating_mul(*streams as u64);
         let dir = match name {
@@ -667,7 +680,9 @@ impl Shared {
                 Refusal::new(ErrorCode::Storage, format!("no scratch directory: {e}"))
             })?,
         };
-        transfer::check_space(&dir, total)
+        self.space
+            .reserve(&dir, total)
+            .map(Some)
             .map_err(|e| Refusal::new(ErrorCode::Storage, e.to_string()))
     }
 
@@ -858,6 +873,14 @@ impl Shared {
         match outcome {
             Ok(path) => {
                 report.stored = Some(true);
+                let reservation = session
+                    .space
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let Some(reservation) = reservation {
+                    reservation.kept();
+                }
                 self.emit(ServerEvent::FileStored {
                     peer: session.peer,
                     path,
