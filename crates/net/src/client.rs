@@ -286,7 +286,15 @@ impl Session {
             .control
             .set_read_timeout(Some(wait.max(peer.reply_timeout)));
         match peer.read(&mut self.control, "waiting for the server's report")? {
-            Message::Report { streams } => Ok(streams),
+            Message::Report { mut streams } => {
+                // Stream errors are the server's words: they reach a terminal.
+                for s in &mut streams {
+                    if let Some(e) = &s.error {
+                        s.error = Some(peer_text::escape(e, peer_text::MAX_CHARS));
+                    }
+                }
+                Ok(streams)
+            }
             other => Err(peer.unexpected("waiting for the server's report", "report", &other)),
         }
     }

@@ -490,3 +490,39 @@ fn wrong_tokens_are_backed_off_and_a_right_one_still_gets_in() {
     guess("s3cret").expect("the right token from a backed-off address");
     legit_echo(server.addr, Some("s3cret")).expect("a client from another address");
 }
+
+#[test]
+fn a_hostile_servers_words_reach_the_client_escaped() {
+    let _turn = serial();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        for code in [ErrorCode::Auth, ErrorCode::Busy] {
+            let (mut s, _) = listener.accept().unwrap();
+            let hello = Message::Hello {
+                protocol: protocol::PROTOCOL_NAME.into(),
+                version: PROTOCOL_VERSION,
+                nonce: "0".repeat(64),
+                auth_required: false,
+                max_duration_s: 10,
+            };
+            protocol::write_message(&mut s, &hello).unwrap();
+            let _ = protocol::read_message(&mut s);
+            let error = Message::Error {
+                code,
+                message: "\u{1b}[2J\u{1b}]0;owned\u{7}\nosprobe: all tests passed".into(),
+            };
+            protocol::write_message(&mut s, &error).unwrap();
+        }
+    });
+    for _ in 0..2 {
+        let err = Peer::new(addr, None)
+            .open(sink(1), Duration::from_secs(1))
+            .err()
+            .expect("the fake server refuses");
+        let text = err.to_string();
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+        assert!(text.contains("\\x1b[2J"), "{text}");
+    }
+    fake.join().unwrap();
+}
