@@ -46,7 +46,7 @@ pub enum NetError {
         expected: &'static str,
         got: &'static str,
     },
-    #[error("{addr} requires a token: pass --token or set OSPROBE_TOKEN")]
+    #[error("{addr} requires a token: pass --token-file PATH (or set OSPROBE_TOKEN)")]
     TokenRequired { addr: SocketAddr },
     #[error("{context}: {source}")]
     Io {

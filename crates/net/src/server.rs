@@ -2,13 +2,19 @@
 //!
 //! One thread accepts; each connection gets a thread with a small stack.
 //! Resources are bounded up front: at most `max_clients` open sessions, at
-//! most `max_connections` connections of any kind (the rest are refused
-//! with a `busy` error), every frame read under a timeout, every session
-//! cut off at `max_duration` by a reaper thread that shuts its sockets down,
-//! per-connection buffers capped at [`MAX_SERVER_BUFFER`]. A peer that
-//! sends garbage, stops mid-message or connects and idles costs one thread
-//! for at most the handshake timeout and gets an error frame when the
-//! connection still allows one.
+//! most `max_connections` connections of any kind (the rest are answered
+//! busy), every session cut off at `max_duration` by a reaper thread that
+//! shuts its sockets down, per-connection buffers capped at
+//! [`MAX_SERVER_BUFFER`].
+//!
+//! Before a peer has proved anything it gets little: one first frame of at
+//! most [`protocol::MAX_FIRST_FRAME`] bytes, read within a total deadline
+//! from accept (`handshake_timeout`), memory only for bytes that arrived;
+//! and a place at the [`gate`](crate::gate), which caps pending connections
+//! per source and in all by evicting the oldest, and backs off sources
+//! whose proofs failed. Busy refusals and evictions are summed up in one
+//! log line a second; text a peer sent is escaped before it is logged.
+//! File transfers reserve their bytes ([`crate::space`]) when admitted.
 //!
 //! The UDP socket on the same port echoes datagrams that start with the id
 //! of an open echo session, and only back to the address of that session's
@@ -573,7 +579,7 @@ impl Shared {
             }
             None => Err(Refusal::new(
                 ErrorCode::Auth,
-                "this server requires a token (--token or OSPROBE_TOKEN)",
+                "this server requires a token (--token-file PATH or OSPROBE_TOKEN)",
             )),
         }
     }
