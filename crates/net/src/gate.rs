@@ -12,8 +12,9 @@
 //! connections, even from its own address, cannot lock it out.
 //!
 //! After a failed proof a source is backed off: every later proof from it
-//! (right or wrong, so the delay tells nothing) is checked only after a
-//! delay that doubles with each failure (up to [`Limits::backoff_max`]),
+//! that opens a session (right or wrong, so the delay tells nothing) is
+//! checked only after a delay that doubles with each failure (up to
+//! [`Limits::backoff_max`]),
 //! while the connection keeps its pending slot. With at most
 //! [`Limits::per_source`] slots, a source can test at most that many guesses
 //! per delay instead of thousands a second. The source is delayed, never

@@ -513,7 +513,14 @@ impl Shared {
             }
         };
         let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
-        if self.config.token.is_some() && !self.wait_out_backoff(peer, &ticket) {
+        // A backed-off source waits before its Open proof is checked. An
+        // Attach's proof is checked only for a session that exists, whose
+        // random id only an authenticated client (or someone on the path,
+        // who could as well guess offline from a nonce and proof it saw)
+        // knows: it is not a way to guess, and a client behind a shared
+        // address would wait once per stream for nothing.
+        let opens = matches!(first, Message::Open { .. });
+        if opens && self.config.token.is_some() && !self.wait_out_backoff(peer, &ticket) {
             self.refuse_busy(&stream, "too many connections waiting to authenticate");
             return;
         }
