@@ -98,6 +98,9 @@ struct Pending {
     /// A clone of the connection, to wake its handler when evicted.
     socket: TcpStream,
     evicted: Arc<AtomicBool>,
+    /// Its first message has arrived whole: it waits on us (a back-off),
+    /// not we on it, and is evicted only when no slow one is left.
+    ready: bool,
 }
 
 struct Failures {
@@ -132,6 +135,15 @@ impl Ticket {
     /// Whether the gate evicted this connection to make room.
     pub fn evicted(&self) -> bool {
         self.evicted.load(Ordering::SeqCst)
+    }
+
+    /// Its first message has arrived whole: from now on it is evicted only
+    /// after every slow pending connection of its source.
+    pub fn ready(&self) {
+        let mut state = self.gate.lock();
+        if let Some(p) = state.pending.iter_mut().find(|p| p.id == self.id) {
+            p.ready = true;
+        }
     }
 }
 
@@ -180,6 +192,7 @@ impl Gate {
             since: Instant::now(),
             socket,
             evicted: Arc::clone(&evicted),
+            ready: false,
         });
         Ok(Ticket {
             gate: Arc::clone(self),
@@ -194,7 +207,7 @@ impl Gate {
             .iter()
             .enumerate()
             .filter(|(_, p)| p.source == source)
-            .min_by_key(|(_, p)| p.since)
+            .min_by_key(|(_, p)| (p.ready, p.since))
             .map(|(i, _)| i);
         if let Some(i) = oldest {
             let victim = state.pending.swap_remove(i);
@@ -326,6 +339,28 @@ mod tests {
         drop((b, c, other));
         assert_eq!(gate.pending(), 0);
         drop(a);
+    }
+
+    #[test]
+    fn a_connection_that_said_its_piece_is_evicted_last() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let gate = Gate::new(Limits {
+            per_source: 2,
+            ..Limits::default()
+        });
+        let conns: Vec<_> = (0..4).map(|_| pair(&listener)).collect();
+        let waiting = gate.admit(&conns[0].1, ip("10.0.0.1")).unwrap();
+        waiting.ready();
+        let slow = gate.admit(&conns[1].1, ip("10.0.0.1")).unwrap();
+        let newer = gate.admit(&conns[2].1, ip("10.0.0.1")).unwrap();
+        assert!(
+            slow.evicted() && !waiting.evicted(),
+            "the slow one goes first"
+        );
+        newer.ready();
+        let _newest = gate.admit(&conns[3].1, ip("10.0.0.1")).unwrap();
+        assert!(waiting.evicted(), "all ready: the oldest goes");
+        assert!(!newer.evicted());
     }
 
     #[test]

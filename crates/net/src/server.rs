@@ -513,6 +513,7 @@ impl Shared {
             }
         };
         let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
+        ticket.ready();
         // A backed-off source waits before its Open proof is checked. An
         // Attach's proof is checked only for a session that exists, whose
         // random id only an authenticated client (or someone on the path,

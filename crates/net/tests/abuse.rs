@@ -526,3 +526,46 @@ fn a_hostile_servers_words_reach_the_client_escaped() {
     }
     fake.join().unwrap();
 }
+
+#[test]
+fn a_backed_off_client_is_not_evicted_by_a_flood_from_its_address() {
+    let _turn = serial();
+    let server = TestServer::start(token_config());
+    let shared = ip("127.0.0.2");
+    let open_with = |token: &str| -> TcpStream {
+        let s = connect_from(shared, server.addr).unwrap();
+        let (mut s, nonce) = greeted_stream(s);
+        let spec = sink(1);
+        let purpose = Purpose::Open {
+            test: &spec,
+            duration_s: 5,
+        };
+        let open = Message::Open {
+            version: PROTOCOL_VERSION,
+            proof: Some(auth::proof(token, &nonce, purpose)),
+            duration_s: 5,
+            test: spec.clone(),
+        };
+        protocol::write_message(&mut s, &open).unwrap();
+        s
+    };
+    // A guesser behind the same address: the next proof waits 1.6 s.
+    for i in 0..5 {
+        let mut s = open_with(&format!("guess-{i}"));
+        let _ = protocol::read_message(&mut s);
+    }
+    // The real client's Open waits out the back-off while a flood of slow
+    // connections from the same address arrives: more than the source's
+    // share, so some pending connection must go, but not the one that has
+    // said all it had to say.
+    let mut client = open_with("s3cret");
+    let flood: Vec<TcpStream> = (0..100)
+        .filter_map(|_| connect_from(shared, server.addr).ok())
+        .collect();
+    assert_eq!(flood.len(), 100);
+    match protocol::read_message(&mut client) {
+        Ok(Message::Opened { .. }) => {}
+        other => panic!("the waiting client was not served: {other:?}"),
+    }
+    drop(flood);
+}
