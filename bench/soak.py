@@ -12,7 +12,7 @@ server and phase: transfers done and failed, p50 and p99 of a transfer's
 wall time, and the server's largest RSS.
 
 Standard library only. Every loop is bounded in time (the phases) and in
-rate (sleeps between hostile actions); every connection goes to 127.0.0.1.
+rate (sleeps between hostile actions); every connection goes to 127.0.0.1, the hostile ones from 127.0.0.2-9.
 """
 
 import argparse
@@ -33,6 +33,20 @@ import time
 from benchlib import fail, table_lines
 
 LOOPBACK = "127.0.0.1"
+# Hostile sockets come from other loopback addresses, as another host's
+# would: the servers' per-source limits and back-off then apply to them and
+# not to the legitimate clients on 127.0.0.1. (Wrong tokens, sent through
+# osprobe's own clients, still come from 127.0.0.1.)
+HOSTILE_SOURCES = [f"127.0.0.{i}" for i in range(2, 10)]
+_next_source = 0
+
+
+def hostile_connection(addr, timeout):
+    """A TCP connection to addr from the next hostile source address."""
+    global _next_source
+    _next_source = (_next_source + 1) % len(HOSTILE_SOURCES)
+    return socket.create_connection(addr, timeout=timeout,
+                                    source_address=(HOSTILE_SOURCES[_next_source], 0))
 FILE_BYTES = 2 << 20
 
 
@@ -141,7 +155,7 @@ def hostile_trickle(addr, count, stop):
         if stop.is_set():
             break
         try:
-            conns.append(socket.create_connection(addr, timeout=2))
+            conns.append(hostile_connection(addr, 2))
         except OSError:
             time.sleep(0.05)
     while not stop.wait(1.0):
@@ -155,7 +169,7 @@ def hostile_trickle(addr, count, stop):
         # Reconnect what the server cut, so the pressure stays.
         while len(alive) < count and not stop.is_set():
             try:
-                alive.append(socket.create_connection(addr, timeout=2))
+                alive.append(hostile_connection(addr, 2))
             except OSError:
                 break
         conns = alive
@@ -170,7 +184,7 @@ def hostile_idle(addr, count, stop):
         conns = [c for c in conns if c.fileno() != -1]
         while len(conns) < count and not stop.is_set():
             try:
-                conns.append(socket.create_connection(addr, timeout=2))
+                conns.append(hostile_connection(addr, 2))
             except OSError:
                 break
         if stop.wait(2.0):
@@ -194,7 +208,7 @@ def hostile_garbage_tcp(addr, rng, stop):
     noise) and close, at most 200 a second."""
     while not stop.is_set():
         try:
-            with socket.create_connection(addr, timeout=2) as c:
+            with hostile_connection(addr, 2) as c:
                 c.sendall(b"\x7f\xff\xff\xff" + rng.randbytes(rng.randrange(1, 4096)))
         except OSError:
             pass
@@ -207,6 +221,7 @@ def hostile_udp(addr, rng, stop, rate):
     than it sent."""
     sent = received = 0
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((HOSTILE_SOURCES[0], 0))
     s.setblocking(False)
     while not stop.is_set():
         for _ in range(max(1, rate // 100)):
@@ -230,7 +245,7 @@ def hostile_connect_flood(addr, stop):
     """Connect and close at once, at most 500 a second."""
     while not stop.is_set():
         try:
-            socket.create_connection(addr, timeout=1).close()
+            hostile_connection(addr, 1).close()
         except OSError:
             pass
         stop.wait(0.002)

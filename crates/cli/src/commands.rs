@@ -34,6 +34,7 @@ pub fn registry() -> Registry {
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let db = cli.db.clone();
+    crate::leftovers::sweep();
     match cli.command {
         Command::Run(args) => run(args, db, cli.quiet),
         Command::Bench(args) => bench(args, db, cli.quiet),
@@ -169,7 +170,7 @@ fn measure(
     };
     let Ok(outcome) = outcome else {
         eprintln!("osprobe: interrupted; nothing was stored");
-        return Ok(ExitCode::from(130));
+        return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     };
 
     let id = osprobe_core::id::new_run_id();

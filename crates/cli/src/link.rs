@@ -222,7 +222,7 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
     }
     let status = outcome?;
     if interrupt::requested() {
-        return Ok(ExitCode::from(130));
+        return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     }
     Ok(exit_code(status))
 }
@@ -263,8 +263,9 @@ fn start_server(link: &Link) -> Result<ServerHandle> {
     }
 }
 
-/// Wait for the command; on Ctrl-C give it KILL_GRACE to exit (it got the
-/// signal too, being in our process group), then kill it.
+/// Wait for the command. On Ctrl-C, SIGTERM or SIGHUP pass the signal on
+/// (a terminal's Ctrl-C reached it already, being in our process group),
+/// give it KILL_GRACE to exit, then kill it.
 fn wait_for(mut child: Child) -> Result<ExitStatus> {
     let mut interrupted_at: Option<Instant> = None;
     loop {
@@ -272,7 +273,10 @@ fn wait_for(mut child: Child) -> Result<ExitStatus> {
             return Ok(status);
         }
         if interrupt::requested() {
-            let since = *interrupted_at.get_or_insert_with(Instant::now);
+            let since = *interrupted_at.get_or_insert_with(|| {
+                interrupt::forward_to(child.id());
+                Instant::now()
+            });
             if since.elapsed() > KILL_GRACE {
                 let _ = child.kill();
             }

@@ -1,9 +1,11 @@
 //! osprobe: parse the command line, dispatch, map errors to exit codes.
-//! Exit codes: 0 success, 1 failure, 2 usage error, 130 interrupted.
+//! Exit codes: 0 success, 1 failure, 2 usage error, 128 + signal when
+//! interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 
 mod args;
 mod commands;
 mod compare;
+mod leftovers;
 mod link;
 mod net;
 mod pager;

@@ -125,7 +125,7 @@ pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
         Ok(o) => o,
         Err(SendError::Transfer(TransferError::Interrupted)) => {
             eprintln!("osprobe: interrupted; the server discards the partial file");
-            return Ok(ExitCode::from(130));
+            return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
         }
         // The message already holds its causes; anyhow's chain would repeat them.
         Err(e) => return Err(anyhow::anyhow!(e.to_string())),

@@ -130,8 +130,7 @@ fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
                 json: false,
             };
             let client = crate::rfs::connect(&client_args)?;
-            let name = format!("osprobe-pager-{}.swap", std::process::id());
-            Ok(Box::new(RfsSwap::create(client, &name)?.remove_on_drop()))
+            Ok(Box::new(RfsSwap::create(client, "osprobe-pager.swap")?))
         }
         _ => Err(bad().into()),
     }
@@ -191,7 +190,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
         }
         Err(WorkloadError::Interrupted) => {
             eprintln!("osprobe: interrupted");
-            Ok(ExitCode::from(130))
+            Ok(ExitCode::from(osprobe_core::interrupt::exit_code()))
         }
         Err(e) => {
             let why = last_error

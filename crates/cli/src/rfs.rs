@@ -33,7 +33,7 @@ pub enum RfsCommand {
     Serve(ServeArgs),
     /// Copy a remote file here, verified end to end
     Get(GetArgs),
-    /// Copy a local file to the server, verified end to end
+    /// Copy a local file to the server, verified end to end, replacing the old one atomically
     Put(PutArgs),
     /// List a remote directory
     Ls(LsArgs),
@@ -64,6 +64,9 @@ pub struct ServeArgs {
     /// Clients served at once
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_clients: u32,
+    /// Refuse writes that reach beyond this size of a file (one write at a huge offset would make a huge sparse file); also the largest file the server hashes for end-to-end checks
+    #[arg(long, value_name = "SIZE", default_value = "64G")]
+    pub max_file_size: String,
 }
 
 /// How to reach the server, shared by get, put, ls and stat.
@@ -157,12 +160,22 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         (false, true) => Transports::TCP,
         _ => Transports::BOTH,
     };
+    let max_file_size = osprobe_core::experiment::parse_bytes(&args.max_file_size)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--max-file-size '{}': expected a size of at least one byte, e.g. 64G or 500M",
+                args.max_file_size
+            ))
+        })?;
     let token = args.token.secret()?;
     let warning = args.exposure.check("rfs serve", bind, token.is_some())?;
     let options = ServerOptions {
         read_only: args.read_only,
         token: token.clone(),
         max_clients: args.max_clients as usize,
+        max_file_size,
+        max_hash_bytes: max_file_size,
         ..ServerOptions::default()
     };
     let events: osprobe_rfs::EventSink = if quiet {
@@ -188,6 +201,7 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
             what.push("token required".into());
         }
         what.push(format!("at most {} clients", args.max_clients));
+        what.push(format!("files up to {}", args.max_file_size));
         let _ = writeln!(
             std::io::stdout().lock(),
             "osprobe rfs serve: exporting {} on {} ({}); Ctrl-C to stop",
@@ -266,7 +280,9 @@ pub fn connect(args: &ClientArgs) -> Result<Client> {
 
 /// [`connect`] for a transfer that Ctrl-C stops: the first Ctrl-C raises
 /// the flag, and the client stops between requests and removes its partial
-/// file (a second Ctrl-C exits at once, leaving it).
+/// file (a second Ctrl-C exits at once: a get leaves its partial file under
+/// its hidden random name; a put's upload is removed by the server when
+/// the session ends, and the old remote file is intact either way).
 fn connect_stoppable(args: &ClientArgs) -> Result<Client> {
     interrupt::install();
     let mut client = connect(args)?;
@@ -274,11 +290,11 @@ fn connect_stoppable(args: &ClientArgs) -> Result<Client> {
     Ok(client)
 }
 
-/// One line, exit code 130. Dropping the client ends the session (a
+/// One line, exit code 128 + the signal (130 for Ctrl-C). Dropping the client ends the session (a
 /// goodbye over UDP, the closed connection over TCP).
 fn interrupted(e: osprobe_rfs::ClientError) -> ExitCode {
     eprintln!("osprobe: {e}");
-    ExitCode::from(130)
+    ExitCode::from(osprobe_core::interrupt::exit_code())
 }
 
 /// The library's message already names the server, the path and the
@@ -474,10 +490,17 @@ fn ls(args: LsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for (name, kind, size) in rows {
-        let size = size.map_or("-".to_string(), |s| s.to_string());
-        println!("{:<9} {size:>12}  {name}", kind_word(kind));
+        println!("{}", ls_line(&name, kind, size));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line of `rfs ls`: the name came from the server, so it is escaped
+/// (a hostile server could name a file with terminal escapes or newlines).
+fn ls_line(name: &str, kind: Kind, size: Option<u64>) -> String {
+    let size = size.map_or("-".to_string(), |s| s.to_string());
+    let name = osprobe_core::peer_text::escape(name, osprobe_core::peer_text::MAX_CHARS);
+    format!("{:<9} {size:>12}  {name}", kind_word(kind))
 }
 
 fn kind_word(kind: Kind) -> &'static str {
@@ -532,5 +555,15 @@ mod tests {
             "{e}"
         );
         assert!(resolve_server("").is_err());
+    }
+
+    #[test]
+    fn listed_names_are_escaped() {
+        let line = ls_line("evil\x1b[2J\nosprobe: ok\u{202e}", Kind::File, Some(3));
+        assert!(!line.contains('\x1b') && !line.contains('\n') && !line.contains('\u{202e}'));
+        assert!(
+            line.contains("evil") && line.ends_with("ok\\u{202e}"),
+            "{line}"
+        );
     }
 }

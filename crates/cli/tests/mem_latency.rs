@@ -136,7 +136,7 @@ fn inferred_l1_is_near_sysfs() {
         .find(|c| c["level"] == 1 && c["kind"] == "Data")
         .and_then(|c| c["size_bytes"].as_f64())
     else {
-        eprintln!("sysfs reports no L1d here: nothing to compare");
+        osprobe_core::testing::skip("sysfs reports no L1d cache here: nothing to compare");
         return;
     };
     let inferred = caches_metric(run, "l1_size").expect("an L1 knee");

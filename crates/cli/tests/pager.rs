@@ -90,6 +90,51 @@ fn pager_run_swaps_to_the_remote_file_service() {
     assert!(left.is_empty(), "the remote swap file is removed: {left:?}");
 }
 
+/// kill -9 of a pager swapping to rfs over TCP: the server removes its
+/// swap file (a scratch file of the session) when the connection drops.
+#[test]
+fn a_killed_pager_leaves_no_swap_file_on_the_server() {
+    if !need_root("a_killed_pager_leaves_no_swap_file_on_the_server") {
+        return;
+    }
+    let export = tempfile::tempdir().unwrap();
+    let server = Served::start(export.path(), &[]);
+    let spec = format!("rfs:{}", server.addr);
+    let mut child = Command::cargo_bin("osprobe")
+        .unwrap()
+        .env_remove("OSPROBE_TOKEN")
+        .args([
+            "pager", "run", "--frames", "8", "--pages", "256", "--swap", &spec,
+        ])
+        .args(["--tcp", "--length", "100000000", "--", "uniform"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let swap_files = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(export.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut swapping = false;
+    while !swapping && std::time::Instant::now() < deadline {
+        swapping = swap_files()
+            .iter()
+            .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(swapping, "the pager never wrote to its swap");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !swap_files().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(swap_files(), Vec::<std::path::PathBuf>::new());
+}
+
 #[test]
 fn bad_pager_input_is_a_usage_error_naming_what_is_accepted() {
     for (args, expect) in [
@@ -187,7 +232,7 @@ fn a_full_swap_stops_the_workload_with_the_reason_not_wrong_data() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("skipping: cannot mount a small tmpfs here");
+        osprobe_core::testing::skip("cannot mount a 64 KiB tmpfs (needs root)");
         return;
     }
     let spec = format!("file:{}", dir.path().join("swap").display());

@@ -281,8 +281,8 @@ fn names_in(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Ctrl-C in the middle of a get or a put: exit 130 with one line, and no
-/// partial file left on either side. A 1 GiB sparse file moved 512 bytes
+/// Ctrl-C in the middle of a get or a put: exit 130 with one line, no
+/// partial file left on either side, and the old remote file intact. A 1 GiB sparse file moved 512 bytes
 /// at a time with one request in flight cannot finish before the signal,
 /// which is sent only once the transfer has started writing.
 #[test]
@@ -310,7 +310,7 @@ fn interrupted_get_and_put_leave_no_partial_file() {
         let started = wait_for(|| {
             names_in(local.path())
                 .iter()
-                .any(|n| n.contains(".rfs-partial") && n.contains(flag))
+                .any(|n| n.contains(".osprobe-get-") && n.contains(flag))
         });
         assert!(started, "{flag}: no partial file appeared");
         let out = common::interrupt(child, &format!("rfs get {flag}"));
@@ -326,10 +326,12 @@ fn interrupted_get_and_put_leave_no_partial_file() {
             names_in(local.path())
         );
 
-        // put: the file being written on the server is removed.
+        // put: the upload (a temporary file beside the target) is
+        // discarded, and the old file is untouched.
         let src = local.path().join("up.bin");
         std::fs::File::create(&src).unwrap().set_len(big).unwrap();
         let name = format!("up{flag}.bin");
+        std::fs::write(export.path().join(&name), b"old version").unwrap();
         let child = osprobe()
             .args(["rfs", "put"])
             .arg(&src)
@@ -341,14 +343,101 @@ fn interrupted_get_and_put_leave_no_partial_file() {
             .spawn()
             .unwrap();
         let remote = export.path().join(&name);
-        let started = wait_for(|| remote.metadata().is_ok_and(|m| m.len() > 0));
+        let started = wait_for(|| {
+            std::fs::read_dir(export.path()).unwrap().any(|e| {
+                let e = e.unwrap();
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.contains(".osprobe-put-")
+                    && n.contains(flag)
+                    && e.metadata().is_ok_and(|m| m.len() > 0)
+            })
+        });
         assert!(started, "{flag}: the put never started writing");
         let out = common::interrupt(child, &format!("rfs put {flag}"));
         let err = stderr(&out);
         assert_eq!(err.trim_end().lines().count(), 1, "{flag}: {err}");
-        assert!(err.contains("removed from the server"), "{err}");
-        assert!(!remote.exists(), "{flag}: {} is left", remote.display());
+        assert!(
+            err.contains("unchanged") && err.contains("discarded"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&remote).unwrap(), b"old version");
+        std::fs::remove_file(&remote).unwrap();
         std::fs::remove_file(&src).unwrap();
     }
     assert_eq!(names_in(export.path()), ["big.bin"]);
+}
+
+#[test]
+fn ls_escapes_names_and_serve_checks_max_file_size() {
+    let export = tempfile::tempdir().unwrap();
+    std::fs::write(export.path().join("evil\x1b[2J\nosprobe: ok"), b"x").unwrap();
+    let server = Served::start(export.path(), &["--max-file-size", "1M"]);
+    let out = rfs(&["ls"], &server.addr);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\x1b'), "{text:?}");
+    assert!(text.contains("evil\\x1b[2J\\nosprobe: ok"), "{text:?}");
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    drop(server);
+    let out = osprobe()
+        .args(["rfs", "serve"])
+        .arg(export.path())
+        .args(["--max-file-size", "lots"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--max-file-size 'lots'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Names of put uploads in `dir` (the server's temporary files).
+fn uploads_in(dir: &Path) -> Vec<String> {
+    names_in(dir)
+        .into_iter()
+        .filter(|n| n.contains(".osprobe-put-"))
+        .collect()
+}
+
+/// kill -9 of `rfs put` midway (over TCP): the old file is intact and the
+/// server removes the upload when the connection drops.
+#[test]
+fn a_put_killed_midway_leaves_the_old_file_and_no_upload() {
+    let export = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(export.path().join("doc"), b"old version").unwrap();
+    let src = local.path().join("doc");
+    std::fs::File::create(&src)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let server = Served::start(export.path(), &[]);
+    let mut child = osprobe()
+        .args(["rfs", "put"])
+        .arg(&src)
+        .args(["doc", "--tcp", "--window", "1", "--packet", "512"])
+        .args(["--server", &server.addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = wait_for(|| {
+        uploads_in(export.path())
+            .iter()
+            .any(|n| std::fs::metadata(export.path().join(n)).is_ok_and(|m| m.len() > 0))
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(started, "the put never started writing");
+    assert!(
+        wait_for(|| uploads_in(export.path()).is_empty()),
+        "left {:?}",
+        uploads_in(export.path())
+    );
+    assert_eq!(
+        std::fs::read(export.path().join("doc")).unwrap(),
+        b"old version"
+    );
 }

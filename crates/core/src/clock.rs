@@ -331,7 +331,7 @@ mod tests {
             interval: Duration::from_millis(20),
         });
         if clock.info().source != "tsc" {
-            eprintln!("skipping: {}", clock.info().reason);
+            crate::testing::skip(format!("no calibrated TSC: {}", clock.info().reason));
             return;
         }
         let err = clock.info().calibration_error_ppm.unwrap();

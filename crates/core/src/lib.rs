@@ -6,7 +6,8 @@
 //! - [`model`]: `Run`, `Measurement`, units — the JSON and store shape;
 //! - [`experiment`]: the `Experiment` trait and the registry;
 //! - [`environment`]: the machine a run was measured on;
-//! - [`affinity`], [`interrupt`], [`id`]: pinning, Ctrl-C, run ids.
+//! - [`affinity`], [`interrupt`], [`id`]: pinning, Ctrl-C, run ids;
+//! - [`testing`]: honest skips and the decoders' mutation loop, for tests.
 
 pub mod affinity;
 pub mod clock;
@@ -16,6 +17,7 @@ pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod owner;
 pub mod peer_text;
 pub mod proof;
 pub mod random;
@@ -23,6 +25,7 @@ pub mod runner;
 pub mod scratch;
 pub mod sleep;
 pub mod stats;
+pub mod testing;
 pub mod timers;
 
 pub use clock::{CalibrationPlan, Clock, ClockInfo};

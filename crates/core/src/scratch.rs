@@ -1,16 +1,23 @@
 //! Scratch directories for experiments that write files.
 //!
 //! Every file an experiment creates lives in one directory named
-//! `osprobe-scratch-<pid>-<random>` under a parent the user chose (or the
-//! temp directory). It is removed when the [`ScratchDir`] is dropped: on
-//! success, on error, and on the first Ctrl-C (the harness stops and
-//! unwinds normally). A process killed outright cannot clean up, so every
-//! new scratch directory first sweeps away those left by dead processes.
+//! `osprobe-scratch-<pid>-<start>-<random>` under a parent the user chose
+//! (or the temp directory); `<pid>-<start>` names its owner (see
+//! [`crate::owner`]). It is removed when the [`ScratchDir`] is dropped: on
+//! success, on error, and on the first Ctrl-C, SIGTERM or SIGHUP (the
+//! harness stops and unwinds normally). A process killed outright cannot
+//! clean up, so every osprobe command sweeps the default places at start
+//! ([`sweep_default_places`]) and every new scratch directory sweeps its
+//! parent: what belongs to a process that is gone is removed.
 
+use crate::owner::{Claim, Owner};
 use std::io;
 use std::path::{Path, PathBuf};
 
 const PREFIX: &str = "osprobe-scratch-";
+/// Other osprobe directories named the same way (`osprobe-elf-...`, the
+/// tiny static executable of the process experiments).
+const OTHER_PREFIXES: &[&str] = &["osprobe-elf-"];
 
 /// A private directory, removed with everything in it on drop.
 #[derive(Debug)]
@@ -35,11 +42,7 @@ impl ScratchDir {
             ));
         }
         sweep_stale(parent);
-        let path = parent.join(format!(
-            "{PREFIX}{}-{}",
-            std::process::id(),
-            crate::id::new_run_id()
-        ));
+        let path = parent.join(Owner::new_name(PREFIX));
         std::fs::create_dir(&path).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -85,29 +88,59 @@ pub fn free_bytes(path: &Path) -> io::Result<u64> {
     }
 }
 
-/// Remove scratch directories under `parent` whose owning process is gone.
-pub fn sweep_stale(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        if !process_alive(pid) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
+/// Remove scratch directories under `parent` whose owning process is gone;
+/// returns how many were removed.
+pub fn sweep_stale(parent: &Path) -> usize {
+    let mut removed = 0;
+    for prefix in std::iter::once(PREFIX).chain(OTHER_PREFIXES.iter().copied()) {
+        removed += sweep_stale_named(parent, prefix);
     }
+    removed
 }
 
-fn process_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+/// Remove directories `<prefix><pid>-<start>-<random>` under `parent` whose
+/// owner is gone (nothing else: other names are never touched).
+pub fn sweep_stale_named(parent: &Path, prefix: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(claim) = name.to_str().and_then(|n| Claim::parse(n, prefix)) else {
+            continue;
+        };
+        // A symlink with our name is not ours to follow: only directories.
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        if is_dir && claim.owner_is_gone() && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The places osprobe puts scratch directories unless told otherwise: the
+/// temp directory and the user's cache directory (see [`user_cache_dir`]).
+pub fn default_parents() -> Vec<PathBuf> {
+    let mut parents = vec![std::env::temp_dir()];
+    parents.extend(user_cache_dir());
+    parents
+}
+
+/// Sweep [`default_parents`]: every osprobe command does this at start, so
+/// what a killed process left is removed by the next command of any kind.
+pub fn sweep_default_places() -> usize {
+    default_parents().iter().map(|p| sweep_stale(p)).sum()
+}
+
+/// `$XDG_CACHE_HOME/osprobe`, else `$HOME/.cache/osprobe`: where file
+/// experiments go when the temp directory is memory-backed.
+pub fn user_cache_dir() -> Option<PathBuf> {
+    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(x) = nonempty("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(x).join("osprobe"));
+    }
+    nonempty("HOME").map(|h| PathBuf::from(h).join(".cache").join("osprobe"))
 }
 
 #[cfg(test)]
@@ -131,6 +164,49 @@ mod tests {
         let _s = ScratchDir::new_in(&parent).unwrap();
         assert!(!stale.exists());
         std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    #[test]
+    fn dead_owners_are_swept_and_live_ones_kept() {
+        let parent = tempfile_dir();
+        let me = Owner::current();
+        let live = parent.join(Owner::new_name(PREFIX));
+        // Our pid with an earlier start time: a process that had our pid
+        // before us (a pid alone would keep this one forever).
+        let reused = parent.join(format!("{PREFIX}{}-{}-X", me.pid, me.start - 1));
+        let dead = parent.join(format!("{PREFIX}{}-X", dead_pid()));
+        let elf = parent.join(format!("osprobe-elf-{}-{}-X", me.pid, me.start - 1));
+        let not_ours = parent.join("osprobe-scratchy-1-2-X");
+        for dir in [&live, &reused, &dead, &elf, &not_ours] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(dir.join("f"), b"x").unwrap();
+        }
+        assert_eq!(sweep_stale(&parent), 3);
+        assert!(live.exists() && not_ours.exists());
+        assert!(!reused.exists() && !dead.exists() && !elf.exists());
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    #[test]
+    fn every_command_sweeps_the_temp_directory() {
+        let stale = std::env::temp_dir().join(format!("{PREFIX}{}-1-X", dead_pid()));
+        std::fs::create_dir(&stale).unwrap();
+        sweep_default_places();
+        let left = stale.exists();
+        let _ = std::fs::remove_dir_all(&stale);
+        assert!(!left);
+    }
+
+    /// A pid no process has: a child that exited, or pid_max if reused.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        if Owner::of_pid(pid).is_none() {
+            pid
+        } else {
+            4_194_304 // above the largest pid_max
+        }
     }
 
     #[test]

@@ -536,6 +536,17 @@ pub fn sweep_stale() -> usize {
     removed
 }
 
+/// [`sweep_stale`] when this process may remove namespaces and links (root,
+/// with `ip`), else nothing: for the start of every command, where lacking
+/// them is no error. Returns how many were removed.
+pub fn sweep_stale_if_root() -> usize {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || ip_program().is_err() {
+        return 0;
+    }
+    sweep_stale()
+}
+
 /// The owner's pid and the counter character of a name this module makes,
 /// `osprobe-<hex pid><char>`; None for any other name.
 fn owner_of(name: &str) -> Option<(u32, char)> {
@@ -968,11 +979,8 @@ mod tests {
     fn can_build() -> bool {
         match available() {
             Ok(()) => true,
-            Err(reason) if std::env::var("CI").as_deref() == Ok("true") => {
-                panic!("CI must be able to build network namespaces: {reason}")
-            }
             Err(reason) => {
-                eprintln!("skipping: {reason}");
+                osprobe_core::testing::skip(format!("cannot build network namespaces: {reason}"));
                 false
             }
         }

@@ -81,11 +81,8 @@ impl StaticTrue {
                 ),
             )
         })?;
-        let dir = parent.join(format!(
-            "osprobe-elf-{}-{}",
-            std::process::id(),
-            osprobe_core::id::new_run_id()
-        ));
+        // Named with its owner, so a killed process's copy is swept.
+        let dir = parent.join(osprobe_core::owner::Owner::new_name("osprobe-elf-"));
         std::fs::create_dir(&dir)?;
         let path = dir.join("static-true");
         let written = (|| {
@@ -116,7 +113,7 @@ mod tests {
     #[test]
     fn the_static_executable_runs_and_exits_zero() {
         let Some(_) = image() else {
-            eprintln!("skipping: no image for this architecture");
+            osprobe_core::testing::skip("no static executable image for this architecture");
             return;
         };
         let dir = std::env::temp_dir();

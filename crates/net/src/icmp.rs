@@ -616,6 +616,12 @@ enum ReplyError {
     BadChecksum,
 }
 
+/// For [`crate::fuzz`]: parse `packet` in both framings, ignoring the result.
+pub(crate) fn fuzz_parse_echo_reply(packet: &[u8]) {
+    let _ = parse_echo_reply(packet, Framing::WithIpHeader);
+    let _ = parse_echo_reply(packet, Framing::IcmpOnly);
+}
+
 /// Parses an echo reply strictly; every length is checked before use.
 fn parse_echo_reply(packet: &[u8], framing: Framing) -> Result<EchoReply<'_>, ReplyError> {
     let icmp = match framing {
@@ -673,6 +679,7 @@ fn parse_echo_reply(packet: &[u8], framing: Framing) -> Result<EchoReply<'_>, Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osprobe_core::testing::skip;
     use proptest::prelude::*;
 
     const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -681,10 +688,6 @@ mod tests {
     fn is_root() -> bool {
         // SAFETY: geteuid cannot fail.
         unsafe { libc::geteuid() == 0 }
-    }
-
-    fn in_ci() -> bool {
-        std::env::var("CI").is_ok_and(|value| value == "true")
     }
 
     /// Turns an echo request into the reply a host would send.
@@ -907,7 +910,7 @@ mod tests {
             assert!(error.to_string().contains(&target.to_string()));
         }
         let Ok(mut pinger) = Pinger::open(LOOPBACK) else {
-            println!("skipped the argument checks: no ICMP socket allowed (not root, gid outside ping_group_range)");
+            skip("the argument checks: no ICMP socket allowed (not root, gid outside ping_group_range)");
             return;
         };
         let error = pinger.ping(MAX_PAYLOAD_LEN + 1, TIMEOUT).unwrap_err();
@@ -943,8 +946,7 @@ mod tests {
     #[test]
     fn raw_socket_pings_loopback() {
         if !is_root() {
-            assert!(!in_ci(), "CI runs as root: raw ICMP sockets must work");
-            println!("skipped: raw ICMP sockets need root");
+            skip("raw ICMP sockets need root");
             return;
         }
         // The host's loopback: other processes' ICMP traffic may arrive on
@@ -971,7 +973,7 @@ mod tests {
             Ok(pinger) => assert_eq!(pinger.kind(), SocketKind::Raw),
             Err(error) => {
                 assert!(!is_root(), "root can always open a raw socket: {error}");
-                println!("skipped: neither socket kind allowed: {error}");
+                skip(format!("neither ICMP socket kind allowed: {error}"));
             }
         }
     }
@@ -979,8 +981,7 @@ mod tests {
     #[test]
     fn concurrent_raw_pingers_ignore_each_others_replies() {
         if !is_root() {
-            assert!(!in_ci(), "CI runs as root: raw ICMP sockets must work");
-            println!("skipped: raw ICMP sockets need root");
+            skip("raw ICMP sockets need root");
             return;
         }
         // Each raw socket receives the other's replies too (same sequence
@@ -1051,13 +1052,12 @@ mod tests {
     #[test]
     fn datagram_socket_pings_loopback() {
         if !is_root() {
-            assert!(!in_ci(), "CI runs as root: the private namespace must work");
             if unprivileged_allowed() {
                 let mut pinger = Pinger::open_with(LOOPBACK, SocketKind::Datagram).unwrap();
                 let round_trips = ping_loopback(&mut pinger, 100);
                 println!("datagram socket, 127.0.0.1: p50 {:?}", median(round_trips));
             } else {
-                println!("skipped: not root and gid outside net.ipv4.ping_group_range");
+                skip("datagram ICMP sockets: not root and gid outside net.ipv4.ping_group_range");
             }
             return;
         }
@@ -1088,7 +1088,7 @@ mod tests {
     fn sequence_numbers_increase_and_stale_replies_are_ignored() {
         let Ok(mut pinger) = Pinger::open(LOOPBACK) else {
             assert!(!is_root());
-            println!("skipped: no ICMP socket allowed");
+            skip("no ICMP socket allowed");
             return;
         };
         let first = pinger.next_sequence;

@@ -15,6 +15,7 @@ pub mod client;
 pub mod diagnosis;
 pub mod emulated;
 pub mod experiments;
+pub mod fuzz;
 pub mod gate;
 pub mod icmp;
 pub use osprobe_link::netns;

@@ -924,7 +924,9 @@ mod tests {
                 allowed_congestion_controls().iter().any(|a| a == name)
             };
             if !usable {
-                println!("skipping {name}: not available/allowed here");
+                osprobe_core::testing::skip(format!(
+                    "congestion control {name} not available/allowed here"
+                ));
                 continue;
             }
             set_congestion_control(fd, name).expect("set a listed congestion control");
@@ -975,7 +977,7 @@ mod tests {
             .and_then(|s| s.trim().parse::<u64>().ok());
         match wmem_max {
             Some(max) if max >= 64 << 10 => assert_eq!(send_buffer(fd).unwrap(), 128 << 10),
-            _ => println!("skipping the doubling check: net.core.wmem_max below 64 KiB"),
+            _ => osprobe_core::testing::skip("the doubling check: net.core.wmem_max below 64 KiB"),
         }
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         assert!(
@@ -1016,7 +1018,7 @@ mod tests {
             assert!(min <= max);
             assert_eq!(sysctls.wmem_max(), Some(max));
         } else {
-            println!("skipping: {TCP_WMEM_PATH} absent");
+            osprobe_core::testing::skip(format!("{TCP_WMEM_PATH} absent"));
         }
         if std::path::Path::new(TCP_RMEM_PATH).exists() {
             assert!(sysctls.rmem.is_some());

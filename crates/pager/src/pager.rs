@@ -37,6 +37,10 @@
 //!   change goes unnoticed is 2^-128 per eviction). A clean page keeps its
 //!   swap slot and is not written again; a page still all zeros that never
 //!   had a slot goes back to "untouched".
+//! - Swap integrity: every page written to swap has its xxh3-128 kept
+//!   ([`crate::swap::Verified`]); a page read back with another hash is
+//!   an error like a failing backend, never data in the application's
+//!   memory.
 //! - Errors: a swap backend that fails or is full, or an access outside
 //!   every region, makes the faulting access raise SIGBUS (UFFDIO_POISON,
 //!   or tgkill on kernels without it), with the reason logged on stderr
@@ -44,7 +48,7 @@
 //!   page it did not write.
 
 use crate::policy::{FrameId, Policy, ReferenceBits};
-use crate::swap::{SwapBackend, SwapError, SwapMap};
+use crate::swap::{SwapBackend, SwapError, SwapMap, Verified};
 use crate::table::{Frame, FrameTable, PageState, PageTable, Region};
 use crate::uffd::{Fault, OpenError, Userfaultfd, PAGEFAULT_FLAG_WRITE};
 use std::io;
@@ -352,7 +356,9 @@ impl Pager {
             table,
             frames: FrameTable::new(config.frames),
             swap_map: SwapMap::new(config.swap_slots.unwrap_or(config.pages)),
-            swap: config.swap,
+            // Every page read back from swap is checked against what was
+            // written: corruption ends the access with SIGBUS and the reason.
+            swap: Box::new(Verified::new(config.swap)),
             policy: config.policy,
             counters: counters.clone(),
             last_error: last_error.clone(),

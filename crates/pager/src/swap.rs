@@ -1,8 +1,9 @@
 //! Where evicted pages go: swap backends behind one trait (a local file,
-//! the remote file service), and the swap map of slots.
+//! the remote file service), the swap map of slots, and [`Verified`],
+//! which checks every page read back against the hash of what was
+//! written (the pager wraps every backend in it).
 
-use osprobe_rfs::client::{Client, Fd, OpenMode};
-use osprobe_rfs::protocol::CreateHow;
+use osprobe_rfs::client::{Client, Fd};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,15 @@ pub enum SwapError {
         got: usize,
         want: usize,
     },
+    #[error("{backend}: slot {slot} read back is not what was written there (xxh3-128 {got:032x}, written {written:032x}): the swap is corrupted, and the page is not given to the application")]
+    Corrupt {
+        backend: String,
+        slot: u64,
+        written: u128,
+        got: u128,
+    },
+    #[error("{backend}: slot {slot} is read before anything was written to it")]
+    NeverWritten { backend: String, slot: u64 },
     #[error("{0}")]
     Open(String),
 }
@@ -82,6 +92,81 @@ impl SwapMap {
 
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+}
+
+/// A backend whose pages are checked on the way back: the xxh3-128 of
+/// every page written is kept (17 bytes per slot, in memory), and a page
+/// read back with another hash is an error, never data. A swap file can
+/// be changed behind the pager's back (on an rfs server by anyone with
+/// access to the export, or by a disk), and a changed page handed to the
+/// application would be silent corruption of its memory.
+pub struct Verified {
+    inner: Box<dyn SwapBackend>,
+    /// The hash of what was written to each slot (bytes, so that an
+    /// entry takes 17 bytes, not the 32 of an aligned `Option<u128>`);
+    /// None: never written.
+    written: Vec<Option<[u8; 16]>>,
+}
+
+impl Verified {
+    pub fn new(inner: Box<dyn SwapBackend>) -> Verified {
+        Verified {
+            inner,
+            written: Vec::new(),
+        }
+    }
+}
+
+impl SwapBackend for Verified {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError> {
+        let hash = xxhash_rust::xxh3::xxh3_128(page);
+        let at = usize::try_from(slot).map_err(|_| SwapError::Io {
+            backend: self.describe(),
+            what: "writing",
+            slot,
+            reason: "slot number out of range".into(),
+        })?;
+        if at >= self.written.len() {
+            self.written.resize(at + 1, None);
+        }
+        // Forgotten first: if the write fails half-way, the slot holds
+        // nothing that may be read back.
+        self.written[at] = None;
+        self.inner.write_page(slot, page)?;
+        self.written[at] = Some(hash.to_le_bytes());
+        Ok(())
+    }
+
+    fn read_page(&mut self, slot: u64, page: &mut [u8]) -> Result<(), SwapError> {
+        let Some(written) = usize::try_from(slot)
+            .ok()
+            .and_then(|at| self.written.get(at).copied().flatten())
+            .map(u128::from_le_bytes)
+        else {
+            return Err(SwapError::NeverWritten {
+                backend: self.describe(),
+                slot,
+            });
+        };
+        self.inner.read_page(slot, page)?;
+        let got = xxhash_rust::xxh3::xxh3_128(page);
+        if got != written {
+            // The buffer is the handler's own; clear it anyway so that
+            // nothing can copy the wrong bytes on by mistake.
+            page.fill(0);
+            return Err(SwapError::Corrupt {
+                backend: self.describe(),
+                slot,
+                written,
+                got,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -161,37 +246,34 @@ impl SwapBackend for FileSwap {
 /// A swap file on the remote file service (SOS paged to NFS). A page
 /// travels as page/packet requests, all in flight at once within the
 /// client's window.
+///
+/// The file is the server's scratch file of this client's session
+/// ([`Client::create_scratch`]): created exclusively under a random name,
+/// so two pagers on one server never share it, and removed by the server
+/// when the session ends, however the pager ends (kill -9 and SIGBUS
+/// included: a TCP session ends with its connection, a UDP one when it
+/// falls silent for the server's idle time).
 pub struct RfsSwap {
     client: Client,
     fd: Fd,
-    name: String,
-    remove_on_drop: bool,
+    near: String,
 }
 
 impl RfsSwap {
-    /// Create (or truncate) `name` on the server `client` talks to.
-    pub fn create(mut client: Client, name: &str) -> Result<RfsSwap, SwapError> {
-        let fd = client
-            .create(name, CreateHow::Truncate, 0o600)
-            .or_else(|_| client.open(name, OpenMode::ReadWrite))
-            .map_err(|e| {
-                SwapError::Open(format!(
-                    "swap file '{name}' on rfs {}: {e}",
-                    client.server()
-                ))
-            })?;
+    /// A scratch swap file beside the name `near` on the server `client`
+    /// talks to (`near` itself is never touched).
+    pub fn create(mut client: Client, near: &str) -> Result<RfsSwap, SwapError> {
+        let fd = client.create_scratch(near).map_err(|e| {
+            SwapError::Open(format!(
+                "swap file beside '{near}' on rfs {}: {e}",
+                client.server()
+            ))
+        })?;
         Ok(RfsSwap {
             client,
             fd,
-            name: name.to_string(),
-            remove_on_drop: false,
+            near: near.to_string(),
         })
-    }
-
-    /// Remove the swap file from the server when dropped.
-    pub fn remove_on_drop(mut self) -> RfsSwap {
-        self.remove_on_drop = true;
-        self
     }
 
     fn io(&self, what: &'static str, slot: u64, reason: String) -> SwapError {
@@ -206,16 +288,19 @@ impl RfsSwap {
 
 impl Drop for RfsSwap {
     fn drop(&mut self) {
-        let _ = self.client.close(self.fd);
-        if self.remove_on_drop {
-            let _ = self.client.remove(&self.name);
-        }
+        // If this fails (the server is gone), the server removes the file
+        // when the session ends.
+        let _ = self.client.discard(self.fd);
     }
 }
 
 impl SwapBackend for RfsSwap {
     fn describe(&self) -> String {
-        format!("rfs {} swap file '{}'", self.client.server(), self.name)
+        format!(
+            "rfs {} swap (a scratch file of the session, beside '{}')",
+            self.client.server(),
+            self.near
+        )
     }
 
     fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError> {

@@ -6,7 +6,9 @@
 //! sends `Auth` with HMAC-SHA256(token, context || server nonce || client
 //! nonce || session id). An observer learns a proof that is good for that
 //! one session only, and the server drops a session after one wrong proof,
-//! so guessing costs a round trip per guess.
+//! so guessing costs a round trip per guess, and the guesser's address
+//! then waits longer and longer before its next session
+//! ([`crate::backoff`]).
 //!
 //! What this does not do: it authenticates the session's start, not each
 //! request. Requests are bound to the session id (64 random bits) and, over

@@ -21,14 +21,14 @@ use crate::auth;
 use crate::error::ClientError;
 use crate::pipeline::{ClientStats, Conn, Encoder, Job, Pipeline, Timing};
 use crate::protocol::{
-    validate_name, Attr, CreateHow, DirEntry, Handle, Kind, RemoteError, Reply, Request, Transport,
-    MAX_READDIR_ENTRIES,
+    validate_name, Attr, CreateHow, DirEntry, ErrorCode, Handle, Kind, Op, RemoteError, Reply,
+    Request, Transport, COOKIE_LEN, MAX_READDIR_ENTRIES,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -40,6 +40,11 @@ pub const MAX_WINDOW: usize = 256;
 pub const MAX_OPEN_FILES: usize = 1024;
 /// Entries asked for per readdir.
 const READDIR_PAGE: u16 = 256;
+/// Longest a hello waits out address back-offs in all (less than the
+/// server's hello timeout over TCP).
+const BACKOFF_PATIENCE: Duration = Duration::from_secs(3);
+/// Fresh address cookies a hello accepts before giving up.
+const MAX_HELLO_RETRIES: u32 = 3;
 
 /// Settings of a client.
 #[derive(Debug, Clone)]
@@ -228,6 +233,8 @@ pub struct Client {
     next_fd: u32,
     dir_cursor: Option<DirCursor>,
     said_goodbye: bool,
+    /// How long a hello waits out an address back-off in all.
+    backoff_patience: Duration,
     /// Raised from outside (Ctrl-C) to stop a `get` or `put`.
     stop: Option<&'static AtomicBool>,
 }
@@ -293,6 +300,7 @@ impl Client {
             next_fd: 3, // 0..=2 are stdin, stdout and stderr in SOS too
             dir_cursor: None,
             said_goodbye: false,
+            backoff_patience: options.timeout.min(BACKOFF_PATIENCE),
             stop: None,
         };
         client.hello(options.token.as_deref())?;
@@ -303,23 +311,65 @@ impl Client {
         let client_nonce =
             auth::random_bytes::<16>().map_err(|e| ClientError::io("getting random bytes", e))?;
         let server = self.server;
-        let (nonce, auth_required, root, max_data, drc_span) = self.call(
-            &Request::Hello {
-                nonce: client_nonce,
-            },
-            false,
-            |r| match r {
-                Ok(Reply::Welcome {
-                    nonce,
-                    auth_required,
-                    root,
-                    max_data,
-                    drc_span,
-                }) => Ok((nonce, auth_required, root, max_data, drc_span)),
-                Ok(_) => Err(unexpected(server, "hello")),
-                Err(error) => Err(remote(server, "opening a session".into(), error)),
-            },
-        )?;
+        // Over UDP the first hello is answered with a cookie (the server
+        // validates our address before it keeps any state); the second,
+        // carrying it, opens the session. A cookie can expire on the way
+        // (or the server restart), so a few retries are allowed.
+        let mut cookie = [0u8; COOKIE_LEN];
+        let mut retries = 0;
+        let mut backed_off = Duration::ZERO;
+        let (nonce, auth_required, root, max_data, drc_span) = loop {
+            let answer = self.call(
+                &Request::Hello {
+                    nonce: client_nonce,
+                    cookie,
+                },
+                false,
+                |r| match r {
+                    Ok(Reply::Welcome {
+                        nonce,
+                        auth_required,
+                        root,
+                        max_data,
+                        drc_span,
+                    }) => Ok(Ok((nonce, auth_required, root, max_data, drc_span))),
+                    Ok(Reply::Retry { cookie }) => Ok(Err(cookie)),
+                    Ok(_) => Err(unexpected(server, "hello")),
+                    Err(error) => Err(remote(server, "opening a session".into(), error)),
+                },
+            );
+            // Wrong tokens from this address (another program's, maybe):
+            // wait out a short back-off, then try again.
+            let answer = match answer {
+                Err(ClientError::Remote { error, .. })
+                    if error.code == ErrorCode::Auth
+                        && crate::backoff::parse_refusal(&error.detail)
+                            .is_some_and(|w| backed_off + w <= self.backoff_patience) =>
+                {
+                    let wait = crate::backoff::parse_refusal(&error.detail).unwrap_or_default();
+                    std::thread::sleep(wait);
+                    backed_off += wait;
+                    continue;
+                }
+                other => other?,
+            };
+            match answer {
+                Ok(welcome) => break welcome,
+                Err(_) if retries == MAX_HELLO_RETRIES => {
+                    return Err(ClientError::Unexpected {
+                        server,
+                        what: format!(
+                            "the server asked for a new address cookie {} times in a row",
+                            retries + 1
+                        ),
+                    })
+                }
+                Err(fresh) => {
+                    cookie = fresh;
+                    retries += 1;
+                }
+            }
+        };
         self.root = root;
         self.max_data = max_data as usize;
         // Keep every retransmission inside the server's duplicate cache.
@@ -879,9 +929,7 @@ impl Client {
                 ),
             });
         }
-        let tmp = partial_name(local);
-        let mut file = File::create(&tmp)
-            .map_err(|e| ClientError::io(format!("cannot create {}", tmp.display()), e))?;
+        let (tmp, mut file) = create_partial(local)?;
         let result = self.get_into(handle, remote_path, attr.size, &mut file, &tmp, progress);
         let outcome = result.and_then(|(bytes, hash)| {
             file.sync_all()
@@ -965,8 +1013,11 @@ impl Client {
         Ok((delivered, local_hash))
     }
 
-    /// Copy the local file `local` to `remote` (created or truncated), then
-    /// flush it on the server and compare hashes.
+    /// Copy the local file `local` to `remote`, atomically: the bytes go
+    /// to a temporary file the server creates beside `remote`, which is
+    /// hashed, compared and only then renamed over `remote`. If the put
+    /// fails or is interrupted (or the client dies), `remote` keeps its
+    /// old contents and the server removes the temporary file.
     pub fn put(
         &mut self,
         local: &Path,
@@ -987,14 +1038,14 @@ impl Client {
             ));
         }
         let mode = meta.permissions().mode() & crate::protocol::MAX_CREATE_MODE;
-        let handle = self.create_handle(remote_path, CreateHow::Truncate, mode)?;
+        let upload = self.put_begin(remote_path, mode)?;
         let mut hasher = Xxh3::new();
         let mut reader = HashingReader {
             inner: &mut file,
             hasher: &mut hasher,
         };
         let mut job = WriteFrom::new(
-            handle,
+            upload,
             0,
             &mut reader,
             self.packet,
@@ -1009,8 +1060,7 @@ impl Client {
         let sent = job.acked;
         let local_hash = hasher.digest128();
         let result = ran.and_then(|()| {
-            self.commit(handle, remote_path)?;
-            let (remote_size, remote_hash) = self.hash_handle(handle, remote_path)?;
+            let (remote_size, remote_hash) = self.hash_handle(upload, remote_path)?;
             if remote_size != sent || remote_hash != local_hash {
                 return Err(ClientError::ChecksumMismatch {
                     remote: remote_path.to_string(),
@@ -1020,6 +1070,7 @@ impl Client {
                     remote_hash,
                 });
             }
+            self.put_end(Request::PutCommit { upload }, remote_path)?;
             Ok(TransferSummary {
                 bytes: sent,
                 elapsed: started.elapsed(),
@@ -1027,27 +1078,93 @@ impl Client {
                 retransmissions: self.pipe.stats().retransmissions - retrans0,
             })
         });
-        // The protocol has no rename, so the file is written in place: a
-        // put that fails or is interrupted removes what it wrote rather
-        // than leave a truncated file under the final name that looks like
-        // a finished copy. (Best effort: over a lost connection the remove
-        // cannot be sent, and the partial file stays.)
         result.map_err(|e| {
-            let removed = self.remove(remote_path);
+            // A failed commit has discarded the upload on the server
+            // already; otherwise discard it now. If the connection is
+            // gone, the server discards it when the session ends.
+            let discarded = self.put_end(Request::PutAbort { upload }, remote_path);
             match e {
                 ClientError::Interrupted { .. } => ClientError::Interrupted {
-                    cleanup: match removed {
+                    cleanup: match discarded {
                         Ok(()) => format!(
-                            "the partial file \"{remote_path}\" was removed from the server"
+                            "\"{remote_path}\" on the server is unchanged and the partial upload was discarded"
                         ),
                         Err(why) => format!(
-                            "the partial file \"{remote_path}\" is left on the server: {why}"
+                            "\"{remote_path}\" on the server is unchanged; the partial upload goes when the session ends ({why})"
                         ),
                     },
                 },
                 other => other,
             }
         })
+    }
+
+    /// Start an upload of `path`: the handle of the server's temporary file.
+    fn put_begin(&mut self, path: &str, mode: u32) -> Result<Handle, ClientError> {
+        let (dir, name) = self.walk_parent(path)?;
+        let server = self.server;
+        self.call(
+            &Request::PutBegin {
+                dir,
+                name: name.as_bytes(),
+                mode,
+            },
+            false,
+            |r| match r {
+                Ok(Reply::Handle { handle, .. }) => Ok(handle),
+                Ok(_) => Err(unexpected(server, "put-begin")),
+                // A server older than atomic puts knows no such operation.
+                Err(error) if error.code == ErrorCode::Unsupported => Err(ClientError::OldServer {
+                    server,
+                    op: Op::PutBegin,
+                }),
+                Err(error) => Err(remote(
+                    server,
+                    format!("starting the upload of \"{path}\""),
+                    error,
+                )),
+            },
+        )
+    }
+
+    /// Send `PutCommit` or `PutAbort` for an upload of `path`.
+    fn put_end(&mut self, req: Request<'_>, path: &str) -> Result<(), ClientError> {
+        let server = self.server;
+        let doing = match req {
+            Request::PutCommit { .. } => "committing",
+            _ => "discarding",
+        };
+        self.call(&req, true, |r| match r {
+            Ok(_) => Ok(()),
+            Err(error) => Err(remote(
+                server,
+                format!("{doing} the upload of \"{path}\""),
+                error,
+            )),
+        })
+    }
+
+    /// A scratch file on the server beside `near` (which it never
+    /// touches), open for reading and writing, that no other client can
+    /// collide with: an upload that is never committed. It is removed by
+    /// [`Client::discard`], or by the server when the session ends, however
+    /// the client ends (a kill -9 included).
+    pub fn create_scratch(&mut self, near: &str) -> Result<Fd, ClientError> {
+        let handle = self.put_begin(near, 0o600)?;
+        self.new_fd(OpenFile {
+            handle,
+            path: format!("{near} (scratch)"),
+            mode: OpenMode::ReadWrite,
+            offset: 0,
+        })
+    }
+
+    /// Close the scratch file `fd` and remove it from the server.
+    pub fn discard(&mut self, fd: Fd) -> Result<(), ClientError> {
+        let f = self.fd_entry(fd)?;
+        let (upload, path) = (f.handle, f.path.clone());
+        self.fds.remove(&fd.0);
+        self.put_end(Request::PutAbort { upload }, &path)
     }
 
     /// End the session on the server (it also ends when the client is
@@ -1094,15 +1211,50 @@ fn check_progress(
     Ok(())
 }
 
-fn partial_name(local: &Path) -> PathBuf {
+/// The partial file of a `get` into `local`: beside it (so the final
+/// rename stays on one file system), under a random name, created
+/// exclusively and never through a symbolic link, readable by the owner
+/// only until it is complete. A name planted in advance (a link to a
+/// file the user can write) is never opened.
+fn create_partial(local: &Path) -> Result<(PathBuf, File), ClientError> {
     let name = local
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "download".into());
-    local.with_file_name(format!(".{name}.rfs-partial-{}", std::process::id()))
+    let mut tries = 0;
+    loop {
+        let tag = u64::from_ne_bytes(
+            auth::random_bytes::<8>().map_err(|e| ClientError::io("getting random bytes", e))?,
+        );
+        let tmp = local.with_file_name(format!(".{name}.osprobe-get-{tag:016x}"));
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp);
+        match opened {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 4 => tries += 1,
+            Err(e) => {
+                return Err(ClientError::io(
+                    format!("cannot create {}", tmp.display()),
+                    e,
+                ))
+            }
+        }
+    }
 }
 
-fn remote(server: SocketAddr, context: String, error: RemoteError) -> ClientError {
+fn remote(server: SocketAddr, context: String, mut error: RemoteError) -> ClientError {
+    if error.code == ErrorCode::BadSession && !error.detail.contains("restarted") {
+        // The server cuts its replies to addresses it does not know (to
+        // the size of the request), so the detail may be short.
+        error.detail = format!(
+            "{} (the server restarted or ended the session: connect again)",
+            error.detail
+        );
+    }
     ClientError::Remote {
         server,
         context,
@@ -1218,8 +1370,8 @@ impl Job for ReadInto<'_> {
 struct ReadStream<'a> {
     handle: Handle,
     next: u64,
-    /// Ask up to here (the size when the transfer started; grows if the
-    /// server reports a larger file before the end was seen).
+    /// Ask up to here: the size when the transfer started (a reply that
+    /// reports another size stops the transfer).
     limit: u64,
     /// End of file, once a reply showed it.
     end: Option<u64>,
@@ -1301,8 +1453,13 @@ impl Job for ReadStream<'_> {
             let end = offset + got;
             self.end = Some(self.end.map_or(end, |e| e.min(end)));
         }
-        if self.end.is_none() && size > self.limit {
-            self.limit = size; // the file grew: keep reading
+        if size != self.total {
+            // Written while we read: what arrived is a mix of versions.
+            return Err(ClientError::SizeChanged {
+                remote: self.path.to_string(),
+                was: self.total,
+                now: size,
+            });
         }
         let end = self.end.unwrap_or(u64::MAX);
         if offset >= end || data.is_empty() {

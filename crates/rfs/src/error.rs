@@ -39,6 +39,11 @@ pub enum ClientError {
         context: String,
         error: RemoteError,
     },
+    #[error("{server} speaks rfs protocol version {theirs}, this osprobe speaks version {}: run the same osprobe version on both sides", crate::protocol::VERSION)]
+    Version { server: SocketAddr, theirs: u8 },
+    /// The server answered UNSUPPORTED: it predates the operation.
+    #[error("{server} does not know the {op} operation: the server is older than this client; upgrade it (osprobe rfs serve)")]
+    OldServer { server: SocketAddr, op: Op },
     #[error("{server} requires a token: pass the server's token in the client options")]
     TokenRequired { server: SocketAddr },
     #[error("path \"{path}\" is not accepted: {why}")]
@@ -61,6 +66,9 @@ pub enum ClientError {
         remote_size: u64,
         remote_hash: u128,
     },
+    /// `get`: the server reported another size than at the start.
+    #[error("\"{remote}\" changed during the transfer: it was {was} bytes at the start, the server now reports {now}; the partial copy was removed (try again when the file is no longer being written)")]
+    SizeChanged { remote: String, was: u64, now: u64 },
     /// The stop flag was raised (Ctrl-C) during a `get` or `put`; the
     /// transfer stopped between requests and says what became of its
     /// partial file.

@@ -14,7 +14,9 @@
 //! Layers, bottom up:
 //!
 //! - [`protocol`]: the binary wire format, strict bounded parsing.
-//! - [`auth`]: the token handshake (HMAC, the token never on the wire).
+//! - [`auth`]: the token handshake (HMAC, the token never on the wire);
+//!   [`cookie`]: UDP source-address validation before any state;
+//!   [`backoff`]: waits for addresses that sent wrong tokens.
 //! - `export` and `handles` (private): confinement of every path to the
 //!   exported directory (openat2 `RESOLVE_BENEATH`, or a component walk
 //!   with `O_NOFOLLOW`), file handles that go STALE instead of following a
@@ -23,7 +25,8 @@
 //!   creates and removes from running twice.
 //! - [`service`]: one request in, one reply out, independent of sockets
 //!   (also the entry point for fuzzing); [`server`]: UDP workers and TCP
-//!   connections around it.
+//!   connections around it; [`hasher`]: bounded whole-file hashes, off the
+//!   UDP workers.
 //! - [`pipeline`]: the client's window, request ids, retransmission with
 //!   exponential backoff; [`client`]: the SOS calls, `get` and `put` on
 //!   top.
@@ -34,12 +37,16 @@
 //! window and reassembly in [`client`], confinement in `export`.
 
 pub mod auth;
+pub mod backoff;
 pub mod client;
+pub mod cookie;
 pub mod drc;
 pub mod error;
 pub mod experiments;
 pub(crate) mod export;
+pub mod fuzz;
 pub(crate) mod handles;
+pub mod hasher;
 pub mod pipeline;
 pub mod protocol;
 pub mod relay;

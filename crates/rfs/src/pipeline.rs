@@ -52,7 +52,10 @@
 //! (TCP_NODELAY stays on, so a lone request still leaves at once).
 
 use crate::error::ClientError;
-use crate::protocol::{decode_reply, encode_request, Op, RemoteError, Reply, Request, MAX_MESSAGE};
+use crate::protocol::{
+    decode_header, decode_reply, encode_request, DecodeError, Op, RemoteError, Reply, Request,
+    MAX_MESSAGE,
+};
 use crate::server::FrameBuffer;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -601,6 +604,14 @@ impl Pipeline {
         let udp = self.is_udp();
         let (header, op, result) = match decode_reply(msg) {
             Ok(r) => r,
+            Err(DecodeError::Version { got }) if self.answers_hello(msg) => {
+                // A server of another version refused our hello (in its own
+                // version's header): say so instead of timing out.
+                return Err(ClientError::Version {
+                    server: self.server,
+                    theirs: got,
+                });
+            }
             Err(error) if udp => {
                 let _ = error;
                 self.stats.stray += 1;
@@ -614,6 +625,22 @@ impl Pipeline {
                 });
             }
         };
+        if header.xid == 0 && !udp {
+            // Request id 0 answers no request: the server's word on the
+            // whole connection (BUSY when it is full), before it closes.
+            let reason = match result {
+                Err(error) => {
+                    self.broken = Some(format!("the server refused the connection: {error}"));
+                    return Err(ClientError::Remote {
+                        server: self.server,
+                        context: "connecting".into(),
+                        error,
+                    });
+                }
+                Ok(_) => "a reply under request id 0 that is not an error".to_string(),
+            };
+            return Err(self.lost(reason));
+        }
         let matches = self
             .outstanding
             .get(&header.xid)
@@ -651,6 +678,17 @@ impl Pipeline {
         }
         self.pool.push(o.msg);
         job.reply(o.tag, result)
+    }
+
+    /// Whether `msg` has the header of a reply to our hello in flight.
+    fn answers_hello(&self, msg: &[u8]) -> bool {
+        decode_header(msg).is_ok_and(|(h, _)| {
+            h.opcode == Op::Hello.code() | crate::protocol::REPLY_BIT
+                && self
+                    .outstanding
+                    .get(&h.xid)
+                    .is_some_and(|o| o.op == Op::Hello)
+        })
     }
 
     /// Send one datagram without waiting for anything (a goodbye).

@@ -10,7 +10,7 @@
 //! +------+------+--------+----------+-------------+-------------+---------
 //! ```
 //!
-//! A request carries the operation code (1..=12); its reply carries the
+//! A request carries the operation code (1..=15); its reply carries the
 //! same code with [`REPLY_BIT`] set, the same session and the same request
 //! id (the "xid", as in ONC RPC). A reply body starts with a status byte: 0
 //! and the operation's result, or an [`ErrorCode`] and a short UTF-8 detail
@@ -36,8 +36,20 @@ use std::fmt;
 
 /// First two bytes of every message.
 pub const MAGIC: [u8; 2] = *b"RF";
-/// Bumped when a change breaks older peers.
-pub const VERSION: u8 = 1;
+/// Bumped when a change breaks older peers. Version 2: hellos are padded
+/// to [`HELLO_LEN`] and carry a cookie; a hello is answered `Retry` or
+/// `Welcome`. The layout of the header and of error replies is the same in
+/// every version, so a peer of another version gets an error it can read.
+pub const VERSION: u8 = 2;
+/// Size of every hello message: the padding leaves room for the server's
+/// answer, which is never larger (so a forged source address cannot be
+/// used to amplify traffic; see [`crate::cookie`]).
+pub const HELLO_LEN: usize = 256;
+/// Size of a source-address cookie.
+pub const COOKIE_LEN: usize = 32;
+/// First byte of a successful hello reply's body: which answer it is.
+const HELLO_WELCOME: u8 = 0;
+const HELLO_RETRY: u8 = 1;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 24;
 /// Largest data in one read or write (TCP).
@@ -134,11 +146,20 @@ pub enum Op {
     Hash = 11,
     /// Flush a file to stable storage (fsync).
     Commit = 12,
+    /// Start an atomic upload of a name in a directory: the server creates
+    /// a temporary file of its own beside it, held by the session, and
+    /// answers with a handle for writing it (see [`crate::put`]).
+    PutBegin = 13,
+    /// Rename the upload's temporary file over its name (after the client
+    /// compared hashes), flushed first.
+    PutCommit = 14,
+    /// Discard an upload: its temporary file is removed, the name untouched.
+    PutAbort = 15,
 }
 
 impl Op {
     /// Every operation, in code order.
-    pub const ALL: [Op; 12] = [
+    pub const ALL: [Op; 15] = [
         Op::Hello,
         Op::Auth,
         Op::Goodbye,
@@ -151,6 +172,9 @@ impl Op {
         Op::Remove,
         Op::Hash,
         Op::Commit,
+        Op::PutBegin,
+        Op::PutCommit,
+        Op::PutAbort,
     ];
 
     pub fn from_code(code: u8) -> Option<Op> {
@@ -175,6 +199,9 @@ impl Op {
             Op::Remove => "remove",
             Op::Hash => "hash",
             Op::Commit => "commit",
+            Op::PutBegin => "put-begin",
+            Op::PutCommit => "put-commit",
+            Op::PutAbort => "put-abort",
         }
     }
 
@@ -184,7 +211,16 @@ impl Op {
     /// remove would say NOENT, a late duplicate write could overwrite a
     /// newer one) and hashing, which is expensive.
     pub fn is_cached(self) -> bool {
-        matches!(self, Op::Create | Op::Write | Op::Remove | Op::Hash)
+        matches!(
+            self,
+            Op::Create
+                | Op::Write
+                | Op::Remove
+                | Op::Hash
+                | Op::PutBegin
+                | Op::PutCommit
+                | Op::PutAbort
+        )
     }
 }
 
@@ -346,11 +382,14 @@ impl RemoteError {
 }
 
 impl fmt::Display for RemoteError {
+    /// The detail came from the peer: escaped, so that a hostile server
+    /// cannot put terminal escapes or forged lines on the client's screen.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.detail.is_empty() {
             write!(f, "{}", self.code)
         } else {
-            write!(f, "{}: {}", self.code, self.detail)
+            let detail = osprobe_core::peer_text::escape(&self.detail, MAX_DETAIL);
+            write!(f, "{}: {detail}", self.code)
         }
     }
 }
@@ -436,6 +475,8 @@ pub enum Request<'a> {
         /// The client's random nonce: a retransmitted hello with the same
         /// nonce gets the same session.
         nonce: [u8; 16],
+        /// The cookie from the server's `Retry` (UDP), all zeros at first.
+        cookie: [u8; COOKIE_LEN],
     },
     Auth {
         proof: [u8; 32],
@@ -480,6 +521,17 @@ pub enum Request<'a> {
     Commit {
         file: Handle,
     },
+    PutBegin {
+        dir: Handle,
+        name: &'a [u8],
+        mode: u32,
+    },
+    PutCommit {
+        upload: Handle,
+    },
+    PutAbort {
+        upload: Handle,
+    },
 }
 
 impl Request<'_> {
@@ -497,6 +549,9 @@ impl Request<'_> {
             Request::Remove { .. } => Op::Remove,
             Request::Hash { .. } => Op::Hash,
             Request::Commit { .. } => Op::Commit,
+            Request::PutBegin { .. } => Op::PutBegin,
+            Request::PutCommit { .. } => Op::PutCommit,
+            Request::PutAbort { .. } => Op::PutAbort,
         }
     }
 }
@@ -516,9 +571,12 @@ pub enum Reply<'a> {
         /// client keeps its request ids in flight within half of it.
         drc_span: u32,
     },
-    /// To `Auth`, `Goodbye`, `Remove`, `Commit`.
+    /// To `Hello` from a source address not yet validated (UDP): send the
+    /// hello again with this cookie.
+    Retry { cookie: [u8; COOKIE_LEN] },
+    /// To `Auth`, `Goodbye`, `Remove`, `Commit`, `PutCommit`, `PutAbort`.
     Done,
-    /// To `Lookup` and `Create`.
+    /// To `Lookup`, `Create` and `PutBegin`.
     Handle { handle: Handle, attr: Attr },
     /// To `Read`.
     Data {
@@ -543,12 +601,12 @@ impl Reply<'_> {
     pub fn answers(&self, op: Op) -> bool {
         matches!(
             (op, self),
-            (Op::Hello, Reply::Welcome { .. })
+            (Op::Hello, Reply::Welcome { .. } | Reply::Retry { .. })
                 | (
-                    Op::Auth | Op::Goodbye | Op::Remove | Op::Commit,
+                    Op::Auth | Op::Goodbye | Op::Remove | Op::Commit | Op::PutCommit | Op::PutAbort,
                     Reply::Done
                 )
-                | (Op::Lookup | Op::Create, Reply::Handle { .. })
+                | (Op::Lookup | Op::Create | Op::PutBegin, Reply::Handle { .. })
                 | (Op::Read, Reply::Data { .. })
                 | (Op::Write, Reply::Written { .. })
                 | (Op::Getattr, Reply::Attr(_))
@@ -633,7 +691,7 @@ pub enum DecodeError {
     #[error("reserved header bytes must be zero, got {got:#010x}")]
     Reserved { got: u32 },
     #[error(
-        "unknown operation code {got:#04x} (requests use 1..=12, replies the same with 0x80 set)"
+        "unknown operation code {got:#04x} (requests use 1..=15, replies the same with 0x80 set)"
     )]
     UnknownOp { got: u8 },
     #[error("expected a {expected}, got operation code {got:#04x}")]
@@ -795,12 +853,31 @@ fn encode_request_inner(
     let start = out.len();
     put_header(out, req.op().code(), session, xid);
     match req {
-        Request::Hello { nonce } => out.extend_from_slice(nonce),
+        Request::Hello { nonce, cookie } => {
+            out.extend_from_slice(nonce);
+            out.extend_from_slice(cookie);
+            out.resize(start + HELLO_LEN, 0);
+        }
         Request::Auth { proof } => out.extend_from_slice(proof),
         Request::Goodbye => {}
         Request::Lookup { dir, name } | Request::Remove { dir, name } => {
             out.extend_from_slice(&dir.0);
             put_name(out, name)?;
+        }
+        Request::PutBegin { dir, name, mode } => {
+            if *mode > MAX_CREATE_MODE {
+                return Err(EncodeError::BadValue {
+                    what: "create mode",
+                    value: u64::from(*mode),
+                    accepted: "permission bits 0..=0o777",
+                });
+            }
+            out.extend_from_slice(&dir.0);
+            put_name(out, name)?;
+            put_u32(out, *mode);
+        }
+        Request::PutCommit { upload: h } | Request::PutAbort { upload: h } => {
+            out.extend_from_slice(&h.0)
         }
         Request::Create {
             dir,
@@ -926,11 +1003,16 @@ fn encode_reply_inner(
                     accepted: "1..=65536",
                 });
             }
+            out.push(HELLO_WELCOME);
             out.extend_from_slice(nonce);
             out.push(u8::from(*auth_required));
             out.extend_from_slice(&root.0);
             put_u32(out, *max_data);
             put_u32(out, *drc_span);
+        }
+        Reply::Retry { cookie } => {
+            out.push(HELLO_RETRY);
+            out.extend_from_slice(cookie);
         }
         Reply::Done => {}
         Reply::Handle { handle, attr } => {
@@ -981,7 +1063,22 @@ pub fn encode_error_reply(
     err: &RemoteError,
     out: &mut Vec<u8>,
 ) {
+    encode_error_reply_as(VERSION, session, xid, opcode, err, out)
+}
+
+/// [`encode_error_reply`] under another protocol version's header, for a
+/// peer of that version (the error layout is the same in every version).
+pub fn encode_error_reply_as(
+    version: u8,
+    session: u64,
+    xid: u64,
+    opcode: u8,
+    err: &RemoteError,
+    out: &mut Vec<u8>,
+) {
     put_header(out, (opcode & !REPLY_BIT) | REPLY_BIT, session, xid);
+    let at = out.len() - HEADER_LEN + 2;
+    out[at] = version;
     out.push(err.code as u8);
     let detail = cut_at_char(&err.detail, MAX_DETAIL);
     put_u16(out, detail.len() as u16);
@@ -1259,9 +1356,20 @@ pub fn request_op(header: &Header) -> Result<Op, DecodeError> {
 pub fn decode_request_body(op: Op, body: &[u8]) -> Result<Request<'_>, DecodeError> {
     let mut r = Reader::new(body);
     let req = match op {
-        Op::Hello => Request::Hello {
-            nonce: r.array("hello nonce")?,
-        },
+        Op::Hello => {
+            let nonce = r.array("hello nonce")?;
+            let cookie = r.array("hello cookie")?;
+            let padding = r.take(r.left(), "hello padding")?;
+            let want = HELLO_LEN - HEADER_LEN - 16 - COOKIE_LEN;
+            if padding.len() != want || padding.iter().any(|&b| b != 0) {
+                return Err(DecodeError::BadValue {
+                    what: "hello padding",
+                    value: padding.len() as u64,
+                    accepted: "zeros up to a hello of 256 bytes",
+                });
+            }
+            Request::Hello { nonce, cookie }
+        }
         Op::Auth => Request::Auth {
             proof: r.array("auth proof")?,
         },
@@ -1273,6 +1381,25 @@ pub fn decode_request_body(op: Op, body: &[u8]) -> Result<Request<'_>, DecodeErr
         Op::Remove => Request::Remove {
             dir: r.handle("directory handle")?,
             name: r.name()?,
+        },
+        Op::PutBegin => {
+            let dir = r.handle("directory handle")?;
+            let name = r.name()?;
+            let mode = r.u32("create mode")?;
+            if mode > MAX_CREATE_MODE {
+                return Err(DecodeError::BadValue {
+                    what: "create mode",
+                    value: u64::from(mode),
+                    accepted: "permission bits 0..=0o777",
+                });
+            }
+            Request::PutBegin { dir, name, mode }
+        }
+        Op::PutCommit => Request::PutCommit {
+            upload: r.handle("upload handle")?,
+        },
+        Op::PutAbort => Request::PutAbort {
+            upload: r.handle("upload handle")?,
         },
         Op::Create => {
             let dir = r.handle("directory handle")?;
@@ -1409,28 +1536,23 @@ pub fn decode_reply(
         return Ok((header, op, Err(RemoteError { code, detail })));
     }
     let reply = match op {
-        Op::Hello => {
-            let nonce = r.array("welcome nonce")?;
-            let auth_required = r.bool("auth_required")?;
-            let root = r.handle("root handle")?;
-            let max_data = r.u32("max_data")?;
-            if max_data == 0 || max_data as usize > MAX_DATA {
+        Op::Hello => match r.u8("hello reply kind")? {
+            HELLO_RETRY => Reply::Retry {
+                cookie: r.array("retry cookie")?,
+            },
+            HELLO_WELCOME => decode_welcome(&mut r)?,
+            kind => {
                 return Err(DecodeError::BadValue {
-                    what: "max_data",
-                    value: u64::from(max_data),
-                    accepted: "1..=65536",
-                });
+                    what: "hello reply kind",
+                    value: u64::from(kind),
+                    accepted: "0 (welcome) or 1 (retry)",
+                })
             }
-            Reply::Welcome {
-                nonce,
-                auth_required,
-                root,
-                max_data,
-                drc_span: r.u32("drc_span")?,
-            }
+        },
+        Op::Auth | Op::Goodbye | Op::Remove | Op::Commit | Op::PutCommit | Op::PutAbort => {
+            Reply::Done
         }
-        Op::Auth | Op::Goodbye | Op::Remove | Op::Commit => Reply::Done,
-        Op::Lookup | Op::Create => Reply::Handle {
+        Op::Lookup | Op::Create | Op::PutBegin => Reply::Handle {
             handle: r.handle("handle")?,
             attr: r.attr()?,
         },
@@ -1474,6 +1596,27 @@ pub fn decode_reply(
     Ok((header, op, Ok(reply)))
 }
 
+fn decode_welcome<'a>(r: &mut Reader<'a>) -> Result<Reply<'a>, DecodeError> {
+    let nonce = r.array("welcome nonce")?;
+    let auth_required = r.bool("auth_required")?;
+    let root = r.handle("root handle")?;
+    let max_data = r.u32("max_data")?;
+    if max_data == 0 || max_data as usize > MAX_DATA {
+        return Err(DecodeError::BadValue {
+            what: "max_data",
+            value: u64::from(max_data),
+            accepted: "1..=65536",
+        });
+    }
+    Ok(Reply::Welcome {
+        nonce,
+        auth_required,
+        root,
+        max_data,
+        drc_span: r.u32("drc_span")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1513,7 +1656,7 @@ mod tests {
     /// An owned description of a request, so strategies need no borrows.
     #[derive(Debug, Clone)]
     enum OwnedRequest {
-        Hello([u8; 16]),
+        Hello([u8; 16], [u8; COOKIE_LEN]),
         Auth([u8; 32]),
         Goodbye,
         Lookup(Handle, Vec<u8>),
@@ -1525,12 +1668,18 @@ mod tests {
         Remove(Handle, Vec<u8>),
         Hash(Handle),
         Commit(Handle),
+        PutBegin(Handle, Vec<u8>, u32),
+        PutCommit(Handle),
+        PutAbort(Handle),
     }
 
     impl OwnedRequest {
         fn borrow(&self) -> Request<'_> {
             match self {
-                OwnedRequest::Hello(n) => Request::Hello { nonce: *n },
+                OwnedRequest::Hello(n, c) => Request::Hello {
+                    nonce: *n,
+                    cookie: *c,
+                },
                 OwnedRequest::Auth(p) => Request::Auth { proof: *p },
                 OwnedRequest::Goodbye => Request::Goodbye,
                 OwnedRequest::Lookup(d, n) => Request::Lookup { dir: *d, name: n },
@@ -1559,13 +1708,21 @@ mod tests {
                 OwnedRequest::Remove(d, n) => Request::Remove { dir: *d, name: n },
                 OwnedRequest::Hash(f) => Request::Hash { file: *f },
                 OwnedRequest::Commit(f) => Request::Commit { file: *f },
+                OwnedRequest::PutBegin(d, n, mode) => Request::PutBegin {
+                    dir: *d,
+                    name: n,
+                    mode: *mode,
+                },
+                OwnedRequest::PutCommit(h) => Request::PutCommit { upload: *h },
+                OwnedRequest::PutAbort(h) => Request::PutAbort { upload: *h },
             }
         }
     }
 
     fn request() -> impl Strategy<Value = OwnedRequest> {
         prop_oneof![
-            any::<[u8; 16]>().prop_map(OwnedRequest::Hello),
+            (any::<[u8; 16]>(), any::<[u8; COOKIE_LEN]>())
+                .prop_map(|(n, c)| OwnedRequest::Hello(n, c)),
             any::<[u8; 32]>().prop_map(OwnedRequest::Auth),
             Just(OwnedRequest::Goodbye),
             (handle(), name()).prop_map(|(d, n)| OwnedRequest::Lookup(d, n)),
@@ -1594,12 +1751,17 @@ mod tests {
             (handle(), name()).prop_map(|(d, n)| OwnedRequest::Remove(d, n)),
             handle().prop_map(OwnedRequest::Hash),
             handle().prop_map(OwnedRequest::Commit),
+            (handle(), name(), 0..=MAX_CREATE_MODE)
+                .prop_map(|(d, n, m)| OwnedRequest::PutBegin(d, n, m)),
+            handle().prop_map(OwnedRequest::PutCommit),
+            handle().prop_map(OwnedRequest::PutAbort),
         ]
     }
 
     #[derive(Debug, Clone)]
     enum OwnedReply {
         Welcome([u8; 32], bool, Handle, u32, u32),
+        Retry([u8; COOKIE_LEN]),
         Done(Op),
         Handle(Op, Handle, Attr),
         Data(u64, bool, Vec<u8>),
@@ -1613,7 +1775,7 @@ mod tests {
     impl OwnedReply {
         fn op(&self) -> Op {
             match self {
-                OwnedReply::Welcome(..) => Op::Hello,
+                OwnedReply::Welcome(..) | OwnedReply::Retry(_) => Op::Hello,
                 OwnedReply::Done(op) | OwnedReply::Handle(op, ..) | OwnedReply::Error(op, ..) => {
                     *op
                 }
@@ -1636,6 +1798,7 @@ mod tests {
                         drc_span: *drc_span,
                     }
                 }
+                OwnedReply::Retry(cookie) => Reply::Retry { cookie: *cookie },
                 OwnedReply::Done(_) => Reply::Done,
                 OwnedReply::Handle(_, handle, attr) => Reply::Handle {
                     handle: *handle,
@@ -1684,15 +1847,18 @@ mod tests {
                 any::<u32>()
             )
                 .prop_map(|(n, a, r, m, d)| OwnedReply::Welcome(n, a, r, m, d)),
+            any::<[u8; COOKIE_LEN]>().prop_map(OwnedReply::Retry),
             prop_oneof![
                 Just(Op::Auth),
                 Just(Op::Goodbye),
                 Just(Op::Remove),
-                Just(Op::Commit)
+                Just(Op::Commit),
+                Just(Op::PutCommit),
+                Just(Op::PutAbort)
             ]
             .prop_map(OwnedReply::Done),
             (
-                prop_oneof![Just(Op::Lookup), Just(Op::Create)],
+                prop_oneof![Just(Op::Lookup), Just(Op::Create), Just(Op::PutBegin)],
                 handle(),
                 attr()
             )
@@ -1836,12 +2002,12 @@ mod tests {
             Err(DecodeError::BadMagic { .. })
         ));
         let mut bad = good.clone();
-        bad[2] = 2;
-        assert_eq!(decode_request(&bad), Err(DecodeError::Version { got: 2 }));
+        bad[2] = 1;
+        assert_eq!(decode_request(&bad), Err(DecodeError::Version { got: 1 }));
         let mut bad = good.clone();
         bad[7] = 1;
         assert_eq!(decode_request(&bad), Err(DecodeError::Reserved { got: 1 }));
-        for op in [0u8, 13, 0x7f] {
+        for op in [0u8, 16, 0x7f] {
             let mut bad = good.clone();
             bad[3] = op;
             assert_eq!(
@@ -2127,7 +2293,7 @@ mod tests {
             assert_eq!(Op::from_code(op.code()), Some(op));
         }
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(13), None);
+        assert_eq!(Op::from_code(16), None);
         for c in ErrorCode::ALL {
             assert_eq!(ErrorCode::from_code(c as u8), Some(c));
         }

@@ -8,13 +8,23 @@
 //! running is dropped by the duplicate-request cache.
 //!
 //! Trap: a request runs to its end on the worker that took it, so a slow
-//! one (hashing a large file, an fsync) holds that worker; with the default
-//! of min(4, CPUs) workers, other clients are slowed, not stopped, and the
-//! client sends such requests "patient" (long retransmission timeout).
+//! one (an fsync) holds that worker; with the default of min(4, CPUs)
+//! workers, other clients are slowed, not stopped, and the client sends
+//! such requests "patient" (long retransmission timeout). The slowest,
+//! Hash, goes to hasher threads of its own ([`crate::hasher`]).
 //!
 //! TCP: one thread per connection, at most `max_clients + 4` connections
-//! at once (more are closed as soon as they are accepted; a connection
-//! beyond `max_clients` sessions gets BUSY in answer to its hello). Each
+//! at once. A connection beyond that is answered at once with a BUSY
+//! error under request id 0 (which answers no request: the server's word
+//! on the connection) and closed, so its client can say "server busy"
+//! instead of "connection reset"; a connection beyond `max_clients`
+//! sessions gets BUSY in answer to its hello. A connection must open an
+//! authenticated session within `hello_timeout` of its accept, however
+//! it trickles its bytes, or it is closed: silent connections cannot
+//! hold the slots; and when every slot is taken, the oldest connection
+//! still without a session (past a second's grace) is closed to make room
+//! for a new one. Until then its frames may not announce more than
+//! [`HELLO_LEN`](protocol::HELLO_LEN) bytes. Each
 //! message is framed by a 4-byte big-endian length that is checked against
 //! [`MAX_MESSAGE`] before anything else. Requests on a connection are
 //! handled in order; the client's window keeps the connection busy. A
@@ -39,7 +49,7 @@
 
 use crate::drc;
 use crate::export::Resolver;
-use crate::protocol::{Transport, MAX_MESSAGE};
+use crate::protocol::{self, ErrorCode, Op, RemoteError, Transport, MAX_MESSAGE};
 use crate::service::{EventSink, Outcome, Peer, ServerStats, Service, ServiceConfig};
 use crate::sock;
 use std::io::{self, Read, Write};
@@ -73,6 +83,9 @@ pub const CONNECTION_BUFFERS: usize = 2 * (MAX_MESSAGE + 4) + OUT_BUFFER;
 pub const MIN_DRC_ENTRIES: usize = 64;
 /// The smallest per-client memory bound.
 pub const MIN_CLIENT_MEMORY: usize = CONNECTION_BUFFERS + MIN_DRC_ENTRIES * drc::ENTRY_COST;
+
+/// Default bound of a file's size through writes (and of a Hash): 64 GiB.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 << 30;
 
 /// Which transports to serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +126,15 @@ pub struct ServerOptions {
     pub udp_workers: usize,
     /// A client silent this long is forgotten (UDP) or disconnected (TCP).
     pub session_idle: Duration,
+    /// TCP: the time from accept to an authenticated session.
+    pub hello_timeout: Duration,
+    /// Writes may not reach beyond this many bytes of a file (so one write
+    /// at a large offset cannot create a huge sparse file).
+    pub max_file_size: u64,
+    /// Largest file a Hash reads.
+    pub max_hash_bytes: u64,
+    /// Longest a Hash may take.
+    pub hash_timeout: Duration,
     /// How paths are resolved beneath the export; None picks openat2 where
     /// the kernel has it.
     pub resolver: Option<Resolver>,
@@ -127,6 +149,10 @@ impl Default for ServerOptions {
             max_client_memory: 1 << 20,
             udp_workers: 0,
             session_idle: Duration::from_secs(120),
+            hello_timeout: Duration::from_secs(5),
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+            max_hash_bytes: DEFAULT_MAX_FILE_SIZE,
+            hash_timeout: Duration::from_secs(120),
             resolver: None,
         }
     }
@@ -170,9 +196,12 @@ pub struct Server {
     service: Arc<Service>,
     udp_workers: usize,
     session_idle: Duration,
+    hello_timeout: Duration,
     max_clients: usize,
     connections: AtomicUsize,
     next_conn: AtomicU64,
+    /// TCP connections without a ready session yet.
+    pending: Pending,
 }
 
 impl Server {
@@ -206,6 +235,11 @@ impl Server {
                 drc_budget,
                 session_idle: options.session_idle,
                 resolver: options.resolver,
+                max_file_size: options.max_file_size,
+                hash: crate::hasher::Limits {
+                    max_bytes: options.max_hash_bytes,
+                    timeout: options.hash_timeout,
+                },
             },
             events,
         )
@@ -214,6 +248,9 @@ impl Server {
             source,
         })?;
         let (tcp, udp, addr) = bind_sockets(addr, transports)?;
+        if udp.is_some() {
+            service.offload_hashes();
+        }
         let workers = match options.udp_workers {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
             n => n,
@@ -225,9 +262,11 @@ impl Server {
             service: Arc::new(service),
             udp_workers: workers,
             session_idle: options.session_idle,
+            hello_timeout: options.hello_timeout,
             max_clients: options.max_clients,
             connections: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
+            pending: Pending::default(),
         })
     }
 
@@ -257,6 +296,9 @@ impl Server {
             if let Some(udp) = &self.udp {
                 for _ in 0..self.udp_workers {
                     scope.spawn(move || self.udp_worker(udp, stop));
+                }
+                for _ in 0..crate::hasher::HASHERS {
+                    scope.spawn(move || self.hasher(udp, stop));
                 }
             }
             let accept = self
@@ -304,6 +346,18 @@ impl Server {
         }
     }
 
+    /// Run queued UDP hashes and send their replies.
+    fn hasher(&self, udp: &UdpSocket, stop: &AtomicBool) {
+        let mut out = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(job) = self.service.hashes.next(POLL) {
+                out.clear();
+                self.service.run_hash_job(&job, &mut out);
+                let _ = udp.send_to(&out, job.to);
+            }
+        }
+    }
+
     fn accept_loop<'scope>(
         &'scope self,
         scope: &'scope std::thread::Scope<'scope, '_>,
@@ -326,26 +380,53 @@ impl Server {
             };
             let open = self.connections.fetch_add(1, Ordering::SeqCst) + 1;
             let slot = ConnectionSlot(&self.connections);
-            if open > self.max_clients + EXTRA_CONNECTIONS {
-                drop(stream);
+            if open > self.max_clients + EXTRA_CONNECTIONS && !self.pending.evict_one() {
+                self.turn_away(stream);
                 drop(slot);
                 continue;
             }
             let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+            let evicted = self.pending.add(conn);
             let spawned = std::thread::Builder::new()
                 .name("rfs-conn".into())
                 .stack_size(256 * 1024)
                 .spawn_scoped(scope, move || {
                     let _slot = slot;
-                    self.serve_connection(stream, peer, conn, stop);
+                    self.serve_connection(stream, peer, conn, &evicted, stop);
+                    self.pending.remove(conn);
                     self.service.end_connection(conn);
                 });
             if spawned.is_err() {
                 // Out of threads: the connection is dropped with the closure.
+                self.pending.remove(conn);
                 continue;
             }
         }
         Ok(())
+    }
+
+    /// Answer a connection beyond the limit with BUSY under request id 0,
+    /// without blocking the accept loop, and close it.
+    fn turn_away(&self, mut stream: TcpStream) {
+        let _ = stream.set_nonblocking(true);
+        let busy = RemoteError::new(
+            ErrorCode::Busy,
+            format!(
+                "server busy: it has {} connections open, its most; try again later",
+                self.max_clients + EXTRA_CONNECTIONS
+            ),
+        );
+        let mut out = vec![0u8; 4];
+        protocol::encode_error_reply(0, 0, Op::Hello.code(), &busy, &mut out);
+        let len = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&len.to_be_bytes());
+        // A fresh socket's send buffer takes these few bytes at once.
+        let _ = stream.write(&out);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        // Read what already arrived, so that the close sends FIN and not
+        // RST (which could discard the reply before the client reads it).
+        let mut sink = [0u8; 4096];
+        while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
     }
 
     fn serve_connection(
@@ -353,6 +434,7 @@ impl Server {
         mut stream: TcpStream,
         addr: SocketAddr,
         conn: u64,
+        evicted: &AtomicBool,
         stop: &AtomicBool,
     ) {
         let peer = Peer::Tcp { conn, addr };
@@ -366,7 +448,20 @@ impl Server {
         let mut frames = FrameBuffer::new();
         let mut out = Vec::with_capacity(OUT_BUFFER);
         let mut last_frame = Instant::now();
+        let accepted = Instant::now();
+        let mut ready = false;
         while !stop.load(Ordering::Relaxed) {
+            // A total deadline, checked whatever arrives: trickling bytes
+            // does not extend it.
+            if !ready {
+                ready = self.service.connection_ready(conn);
+                if ready {
+                    self.pending.remove(conn);
+                } else if accepted.elapsed() > self.hello_timeout || evicted.load(Ordering::Relaxed)
+                {
+                    return;
+                }
+            }
             match frames.fill(&mut stream) {
                 Ok(0) => return, // closed (maybe mid-frame: that request is dropped)
                 Ok(_) => {}
@@ -383,6 +478,15 @@ impl Server {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return,
+            }
+            // Before its session is ready a connection may send only a hello
+            // and an auth, both small: a peer that announces a larger frame
+            // is not one of ours.
+            if !ready
+                && frames.front_len().is_some_and(|n| n > protocol::HELLO_LEN)
+                && !self.service.connection_ready(conn)
+            {
+                return;
             }
             // Answer every whole request buffered, gathering the replies;
             // write them when the next might not fit, and when no whole
@@ -466,6 +570,20 @@ fn validate(transports: &Transports, options: &ServerOptions) -> Result<(), Serv
             accepted: "a non-empty secret, or no token".into(),
         });
     }
+    if options.hash_timeout.is_zero() {
+        return Err(ServerError::Option {
+            what: "hash_timeout",
+            value: "0".into(),
+            accepted: "a positive duration".into(),
+        });
+    }
+    if options.hello_timeout.is_zero() {
+        return Err(ServerError::Option {
+            what: "hello_timeout",
+            value: "0".into(),
+            accepted: "a positive duration".into(),
+        });
+    }
     if options.session_idle.is_zero() {
         return Err(ServerError::Option {
             what: "session_idle",
@@ -543,6 +661,55 @@ fn is_transient_accept_error(e: &io::Error) -> bool {
     )
 }
 
+/// A pending connection older than this may lose its slot to a new one
+/// when every slot is taken.
+const PENDING_GRACE: Duration = Duration::from_secs(1);
+
+/// TCP connections that have not opened a ready session yet, with the
+/// flag that tells one to close: when the slots are full, the oldest of
+/// them past [`PENDING_GRACE`] makes room for a new connection, so silent
+/// or trickling peers cannot keep clients out for their whole hello
+/// timeout.
+#[derive(Default)]
+struct Pending(std::sync::Mutex<std::collections::HashMap<u64, (Instant, Arc<AtomicBool>)>>);
+
+impl Pending {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, (Instant, Arc<AtomicBool>)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(&self, conn: u64) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.lock()
+            .insert(conn, (Instant::now(), Arc::clone(&flag)));
+        flag
+    }
+
+    fn remove(&self, conn: u64) {
+        self.lock().remove(&conn);
+    }
+
+    /// Tell the oldest pending connection past the grace to close; false
+    /// if there is none. Its slot frees within a poll interval.
+    fn evict_one(&self) -> bool {
+        let mut pending = self.lock();
+        let victim = pending
+            .iter()
+            .filter(|(_, (since, _))| since.elapsed() > PENDING_GRACE)
+            .min_by_key(|(_, (since, _))| *since)
+            .map(|(conn, _)| *conn);
+        match victim.and_then(|conn| pending.remove(&conn)) {
+            Some((_, flag)) => {
+                flag.store(true, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Counts a connection while it lives.
 struct ConnectionSlot<'a>(&'a AtomicUsize);
 
@@ -599,6 +766,15 @@ impl FrameBuffer {
             !(crate::protocol::HEADER_LEN..=MAX_MESSAGE)
                 .contains(&(u32::from_be_bytes(len) as usize))
         }
+    }
+
+    /// The length the frame at the front announces, once its prefix is in.
+    pub(crate) fn front_len(&self) -> Option<usize> {
+        (self.end - self.start >= 4).then(|| {
+            let mut len = [0u8; 4];
+            len.copy_from_slice(&self.buf[self.start..self.start + 4]);
+            u32::from_be_bytes(len) as usize
+        })
     }
 
     /// Whether no byte is buffered.

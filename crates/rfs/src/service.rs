@@ -11,23 +11,38 @@
 //! 2. Version and operation code are known, the body decodes strictly.
 //!    Otherwise an error reply (PROTOCOL, UNSUPPORTED, INVAL) names the
 //!    problem.
-//! 3. `Hello` opens a session (bounded by `max_clients`). Everything else
-//!    names a session that exists, belongs to the sender's address (UDP) or
+//! 3. `Hello` opens a session (bounded by `max_clients`), over UDP only
+//!    with a valid address cookie (otherwise it is answered `Retry` and
+//!    nothing is kept; [`crate::cookie`]), and not for an address backed
+//!    off after wrong tokens ([`crate::backoff`]). Everything else names a
+//!    session that exists, belongs to the sender's address (UDP) or
 //!    connection (TCP), and has authenticated when the server has a token.
+//!    Only a request that passed that check confirms the session (an
+//!    unconfirmed session can be evicted for a new client).
 //! 4. Non-idempotent operations pass the session's duplicate-request cache
 //!    ([`crate::drc`]).
 //! 5. The operation runs against the export (module `export`), with
 //!    handles from module `handles`; every error becomes a code and a
 //!    detail naming the input.
+//!
+//! Over UDP, a reply to a sender that has no session is never larger than
+//! its request (an error's detail is cut, or nothing is sent): a forged
+//! source address cannot turn the server into an amplifier.
+
+mod put;
 
 use crate::auth;
+use crate::backoff::Backoff;
+use crate::cookie::{self, CookieJar};
 use crate::drc::{self, Check, Drc};
 use crate::export::{self, Export, RelPath, Resolver};
 use crate::handles::{FdCache, HandleTable, Resolved};
+use crate::hasher;
 use crate::protocol::{
-    self, begin_read_reply, decode_header, decode_request_body, encode_error_reply, encode_reply,
-    finish_read_reply, printable, request_op, Attr, CreateHow, DecodeError, DirEntry, ErrorCode,
-    Handle, Header, Kind, Op, RemoteError, Reply, Request, Transport, REPLY_BIT,
+    self, begin_read_reply, decode_header, decode_request_body, encode_error_reply,
+    encode_error_reply_as, encode_reply, finish_read_reply, printable, request_op, Attr, CreateHow,
+    DecodeError, DirEntry, ErrorCode, Handle, Header, Kind, Op, RemoteError, Reply, Request,
+    Transport, REPLY_BIT,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -38,7 +53,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// Most handles the server remembers.
@@ -55,8 +70,6 @@ const AUTH_GRACE: Duration = Duration::from_secs(5);
 /// An unconfirmed session older than this is evicted when a new client
 /// needs its slot.
 const UNCONFIRMED_GRACE: Duration = Duration::from_secs(1);
-/// Chunk in which files are hashed.
-const HASH_CHUNK: usize = 256 * 1024;
 
 /// Who sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -177,6 +190,10 @@ pub struct ServiceConfig {
     /// A UDP session silent this long is forgotten.
     pub session_idle: Duration,
     pub resolver: Option<Resolver>,
+    /// Writes may not reach beyond this many bytes of a file.
+    pub max_file_size: u64,
+    /// Bounds of one Hash.
+    pub hash: hasher::Limits,
 }
 
 struct Session {
@@ -193,6 +210,8 @@ struct Session {
     last_seen: AtomicU64,
     created: Instant,
     drc: Mutex<Drc>,
+    /// Uploads in progress: their temporary files go when the session does.
+    uploads: Mutex<put::SessionUploads>,
 }
 
 /// The file service of one export.
@@ -203,8 +222,21 @@ pub struct Service {
     handles: Mutex<HandleTable>,
     fds: Mutex<FdCache>,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    /// Every upload in progress, by handle index (held by their sessions).
+    uploads: Mutex<HashMap<u64, Weak<put::Upload>>>,
+    /// Directories already swept of dead servers' uploads (by identity).
+    swept_dirs: Mutex<std::collections::HashSet<(u64, u64)>>,
     pub counters: Counters,
     events: Option<EventSink>,
+    /// Validates UDP source addresses before a session exists.
+    cookies: CookieJar,
+    /// Addresses that sent wrong tokens wait before their next session.
+    backoff: Backoff,
+    /// UDP hashes waiting for the server's hasher threads.
+    pub(crate) hashes: hasher::Queue,
+    /// Whether UDP hashes go to `hashes` (a server with hasher threads) or
+    /// run where they arrive.
+    offload_hashes: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -275,6 +307,35 @@ fn handle_io_error(e: &io::Error, what: &str) -> RemoteError {
     }
 }
 
+/// Refuse to write a file with more than one name: a hard link inside the
+/// export may name a file outside it, which must not change through rfs.
+fn refuse_hard_links(st: &libc::stat, what: &str) -> OpResult<()> {
+    if st.st_nlink > 1 {
+        return Err(err(
+            ErrorCode::Access,
+            format!(
+                "{what} has {} hard links; rfs does not write through a hard link (another name, maybe outside the export, would change too)",
+                st.st_nlink
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The upload handle a request names, if any (only its session may use it).
+fn upload_of<'r>(req: &'r Request<'_>) -> Option<&'r Handle> {
+    match req {
+        Request::Read { file: h, .. }
+        | Request::Write { file: h, .. }
+        | Request::Hash { file: h }
+        | Request::Commit { file: h }
+        | Request::Getattr { handle: h }
+        | Request::PutCommit { upload: h }
+        | Request::PutAbort { upload: h } => Some(h).filter(|h| put::is_upload(h)),
+        _ => None,
+    }
+}
+
 fn stale(what: &str) -> RemoteError {
     err(
         ErrorCode::Stale,
@@ -292,7 +353,7 @@ impl Service {
         let root_fd = export.open_dir(&RelPath::root())?;
         let root_st = export::stat_fd(root_fd.as_fd())?;
         let epoch = auth::random_nonzero_u64()?;
-        Ok(Service {
+        let service = Service {
             handles: Mutex::new(HandleTable::new(
                 epoch,
                 export::identity(&root_st),
@@ -304,9 +365,19 @@ impl Service {
             config,
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
+            uploads: Mutex::new(HashMap::new()),
+            swept_dirs: Mutex::default(),
             counters: Counters::default(),
             events,
-        })
+            cookies: CookieJar::new()?,
+            backoff: Backoff::new(crate::backoff::DEFAULT_CAPACITY),
+            hashes: hasher::Queue::new(),
+            offload_hashes: AtomicBool::new(false),
+        };
+        // Uploads a killed server left at the root go now; elsewhere, at
+        // the first put into their directory.
+        service.sweep_once(&RelPath::root(), export::identity(&root_st));
+        Ok(service)
     }
 
     pub fn resolver(&self) -> Resolver {
@@ -355,7 +426,17 @@ impl Service {
     ) -> Outcome {
         bump(&self.counters.requests);
         let start = out.len();
-        let outcome = self.handle_inner(peer, transport, msg, out);
+        let mut validated = false;
+        let mut outcome = self.handle_inner(peer, transport, msg, out, &mut validated);
+        if outcome == Outcome::Reply
+            && transport == Transport::Udp
+            && !validated
+            && !cookie::fit_reply(out, start, msg.len())
+        {
+            // Not even a bare error fits in the request's size: a source
+            // that has not shown it receives datagrams gets nothing.
+            outcome = Outcome::Drop;
+        }
         if outcome == Outcome::Reply {
             bump(&self.counters.replies);
         } else {
@@ -364,12 +445,15 @@ impl Service {
         outcome
     }
 
+    /// `validated` is set when the reply goes to a source address known to
+    /// be real (a session's, or a hello's with a valid cookie).
     fn handle_inner(
         &self,
         peer: Peer,
         transport: Transport,
         msg: &[u8],
         out: &mut Vec<u8>,
+        validated: &mut bool,
     ) -> Outcome {
         let no_header = match transport {
             Transport::Udp => Outcome::Drop,
@@ -391,6 +475,21 @@ impl Service {
         };
         let op = match request_op(&header) {
             Ok(op) => op,
+            Err(DecodeError::Version { got }) => {
+                // Answered under the peer's own version, so that an older
+                // (or newer) client can read why it is refused.
+                bump(&self.counters.malformed);
+                let e = err(
+                    ErrorCode::Protocol,
+                    format!(
+                        "v{} required: this server speaks rfs protocol version {}, the client {got}; run the same osprobe version on both sides",
+                        protocol::VERSION,
+                        protocol::VERSION
+                    ),
+                );
+                encode_error_reply_as(got, header.session, header.xid, header.opcode, &e, out);
+                return Outcome::Reply;
+            }
             Err(e) => {
                 bump(&self.counters.malformed);
                 let code = match e {
@@ -411,7 +510,16 @@ impl Service {
                 return reply_error(err(code, format!("{op} request: {e}")), out);
             }
         };
-        if let Request::Hello { nonce } = req {
+        if let Request::Hello { nonce, cookie } = req {
+            if transport == Transport::Udp && !self.cookies.check(peer.addr(), &cookie) {
+                // No state, no event: prove the address first.
+                let retry = Reply::Retry {
+                    cookie: self.cookies.issue(peer.addr()),
+                };
+                self.encode(0, header.xid, op, &Ok(retry), out);
+                return Outcome::Reply;
+            }
+            *validated = true;
             return match self.hello(peer, transport, nonce) {
                 Ok((session, welcome)) => {
                     self.encode(session, header.xid, op, &Ok(welcome), out);
@@ -419,10 +527,14 @@ impl Service {
                 }
                 Err(e) => {
                     bump(&self.counters.refused);
-                    self.emit(ServerEvent::Refused {
-                        peer: peer.addr(),
-                        reason: e.to_string(),
-                    });
+                    // A backed-off address was logged with its wrong token;
+                    // its retries are not (a guesser would flood the log).
+                    if !e.detail.starts_with(crate::backoff::REFUSAL) {
+                        self.emit(ServerEvent::Refused {
+                            peer: peer.addr(),
+                            reason: e.to_string(),
+                        });
+                    }
                     reply_error(e, out)
                 }
             };
@@ -434,8 +546,9 @@ impl Service {
                 return reply_error(e, out);
             }
         };
+        // The session's address or connection is the sender's: real.
+        *validated = true;
         session.last_seen.store(self.now_ms(), Ordering::Relaxed);
-        session.confirmed.store(true, Ordering::Relaxed);
         match req {
             Request::Auth { proof } => {
                 let result = self.auth(&session, &proof);
@@ -459,6 +572,8 @@ impl Service {
             _ => {}
         }
         if !session.authenticated.load(Ordering::Acquire) {
+            // Refused requests do not confirm the session: a client without
+            // the token stays evictable however much it sends.
             bump(&self.counters.refused);
             return reply_error(
                 err(
@@ -468,6 +583,7 @@ impl Service {
                 out,
             );
         }
+        session.confirmed.store(true, Ordering::Relaxed);
         if !op.is_cached() {
             self.execute(&header, op, req, transport, out);
             return Outcome::Reply;
@@ -521,9 +637,55 @@ impl Service {
             }
         }
         let start = out.len();
-        self.execute(&header, op, req, transport, out);
+        if let (Request::Hash { file }, Peer::Udp(to), true) = (
+            &req,
+            peer,
+            transport == Transport::Udp && self.offload_hashes.load(Ordering::Relaxed),
+        ) {
+            let job = hasher::Job {
+                header,
+                file: *file,
+                to,
+            };
+            if self.hashes.submit(job).is_ok() {
+                // A hasher thread answers it (and completes the cache entry);
+                // a retransmission meanwhile finds it in progress.
+                return Outcome::Drop;
+            }
+            let busy = err(
+                ErrorCode::Busy,
+                "every hasher of the server is busy; retry later",
+            );
+            encode_error_reply(header.session, header.xid, op.code(), &busy, out);
+        } else {
+            self.execute(&header, op, req, transport, out);
+        }
         lock(&session.drc).complete(header.xid, &out[start..]);
         Outcome::Reply
+    }
+
+    /// Send UDP hashes to [`Service::hashes`] from now on (the server runs
+    /// hasher threads that call [`Service::run_hash_job`]).
+    pub(crate) fn offload_hashes(&self) {
+        self.offload_hashes.store(true, Ordering::Relaxed);
+    }
+
+    /// Run a queued hash: its reply in `out`, recorded in the session's
+    /// duplicate cache (if the session still exists).
+    pub(crate) fn run_hash_job(&self, job: &hasher::Job, out: &mut Vec<u8>) {
+        // An upload is hashed only for the session that began it, as in
+        // `execute`, which a queued hash does not pass through.
+        let result = match upload_of(&Request::Hash { file: job.file }) {
+            Some(h) => self
+                .check_upload_owner(job.header.session, h)
+                .and_then(|()| self.hash(&job.file)),
+            None => self.hash(&job.file),
+        };
+        self.encode(job.header.session, job.header.xid, Op::Hash, &result, out);
+        let session = lock(&self.sessions).get(&job.header.session).cloned();
+        if let Some(s) = session {
+            lock(&s.drc).complete(job.header.xid, out);
+        }
     }
 
     fn encode(
@@ -558,6 +720,10 @@ impl Service {
         transport: Transport,
         out: &mut Vec<u8>,
     ) {
+        if let Some(Err(e)) = upload_of(&req).map(|h| self.check_upload_owner(header.session, h)) {
+            self.encode(header.session, header.xid, op, &Err(e), out);
+            return;
+        }
         let result = match req {
             Request::Read {
                 file,
@@ -595,6 +761,11 @@ impl Service {
             Request::Remove { dir, name } => self.remove(&dir, name),
             Request::Hash { file } => self.hash(&file),
             Request::Commit { file } => self.commit(&file),
+            Request::PutBegin { dir, name, mode } => {
+                self.put_begin(header.session, &dir, name, mode)
+            }
+            Request::PutCommit { upload } => self.put_commit(header.session, &upload),
+            Request::PutAbort { upload } => self.put_abort(header.session, &upload),
             Request::Hello { .. } | Request::Auth { .. } | Request::Goodbye => Err(err(
                 ErrorCode::Invalid,
                 "session requests are handled earlier",
@@ -625,6 +796,11 @@ impl Service {
                         ErrorCode::Invalid,
                         "this connection has a session already; one session per TCP connection",
                     ));
+                }
+                if self.config.token.is_some() {
+                    if let Some(wait) = self.backoff.wait(peer.addr().ip()) {
+                        return Err(err(ErrorCode::Auth, crate::backoff::refusal(wait)));
+                    }
                 }
                 self.expire_locked(&mut sessions);
                 if sessions.len() >= self.config.max_clients {
@@ -658,6 +834,7 @@ impl Service {
                     last_seen: AtomicU64::new(self.now_ms()),
                     created: Instant::now(),
                     drc: Mutex::new(Drc::new(self.config.drc_budget)),
+                    uploads: Mutex::default(),
                 });
                 sessions.insert(id, Arc::clone(&s));
                 bump(&self.counters.sessions_opened);
@@ -738,8 +915,11 @@ impl Service {
             proof,
         ) {
             session.authenticated.store(true, Ordering::Release);
+            session.confirmed.store(true, Ordering::Relaxed);
+            self.backoff.succeeded(session.peer.addr().ip());
             Ok(())
         } else {
+            self.backoff.failed(session.peer.addr().ip());
             self.end_session(session.id, "wrong token");
             self.emit(ServerEvent::Refused {
                 peer: session.peer.addr(),
@@ -761,6 +941,15 @@ impl Service {
                 reason,
             });
         }
+    }
+
+    /// Whether TCP connection `conn` has a session that may make requests
+    /// (authenticated, or no token needed).
+    pub fn connection_ready(&self, conn: u64) -> bool {
+        lock(&self.sessions).values().any(|s| {
+            matches!(s.peer, Peer::Tcp { conn: c, .. } if c == conn)
+                && s.authenticated.load(Ordering::Acquire)
+        })
     }
 
     /// End the sessions of a closed TCP connection.
@@ -858,6 +1047,9 @@ impl Service {
 
     /// The open regular file of handle `h`, for reading or writing.
     fn open_file(&self, h: &Handle, write: bool) -> OpResult<Arc<File>> {
+        if put::is_upload(h) {
+            return self.upload_file(h);
+        }
         let r = self.resolve(h)?;
         let what = show_path(&r.path);
         match r.kind {
@@ -876,34 +1068,21 @@ impl Service {
         if let Some(f) = lock(&self.fds).get(r.index, write) {
             return Ok(f);
         }
-        let base = libc::O_NONBLOCK | libc::O_NOCTTY;
-        let (fd, writable) = if self.config.read_only {
-            (
-                self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
-                false,
-            )
-        } else {
-            match self.export.open_at(&r.path, libc::O_RDWR | base, 0) {
-                Err(e)
-                    if !write
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::EACCES | libc::EPERM | libc::EROFS)
-                        ) =>
-                {
-                    (
-                        self.export.open_at(&r.path, libc::O_RDONLY | base, 0),
-                        false,
-                    )
-                }
-                other => (other, true),
-            }
-        };
-        let fd = fd.map_err(|e| handle_io_error(&e, &what))?;
+        // Reads open read-only: a read needs no more, and a binary running
+        // on the server refuses opens for writing ("Text file busy").
+        let access = if write { libc::O_RDWR } else { libc::O_RDONLY };
+        let fd = self
+            .export
+            .open_at(&r.path, access | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
+            .map_err(|e| handle_io_error(&e, &what))?;
         let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
         if export::identity(&st) != r.identity || export::kind_of(st.st_mode) != Kind::File {
             return Err(stale(&what));
         }
+        if write {
+            refuse_hard_links(&st, &what)?;
+        }
+        let writable = write;
         let file = Arc::new(File::from(fd));
         lock(&self.fds).put(r.index, Arc::clone(&file), writable);
         Ok(file)
@@ -970,29 +1149,42 @@ impl Service {
             | libc::O_NOCTTY
             | match how {
                 CreateHow::Exclusive => libc::O_EXCL,
-                CreateHow::Truncate => libc::O_TRUNC,
+                // Truncated below, once it is known not to be a hard link.
+                CreateHow::Truncate => 0,
             };
         let fd = export::open_in(dfd.as_fd(), name, flags, mode & protocol::MAX_CREATE_MODE)
             .map_err(|e| io_error(&e, &what))?;
-        let st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
+        let mut st = export::stat_fd(fd.as_fd()).map_err(|e| io_error(&e, &what))?;
         if export::kind_of(st.st_mode) != Kind::File {
             return Err(err(
                 ErrorCode::Invalid,
                 format!("{what} exists and is not a regular file"),
             ));
         }
-        let (handle, dropped) = lock(&self.handles).intern(path, Kind::File, export::identity(&st));
+        refuse_hard_links(&st, &what)?;
+        let file = File::from(fd);
+        if how == CreateHow::Truncate && st.st_size != 0 {
+            file.set_len(0).map_err(|e| io_error(&e, &what))?;
+            st = export::stat_fd(file.as_fd()).map_err(|e| io_error(&e, &what))?;
+        }
+        self.created(path, file, &st)
+    }
+
+    /// Register a file just created (or truncated) under `path`: its
+    /// handle, and its descriptor in the cache for the writes that follow.
+    fn created(&self, path: RelPath, file: File, st: &libc::stat) -> OpResult<Reply<'static>> {
+        let (handle, dropped) = lock(&self.handles).intern(path, Kind::File, export::identity(st));
         let (_, index) = handle.parts();
         {
             let mut fds = lock(&self.fds);
             if let Some(i) = dropped {
                 fds.forget(i);
             }
-            fds.put(index, Arc::new(File::from(fd)), true);
+            fds.put(index, Arc::new(file), true);
         }
         Ok(Reply::Handle {
             handle,
-            attr: export::attr_of(&st),
+            attr: export::attr_of(st),
         })
     }
 
@@ -1039,6 +1231,18 @@ impl Service {
 
     fn write(&self, file: &Handle, offset: u64, data: &[u8]) -> OpResult<Reply<'static>> {
         self.check_writable()?;
+        let end = offset.saturating_add(data.len() as u64);
+        if end > self.config.max_file_size {
+            // One write at a large offset must not create a huge (sparse)
+            // file.
+            return Err(err(
+                ErrorCode::TooBig,
+                format!(
+                    "a write up to byte {end} is beyond the server's file size limit of {} bytes",
+                    self.config.max_file_size
+                ),
+            ));
+        }
         let f = self.open_file(file, true)?;
         f.write_all_at(data, offset)
             .map_err(|e| io_error(&e, "write"))?;
@@ -1053,6 +1257,11 @@ impl Service {
     }
 
     fn getattr(&self, h: &Handle) -> OpResult<Attr> {
+        if put::is_upload(h) {
+            let f = self.upload_file(h)?;
+            let st = export::stat_fd(f.as_fd()).map_err(|e| io_error(&e, "the upload"))?;
+            return Ok(export::attr_of(&st));
+        }
         let r = self.resolve(h)?;
         let what = show_path(&r.path);
         let st = match r.path.split_last() {
@@ -1137,23 +1346,10 @@ impl Service {
 
     fn hash(&self, file: &Handle) -> OpResult<Reply<'static>> {
         let f = self.open_file(file, false)?;
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        let mut buf = vec![0u8; HASH_CHUNK];
-        let mut offset = 0u64;
-        loop {
-            match f.read_at(&mut buf, offset) {
-                Ok(0) => break,
-                Ok(n) => {
-                    hasher.update(&buf[..n]);
-                    offset += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(&e, "hash")),
-            }
-        }
+        let (size, hash) = hasher::hash_file(&f, self.config.hash)?;
         Ok(Reply::Hash {
-            size: offset,
-            hash: hasher.digest128().to_be_bytes(),
+            size,
+            hash: hash.to_be_bytes(),
         })
     }
 
@@ -1188,6 +1384,11 @@ mod tests {
             drc_budget: 64 * 1024,
             session_idle: Duration::from_secs(60),
             resolver: None,
+            max_file_size: 1 << 20,
+            hash: hasher::Limits {
+                max_bytes: 1 << 20,
+                timeout: Duration::from_secs(60),
+            },
         }
     }
 
@@ -1207,13 +1408,26 @@ mod tests {
                 xid: 0,
                 peer: Peer::Udp(PEER.parse().unwrap()),
             };
-            let (h, r) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+            let (h, r) = t.hello([1; 16]);
             match r.unwrap() {
                 Reply::Welcome { root, .. } => t.root = root,
                 other => panic!("{other:?}"),
             }
             t.session = h.session;
             t
+        }
+
+        /// A hello with the cookie round trip a UDP client makes.
+        fn hello(&mut self, nonce: [u8; 16]) -> (Header, OpResult<Reply<'static>>) {
+            let first = Request::Hello {
+                nonce,
+                cookie: [0; protocol::COOKIE_LEN],
+            };
+            let (_, r) = self.send_raw(0, &first);
+            let Ok(Reply::Retry { cookie }) = r else {
+                panic!("a hello without a cookie got {r:?}")
+            };
+            self.send_raw(0, &Request::Hello { nonce, cookie })
         }
 
         fn message(&mut self, xid: u64, req: &Request<'_>) -> Vec<u8> {
@@ -1293,6 +1507,7 @@ mod tests {
                 max_data,
                 drc_span,
             },
+            Reply::Retry { cookie } => Reply::Retry { cookie },
             Reply::Done => Reply::Done,
             Reply::Handle { handle, attr } => Reply::Handle { handle, attr },
             Reply::Written { count, size } => Reply::Written { count, size },
@@ -1664,26 +1879,18 @@ mod tests {
         );
         t.peer = Peer::Udp(PEER.parse().unwrap());
         // A retransmitted hello gets the same session.
-        let (h, _) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+        let (h, _) = t.hello([1; 16]);
         assert_eq!(h.session, t.session);
         // max_clients.
         for i in 0..3u8 {
-            let (h, r) = t.send_raw(
-                0,
-                &Request::Hello {
-                    nonce: [10 + i; 16],
-                },
-            );
+            let (h, r) = t.hello([10 + i; 16]);
             assert!(r.is_ok());
             assert_ne!(h.session, t.session);
         }
-        assert_eq!(
-            code(t.send_raw(0, &Request::Hello { nonce: [99; 16] }).1),
-            ErrorCode::Busy
-        );
+        assert_eq!(code(t.hello([99; 16]).1), ErrorCode::Busy);
         // Goodbye frees the slot.
         assert!(t.send(&Request::Goodbye).is_ok());
-        assert!(t.send_raw(0, &Request::Hello { nonce: [99; 16] }).1.is_ok());
+        assert!(t.hello([99; 16]).1.is_ok());
     }
 
     #[test]
@@ -1699,14 +1906,11 @@ mod tests {
         let me = t.peer;
         // A "client" that only ever says hello (its address was forged).
         t.peer = Peer::Udp("127.0.0.1:50001".parse().unwrap());
-        assert!(t.send_raw(0, &Request::Hello { nonce: [7; 16] }).1.is_ok());
+        assert!(t.hello([7; 16]).1.is_ok());
         t.peer = Peer::Udp("127.0.0.1:50002".parse().unwrap());
-        assert_eq!(
-            code(t.send_raw(0, &Request::Hello { nonce: [8; 16] }).1),
-            ErrorCode::Busy
-        );
+        assert_eq!(code(t.hello([8; 16]).1), ErrorCode::Busy);
         std::thread::sleep(UNCONFIRMED_GRACE + Duration::from_millis(100));
-        assert!(t.send_raw(0, &Request::Hello { nonce: [8; 16] }).1.is_ok());
+        assert!(t.hello([8; 16]).1.is_ok());
         // The confirmed session was not the one evicted.
         t.peer = me;
         assert!(t.send(&Request::Getattr { handle: t.root }).is_ok());
@@ -1722,7 +1926,7 @@ mod tests {
             ErrorCode::Auth
         );
         // The right proof.
-        let (_, r) = t.send_raw(0, &Request::Hello { nonce: [1; 16] });
+        let (_, r) = t.hello([1; 16]);
         let Reply::Welcome {
             nonce,
             auth_required,

@@ -8,7 +8,7 @@ mod common;
 use common::{data, options, TestServer};
 use osprobe_rfs::protocol::{
     decode_header, decode_reply, decode_request, encode_request, CreateHow, ErrorCode, Handle, Op,
-    Reply, Request, HEADER_LEN,
+    Reply, Request, COOKIE_LEN, HEADER_LEN, VERSION,
 };
 use osprobe_rfs::{Client, ServerOptions, Transport, Transports};
 use std::collections::BTreeMap;
@@ -73,16 +73,25 @@ fn raw_session(server: SocketAddr) -> (UdpSocket, u64, Handle) {
     s.connect(server).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
-    let mut m = Vec::new();
-    encode_request(0, 1, &Request::Hello { nonce: [3; 16] }, &mut m).unwrap();
-    s.send(&m).unwrap();
+    let mut cookie = [0; COOKIE_LEN];
     let mut buf = vec![0u8; 70_000];
-    let n = s.recv(&mut buf).unwrap();
-    let (h, _, r) = decode_reply(&buf[..n]).unwrap();
-    let Ok(Reply::Welcome { root, .. }) = r else {
-        panic!("{r:?}")
-    };
-    (s, h.session, root)
+    for _ in 0..2 {
+        let mut m = Vec::new();
+        let hello = Request::Hello {
+            nonce: [3; 16],
+            cookie,
+        };
+        encode_request(0, 1, &hello, &mut m).unwrap();
+        s.send(&m).unwrap();
+        let n = s.recv(&mut buf).unwrap();
+        let (h, _, r) = decode_reply(&buf[..n]).unwrap();
+        match r {
+            Ok(Reply::Retry { cookie: c }) => cookie = c,
+            Ok(Reply::Welcome { root, .. }) => return (s, h.session, root),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no welcome after the cookie round trip")
 }
 
 /// Send and wait briefly for an answer (None: the server stayed silent).
@@ -119,7 +128,7 @@ fn patched(msg: &[u8], session: u64, root: Option<Handle>) -> Vec<u8> {
         m[8..16].copy_from_slice(&session.to_be_bytes());
     }
     if let Some(root) = root {
-        let has_handle = m.len() >= HEADER_LEN + 16 && matches!(m[3], 4..=12);
+        let has_handle = m.len() >= HEADER_LEN + 16 && matches!(m[3], 4..=15);
         if has_handle {
             m[HEADER_LEN..HEADER_LEN + 16].copy_from_slice(&root.0);
         }
@@ -159,6 +168,8 @@ fn the_corpus_is_refused_without_panics() {
         "half",
         "no-handle",
         "slash",
+        "padding",
+        "unpadded",
     ];
     for (name, bytes) in corpus() {
         let req = decode_request(&bytes);
@@ -203,6 +214,13 @@ fn the_corpus_leaves_the_server_serving_and_outside_untouched() {
                 // a message the decoder refuses. An unknown operation is
                 // answered UNSUPPORTED under its own code (which this
                 // side's decoder does not know either).
+                if m[2] != VERSION {
+                    // Another version is refused in that version's header.
+                    assert_eq!(reply[2], m[2]);
+                    assert_eq!(reply[HEADER_LEN], ErrorCode::Protocol as u8);
+                    assert!(reply.len() <= m.len(), "a reply larger than the request");
+                    continue;
+                }
                 if Op::from_code(m[3]).is_none() {
                     assert_eq!(reply[3], m[3] | 0x80);
                     assert_eq!(reply[HEADER_LEN], ErrorCode::Unsupported as u8);
@@ -231,7 +249,10 @@ fn the_corpus_leaves_the_server_serving_and_outside_untouched() {
                 let n = u32::from_be_bytes(len) as usize;
                 let mut body = vec![0u8; n];
                 s.read_exact(&mut body).unwrap();
-                if let Err(e) = decode_reply(&body) {
+                if body[2] != VERSION {
+                    assert_eq!(body[2], bytes[2], "{name}");
+                    assert_eq!(body[HEADER_LEN], ErrorCode::Protocol as u8, "{name}");
+                } else if let Err(e) = decode_reply(&body) {
                     assert_eq!(
                         body[HEADER_LEN],
                         ErrorCode::Unsupported as u8,
@@ -418,7 +439,14 @@ fn a_tcp_client_that_vanishes_mid_write_changes_nothing() {
         s.read_exact(&mut body).unwrap();
         body
     };
-    let m = frame(1, 0, &Request::Hello { nonce: [5; 16] });
+    let m = frame(
+        1,
+        0,
+        &Request::Hello {
+            nonce: [5; 16],
+            cookie: [0; COOKIE_LEN],
+        },
+    );
     s.write_all(&m).unwrap();
     let body = recv(&mut s);
     let (h, _, r) = decode_reply(&body).unwrap();

@@ -3,7 +3,8 @@
 //! The database is at `--db PATH`, else `$OSPROBE_DB`, else
 //! `$XDG_DATA_HOME/osprobe/results.db`, else
 //! `~/.local/share/osprobe/results.db`. Its schema version is SQLite's
-//! `user_version`; [`MIGRATIONS`] bring any older file up to date. A run is
+//! `user_version`; [`MIGRATIONS`] bring any older file up to date, under
+//! the write lock, so concurrent first writers on a new file all succeed. A run is
 //! written in one transaction, so an interrupted write leaves nothing behind.
 
 use osprobe_core::{Environment, Measurement, Profile, Run, SCHEMA_VERSION};
@@ -158,32 +159,9 @@ impl Store {
             .conn
             .pragma_update(None, "foreign_keys", true)
             .map_err(|e| store.classify(e))?;
-        let version = store.version()?;
-        if version > schema_version() {
-            return Err(StoreError::TooNew {
-                path: store.path,
-                found: version,
-                known: schema_version(),
-            });
-        }
-        if access == Access::Write {
-            store.migrate(version)?;
-        } else if version == 0 && !store.has_table("runs")? {
-            // An empty file or a database of something else: read as empty
-            // only if it is truly empty.
-            if store
-                .conn
-                .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .map_err(|e| store.classify(e))?
-                > 0
-            {
-                return Err(StoreError::NotADatabase {
-                    path: store.path,
-                    reason: "it holds tables but no osprobe runs".into(),
-                });
-            }
+        match access {
+            Access::Write => store.migrate()?,
+            Access::Read => store.check_readable()?,
         }
         Ok(store)
     }
@@ -196,79 +174,78 @@ impl Store {
         classify(&self.path, e)
     }
 
+    #[cfg(test)]
     fn version(&self) -> Result<u32, StoreError> {
-        self.conn
-            .pragma_query_value(None, "user_version", |r| r.get::<_, u32>(0))
-            .map_err(|e| self.classify(e))
+        version_of(&self.conn).map_err(|e| self.classify(e))
     }
 
     fn has_table(&self, name: &str) -> Result<bool, StoreError> {
-        self.conn
-            .query_row(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                [name],
-                |_| Ok(()),
-            )
-            .optional()
-            .map(|r| r.is_some())
-            .map_err(|e| self.classify(e))
+        has_table(&self.conn, name).map_err(|e| self.classify(e))
     }
 
-    /// Apply the missing migrations, each in its own transaction with the
-    /// version bump. Taking the write lock also proves the file is writable
-    /// before a run spends a minute measuring.
-    fn migrate(&mut self, from: u32) -> Result<(), StoreError> {
+    /// Check the schema version and apply the missing migrations, all in
+    /// one IMMEDIATE transaction: the version is read under the write lock,
+    /// so of two first writers on a new file one creates the schema and the
+    /// other, waiting on the lock (busy_timeout), then sees it created. A
+    /// read outside the transaction let both see version 0 and the second
+    /// fail. Taking the write lock also proves the file is writable before
+    /// a run spends a minute measuring.
+    fn migrate(&mut self) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let classify = |e: rusqlite::Error| match e.sqlite_error_code() {
-            Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
-                StoreError::NotADatabase {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                }
-            }
-            Some(ErrorCode::ReadOnly)
-            | Some(ErrorCode::CannotOpen)
-            | Some(ErrorCode::PermissionDenied) => StoreError::Open {
-                path: path.clone(),
-                reason: e.to_string(),
-            },
-            _ => StoreError::Sqlite {
-                path: path.clone(),
-                source: e,
-            },
-        };
-        if from == 0 && self.has_table_any()? {
+        let classify = |e: rusqlite::Error| classify(&path, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(classify)?;
+        let version = version_of(&tx).map_err(classify)?;
+        if version > schema_version() {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: version,
+                known: schema_version(),
+            });
+        }
+        if version == 0 && table_count(&tx).map_err(classify)? > 0 {
             return Err(StoreError::NotADatabase {
                 path: self.path.clone(),
                 reason: "it holds tables but no osprobe schema version".into(),
             });
         }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
-            let tx = self
-                .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(classify)?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql).map_err(classify)?;
             tx.pragma_update(None, "user_version", (i + 1) as u32)
                 .map_err(classify)?;
-            tx.commit().map_err(classify)?;
         }
-        // Nothing to migrate: still take and release the write lock.
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(classify)?;
-        tx.rollback().map_err(classify)?;
-        Ok(())
+        tx.commit().map_err(classify)
     }
 
-    fn has_table_any(&self) -> Result<bool, StoreError> {
-        self.conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .map(|n| n > 0)
-            .map_err(|e| self.classify(e))
+    /// Check, from one consistent snapshot (a read transaction, so a first
+    /// writer committing half way through the checks cannot mislead them),
+    /// that the file is an osprobe database this build can read: an empty
+    /// file reads as an empty store.
+    fn check_readable(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let classify = |e: rusqlite::Error| classify(&path, e);
+        let tx = self.conn.transaction().map_err(classify)?;
+        let version = version_of(&tx).map_err(classify)?;
+        if version > schema_version() {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: version,
+                known: schema_version(),
+            });
+        }
+        if version == 0 && !has_table(&tx, "runs").map_err(classify)? {
+            // An empty file or a database of something else: read as empty
+            // only if it is truly empty.
+            if table_count(&tx).map_err(classify)? > 0 {
+                return Err(StoreError::NotADatabase {
+                    path: self.path.clone(),
+                    reason: "it holds tables but no osprobe runs".into(),
+                });
+            }
+        }
+        tx.finish().map_err(classify)
     }
 
     /// Store a run and its measurements in one transaction.
@@ -289,7 +266,13 @@ impl Store {
             path: path.clone(),
             source: e,
         };
-        let tx = self.conn.transaction().map_err(sql_err)?;
+        // IMMEDIATE: take the write lock up front (waiting on busy_timeout)
+        // rather than upgrade a read lock later, which SQLite refuses at once
+        // with SQLITE_BUSY when another writer holds the lock.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql_err)?;
         insert_run(&tx, run, measurements).map_err(sql_err)?;
         tx.commit().map_err(sql_err)
     }
@@ -425,6 +408,25 @@ impl Store {
             skipped,
         })
     }
+}
+
+/// The schema version, SQLite's `user_version` (0 for a new file).
+fn version_of(conn: &Connection) -> rusqlite::Result<u32> {
+    conn.pragma_query_value(None, "user_version", |r| r.get::<_, u32>(0))
+}
+
+fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |_| Ok(()),
+    )
+    .optional()
+    .map(|r| r.is_some())
+}
+
+fn table_count(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
 }
 
 /// Turn SQLite's error codes into what the user should hear.

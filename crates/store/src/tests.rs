@@ -253,3 +253,116 @@ fn a_write_interrupted_by_death_leaves_no_partial_run() {
         .unwrap();
     assert_eq!(check, "ok");
 }
+
+/// Rounds of the concurrent-first-writer tests: the race was seen in 1 of 23
+/// tries, so each test tries many fresh databases.
+const FIRST_WRITER_ROUNDS: usize = 40;
+
+/// Several connections in threads open one new database at the same moment
+/// and each stores a run: every open and every write succeeds.
+#[test]
+fn concurrent_first_writers_in_threads_all_store_their_runs() {
+    const WRITERS: usize = 6;
+    for round in 0..FIRST_WRITER_ROUNDS {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let start = std::sync::Barrier::new(WRITERS);
+        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..WRITERS)
+                .map(|w| {
+                    let (path, start) = (&path, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        let mut store =
+                            Store::open(path, Access::Write).map_err(|e| e.to_string())?;
+                        store
+                            .save_run(&sample_run(&format!("01W{w}"), 2))
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (w, r) in results.iter().enumerate() {
+            assert!(r.is_ok(), "round {round}, writer {w}: {r:?}");
+        }
+        let store = Store::open(&path, Access::Read).unwrap();
+        assert_eq!(store.list_runs().unwrap().len(), WRITERS, "round {round}");
+    }
+}
+
+/// Environment variables that turn [`child_first_writer`] into one of the
+/// writers of [`concurrent_first_writers_in_processes_all_store_their_runs`].
+const FIRST_WRITER_DB: &str = "OSPROBE_TEST_FIRST_WRITER_DB";
+const FIRST_WRITER_GO: &str = "OSPROBE_TEST_FIRST_WRITER_GO";
+const FIRST_WRITER_ID: &str = "OSPROBE_TEST_FIRST_WRITER_ID";
+
+/// One first writer in its own process: waits for the parent's start file
+/// (so all writers open at about the same moment), opens the database and
+/// stores a run. Exit status 0 only if both succeeded.
+#[test]
+#[ignore = "helper process of concurrent_first_writers_in_processes_all_store_their_runs"]
+fn child_first_writer() {
+    let var = |name| std::env::var_os(name).expect("run by the parent test only");
+    let path = std::path::PathBuf::from(var(FIRST_WRITER_DB));
+    let go = std::path::PathBuf::from(var(FIRST_WRITER_GO));
+    let id = var(FIRST_WRITER_ID).into_string().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !go.exists() {
+        assert!(std::time::Instant::now() < deadline, "no start signal");
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let result =
+        Store::open(&path, Access::Write).and_then(|mut s| s.save_run(&sample_run(&id, 2)));
+    if let Err(e) = result {
+        eprintln!("first writer {id}: {e}");
+        std::process::exit(4);
+    }
+}
+
+/// The same race between processes, as two `osprobe run`s started together
+/// on a machine without a results database would have it.
+#[test]
+fn concurrent_first_writers_in_processes_all_store_their_runs() {
+    const WRITERS: usize = 4;
+    const ROUNDS: usize = 12;
+    for round in 0..ROUNDS {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let go = dir.path().join("go");
+        let mut children: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "tests::child_first_writer",
+                        "--ignored",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(FIRST_WRITER_DB, &path)
+                    .env(FIRST_WRITER_GO, &go)
+                    .env(FIRST_WRITER_ID, format!("01P{w}"))
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        std::fs::write(&go, b"").unwrap();
+        let mut failures = Vec::new();
+        for child in children.drain(..) {
+            let out = child.wait_with_output().unwrap();
+            if !out.status.success() {
+                failures.push(format!(
+                    "{}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        assert!(failures.is_empty(), "round {round}: {failures:#?}");
+        let store = Store::open(&path, Access::Read).unwrap();
+        assert_eq!(store.list_runs().unwrap().len(), WRITERS, "round {round}");
+    }
+}

@@ -18,11 +18,8 @@ use std::time::{Duration, Instant};
 pub fn can_run() -> bool {
     match check_requirements() {
         Ok(()) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI must be able to run the link emulator: {e}")
-        }
         Err(e) => {
-            eprintln!("skipping: {e}");
+            osprobe_core::testing::skip(format!("cannot run the link emulator: {e}"));
             false
         }
     }

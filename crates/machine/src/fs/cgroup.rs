@@ -3,21 +3,27 @@
 //! charged to the cgroup of the task that reads them in, and a cgroup at its
 //! memory limit reclaims its own pages first.
 //!
-//! The cgroup is `osprobe-<pid>-<id>`; it is removed (rmdir) when the guard
+//! The cgroup is `osprobe-<pid>-<start>-<id>` (its owner's pid and start
+//! time, see [`osprobe_core::owner`]); it is removed (rmdir) when the guard
 //! is dropped, after its process has been reaped, on success, error and
-//! Ctrl-C alike. A process killed outright cannot clean up, so creating one
-//! first removes empty `osprobe-<pid>-*` cgroups whose process is gone.
+//! Ctrl-C, SIGTERM or SIGHUP alike. A process killed outright cannot clean
+//! up (a cgroup outlives every process), so every osprobe command calls
+//! [`sweep_everywhere`] at start: it walks the memory hierarchy and removes
+//! empty `osprobe-*` cgroups whose owner is gone.
 //!
 //! Where it is created:
 //! - cgroup v1 (`/sys/fs/cgroup/memory`): under this process's own memory
-//!   cgroup, so any limit already placed on osprobe still applies (v1
-//!   limits are hierarchical), else at the hierarchy's root;
+//!   cgroup (`/sys/fs/cgroup/memory/<own cgroup>/osprobe-...`, the path in
+//!   the `memory` line of /proc/self/cgroup), so any limit already placed
+//!   on osprobe still applies (v1 limits are hierarchical), else at the
+//!   hierarchy's root;
 //! - cgroup v2 (`/sys/fs/cgroup` with `memory` in cgroup.controllers): at
 //!   the root, since a non-root cgroup holding processes cannot pass
 //!   controllers to children (the no-internal-processes rule); `+memory` is
 //!   written to the root's cgroup.subtree_control when missing, and taken
 //!   back afterwards when osprobe added it.
 
+use osprobe_core::owner::{Claim, Owner};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -152,11 +158,7 @@ fn create_under(parent: &Path, version: Version, limit: u64) -> io::Result<Memor
             enabled_memory_in = Some(control);
         }
     }
-    let path = parent.join(format!(
-        "{PREFIX}{}-{}",
-        std::process::id(),
-        osprobe_core::id::new_run_id()
-    ));
+    let path = parent.join(Owner::new_name(PREFIX));
     fs::create_dir(&path)?;
     // From here on the guard removes the directory, also when setting the
     // limit fails.
@@ -177,29 +179,73 @@ fn create_under(parent: &Path, version: Version, limit: u64) -> io::Result<Memor
     Ok(cg)
 }
 
-/// Remove empty osprobe cgroups under `parent` whose process is gone.
-fn sweep_stale(parent: &Path) {
+/// How deep [`sweep_everywhere`] looks below a hierarchy's root, and how
+/// many cgroups it visits at most: enough for systemd's slices and
+/// containers' nesting, bounded on a machine with thousands of cgroups.
+const SWEEP_DEPTH: usize = 6;
+const SWEEP_MAX_VISITED: usize = 20_000;
+
+/// Remove empty osprobe cgroups under `parent` whose owner is gone; returns
+/// how many were removed.
+fn sweep_stale(parent: &Path) -> usize {
     let Ok(entries) = fs::read_dir(parent) else {
-        return;
+        return 0;
     };
+    let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(stale_pid) else {
+        let Some(claim) = name.to_str().and_then(|n| Claim::parse(n, PREFIX)) else {
             continue;
         };
-        // SAFETY: signal 0 only checks whether the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
-            // rmdir fails on a cgroup that still has processes: then it stays.
-            let _ = fs::remove_dir(entry.path());
+        // rmdir fails on a cgroup that still has processes: then it stays.
+        if claim.owner_is_gone() && fs::remove_dir(entry.path()).is_ok() {
+            removed += 1;
         }
     }
+    removed
 }
 
-/// The pid in `osprobe-<pid>-<id>`.
-fn stale_pid(name: &str) -> Option<libc::pid_t> {
-    name.strip_prefix(PREFIX)?.split('-').next()?.parse().ok()
+/// Remove, anywhere in the memory cgroup hierarchy (v2 and v1 roots, down
+/// to [`SWEEP_DEPTH`] levels), empty `osprobe-*` cgroups whose owner is gone.
+/// The owner may have run in another cgroup than ours (v1 cgroups go under
+/// the owner's own), hence the walk. Needs root; returns how many went.
+pub fn sweep_everywhere() -> usize {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return 0;
+    }
+    let mut removed = 0;
+    let mut visited = 0;
+    for root in [Path::new(V2_ROOT), Path::new(V1_ROOT)] {
+        let mut level = vec![root.to_path_buf()];
+        for _ in 0..=SWEEP_DEPTH {
+            let mut next = Vec::new();
+            for dir in &level {
+                visited += 1;
+                if visited > SWEEP_MAX_VISITED {
+                    return removed;
+                }
+                removed += sweep_stale(dir);
+                next.extend(child_cgroups(dir));
+            }
+            level = next;
+        }
+    }
+    removed
+}
+
+/// The sub-directories of a cgroup directory, but not osprobe's own (they
+/// have no children) nor symlinks.
+fn child_cgroups(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with(PREFIX))
+        .map(|e| e.path())
+        .collect()
 }
 
 /// The path of this process's v1 memory cgroup in /proc/self/cgroup text
@@ -235,11 +281,48 @@ mod tests {
         assert_eq!(own_v1_memory_cgroup("0::/user.slice\n"), None);
     }
 
+    /// A cgroup left by a dead owner, nested where a v1 cgroup goes (under
+    /// the owner's own memory cgroup), is swept by any process; one of a
+    /// live owner is kept. Root with a memory controller only.
     #[test]
-    fn stale_names() {
-        assert_eq!(stale_pid("osprobe-123-01ABC"), Some(123));
-        assert_eq!(stale_pid("osprobe-x-01ABC"), None);
-        assert_eq!(stale_pid("other-123"), None);
+    fn sweep_removes_dead_owners_cgroups_anywhere_and_keeps_live_ones() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let Ok((_, parents)) = locate().map_err(|e| eprintln!("skipped: {e}")) else {
+            return;
+        };
+        if !root {
+            eprintln!("skipped: removing cgroups needs root");
+            return;
+        }
+        let parent = &parents[0];
+        let me = Owner::current();
+        // An intermediate cgroup that is not osprobe's, as a session's or a
+        // container's would be, holding the dead owner's cgroup.
+        let middle = parent.join(format!("sweep-test-{}", Owner::new_name("")));
+        let dead = middle.join(format!("{PREFIX}{}-{}-X", me.pid, me.start - 1));
+        let live = middle.join(Owner::new_name(PREFIX));
+        struct Remove(Vec<PathBuf>);
+        impl Drop for Remove {
+            fn drop(&mut self) {
+                for p in &self.0 {
+                    let _ = fs::remove_dir(p);
+                }
+            }
+        }
+        let _cleanup = Remove(vec![dead.clone(), live.clone(), middle.clone()]);
+        if let Err(e) = fs::create_dir(&middle) {
+            eprintln!(
+                "skipped: cannot create a cgroup in {}: {e}",
+                parent.display()
+            );
+            return;
+        }
+        fs::create_dir(&dead).unwrap();
+        fs::create_dir(&live).unwrap();
+        assert!(sweep_everywhere() >= 1);
+        assert!(!dead.exists(), "a dead owner's cgroup was kept");
+        assert!(live.exists(), "a live owner's cgroup was removed");
     }
 
     #[test]
@@ -252,8 +335,12 @@ mod tests {
     /// is created with its limit and removed on drop.
     #[test]
     fn created_limited_and_removed() {
-        let Ok(cg) = MemoryCgroup::create(32 << 20) else {
-            return;
+        let cg = match MemoryCgroup::create(32 << 20) {
+            Ok(cg) => cg,
+            Err(e) => {
+                osprobe_core::testing::skip(format!("cannot create a memory cgroup: {e}"));
+                return;
+            }
         };
         let path = cg.path().to_path_buf();
         assert!(path.is_dir());

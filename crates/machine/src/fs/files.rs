@@ -264,13 +264,10 @@ fn default_dir() -> Result<Target, ExperimentError> {
     })
 }
 
-/// `$XDG_CACHE_HOME/osprobe`, else `$HOME/.cache/osprobe`.
+/// `$XDG_CACHE_HOME/osprobe`, else `$HOME/.cache/osprobe` (core's, so that
+/// every command's start-up sweep looks there too).
 fn user_cache_dir() -> Option<PathBuf> {
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(x) = nonempty("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(x).join("osprobe"));
-    }
-    nonempty("HOME").map(|h| PathBuf::from(h).join(".cache").join("osprobe"))
+    osprobe_core::scratch::user_cache_dir()
 }
 
 // ---------------------------------------------------------------------------

@@ -116,8 +116,7 @@ impl Experiment for PageFault {
                 };
                 let client = path.client(options)?;
                 let swap = RfsSwap::create(client, "osprobe-pager.swap")
-                    .map_err(|e| ExperimentError::Failed(e.to_string()))?
-                    .remove_on_drop();
+                    .map_err(|e| ExperimentError::Failed(e.to_string()))?;
                 let pager = start(2 * frames as u64, frames, Box::new(swap), cpu)?;
                 let (samples, pager) = swap_ins(ctx, pager)?;
                 let (counters, times) = pager.finish();

@@ -484,6 +484,11 @@ pub fn server_rate(
             drc_budget: 4 << 20,
             session_idle: Duration::from_secs(60),
             resolver: None,
+            max_file_size: crate::server::DEFAULT_MAX_FILE_SIZE,
+            hash: crate::hasher::Limits {
+                max_bytes: crate::server::DEFAULT_MAX_FILE_SIZE,
+                timeout: Duration::from_secs(60),
+            },
         },
         None,
     )
@@ -501,7 +506,15 @@ pub fn server_rate(
             _ => Err(fail("the service sent no reply")),
         }
     };
-    exchange(0, 1, &Request::Hello { nonce: [7; 16] }, &mut out)?;
+    exchange(
+        0,
+        1,
+        &Request::Hello {
+            nonce: [7; 16],
+            cookie: [0; crate::protocol::COOKIE_LEN],
+        },
+        &mut out,
+    )?;
     let (header, _, reply) = decode_reply(&out).map_err(|e| fail(&e.to_string()))?;
     let session = header.session;
     let Ok(Reply::Welcome { root, .. }) = reply else {
