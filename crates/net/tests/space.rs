@@ -77,7 +77,7 @@ fn two_sessions_that_together_do_not_fit_are_refused_up_front() {
     let fs = match Tmpfs::mount("8m") {
         Ok(fs) => fs,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            osprobe_core::testing::skip(why);
             return;
         }
     };
