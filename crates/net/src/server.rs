@@ -300,7 +300,15 @@ impl Server {
             }
             let (stream, peer) = match self.listener.accept() {
                 Ok(pair) => pair,
-                Err(e) if is_transient_accept_error(&e) => continue,
+                Err(e) if is_transient_accept_error(&e) => {
+                    // Out of descriptors, the listener stays readable: pause
+                    // rather than spin until a connection ends.
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        self.shared.refused_busy.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let accepted = Instant::now();
