@@ -10,7 +10,7 @@
 //! Before a peer has proved anything it gets little: one first frame of at
 //! most [`protocol::MAX_FIRST_FRAME`] bytes, read within a total deadline
 //! from accept (`handshake_timeout`), memory only for bytes that arrived;
-//! and a place at the [`gate`](crate::gate), which caps pending connections
+//! and a place at the [`crate::gate`], which caps pending connections
 //! per source and in all by evicting the oldest, and backs off sources
 //! whose proofs failed. Busy refusals and evictions are summed up in one
 //! log line a second; text a peer sent is escaped before it is logged.
