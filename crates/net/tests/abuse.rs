@@ -608,3 +608,31 @@ fn a_backed_off_client_is_not_evicted_by_a_flood_from_its_address() {
     }
     drop(flood);
 }
+
+#[test]
+fn a_client_meeting_an_old_server_is_told_both_versions() {
+    let _turn = serial();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let old_server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello = Message::Hello {
+            protocol: protocol::PROTOCOL_NAME.into(),
+            version: 1,
+            nonce: "0".repeat(64),
+            auth_required: true,
+            max_duration_s: 10,
+        };
+        protocol::write_message(&mut s, &hello).unwrap();
+    });
+    let err = Peer::new(addr, Some("s3cret".into()))
+        .open(sink(1), Duration::from_secs(1))
+        .err()
+        .expect("a version-1 server is refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("version 1") && text.contains(&format!("client {PROTOCOL_VERSION}")),
+        "{text}"
+    );
+    old_server.join().unwrap();
+}
