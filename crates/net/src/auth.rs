@@ -30,6 +30,9 @@ pub enum Purpose<'a> {
 
 /// The MAC's (label, context) for `purpose`. The test spec enters as its
 /// JSON: both ends serialize the same validated struct, so the bytes agree.
+/// A field added to `TestSpec` changes those bytes for every spec (even as
+/// `null`): it needs a new `PROTOCOL_VERSION`, or old and new peers would
+/// see each other's proofs as wrong tokens.
 fn label_and_context(purpose: Purpose) -> (&'static str, Vec<Vec<u8>>) {
     match purpose {
         Purpose::Open { test, duration_s } => {
