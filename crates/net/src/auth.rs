@@ -133,6 +133,19 @@ mod tests {
     }
 
     #[test]
+    fn the_open_proof_is_pinned_to_protocol_version_2() {
+        // If this changes (a TestSpec field, the label, the encoding), old
+        // and new peers disagree on every proof: bump PROTOCOL_VERSION and
+        // pin the new value. (Checked against Python's hmac over the same
+        // length-prefixed parts: label, nonce text, spec JSON, duration.)
+        assert_eq!(crate::protocol::PROTOCOL_VERSION, 2);
+        assert_eq!(
+            proof("s3cret", NONCE, open(&sink(1))),
+            "101b91b9656dc829c498f59b5d33977a1f84dbeb0bd0ddbc759bf8122b0d66ec"
+        );
+    }
+
+    #[test]
     fn garbage_proofs_are_rejected() {
         let spec = sink(1);
         for bad in ["", "zz", "00", &"0".repeat(64), &"0".repeat(63)] {
