@@ -222,6 +222,9 @@ pub struct ServeArgs {
     /// Accept files from `osprobe send` into this directory
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Keep at most this much on disk (files in --dir, those there at start included, plus transfers in progress), e.g. 10G
+    #[arg(long, value_name = "SIZE")]
+    pub max_bytes: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -27,6 +27,14 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
             return Err(UsageError(format!("--dir {}: not a directory", dir.display())).into());
         }
     }
+    let max_bytes = match &args.max_bytes {
+        None => None,
+        Some(raw) => Some(osprobe_core::experiment::parse_bytes(raw).ok_or_else(|| {
+            UsageError(format!(
+                "--max-bytes '{raw}': expected a size in bytes, e.g. 500M, 10G or 1048576"
+            ))
+        })?),
+    };
     let token = args.token.secret()?;
     if let Some(warning) = args.exposure.check("serve", bind, token.is_some())? {
         eprintln!("{warning}");
@@ -36,6 +44,7 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         max_duration: Duration::from_secs(args.max_duration as u64),
         max_clients: args.max_clients as usize,
         dir: args.dir.clone(),
+        max_bytes,
         ..ServerConfig::default()
     };
     let events: osprobe_net::server::EventSink = if quiet {
@@ -44,6 +53,11 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         Arc::new(|event: &ServerEvent| crate::progress::log_line(event))
     };
     interrupt::install();
+    // Hundreds of connections, each with a descriptor (and one more while
+    // it authenticates): the usual soft limit of 1024 is too few.
+    if let Err(e) = osprobe_net::sock::raise_fd_limit() {
+        eprintln!("osprobe serve: cannot raise the open-file limit: {e}");
+    }
     let server = Server::bind(bind, config, events)?;
     let addr = server.local_addr()?;
     if !quiet {
@@ -53,6 +67,12 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         }
         if let Some(dir) = &args.dir {
             extras.push(format!("files into {}", dir.display()));
+        }
+        if let Some(max) = max_bytes {
+            extras.push(format!(
+                "at most {} bytes kept",
+                osprobe_core::experiment::format_bytes(max)
+            ));
         }
         extras.push(format!(
             "at most {} clients, {} s per test",

@@ -30,6 +30,9 @@ pub enum Purpose<'a> {
 
 /// The MAC's (label, context) for `purpose`. The test spec enters as its
 /// JSON: both ends serialize the same validated struct, so the bytes agree.
+/// A field added to `TestSpec` changes those bytes for every spec (even as
+/// `null`): it needs a new `PROTOCOL_VERSION`, or old and new peers would
+/// see each other's proofs as wrong tokens.
 fn label_and_context(purpose: Purpose) -> (&'static str, Vec<Vec<u8>>) {
     match purpose {
         Purpose::Open { test, duration_s } => {
@@ -127,6 +130,19 @@ mod tests {
             duration_s: 6,
         };
         assert!(!verify("s3cret", NONCE, longer, &p));
+    }
+
+    #[test]
+    fn the_open_proof_is_pinned_to_protocol_version_2() {
+        // If this changes (a TestSpec field, the label, the encoding), old
+        // and new peers disagree on every proof: bump PROTOCOL_VERSION and
+        // pin the new value. (Checked against Python's hmac over the same
+        // length-prefixed parts: label, nonce text, spec JSON, duration.)
+        assert_eq!(crate::protocol::PROTOCOL_VERSION, 2);
+        assert_eq!(
+            proof("s3cret", NONCE, open(&sink(1))),
+            "101b91b9656dc829c498f59b5d33977a1f84dbeb0bd0ddbc759bf8122b0d66ec"
+        );
     }
 
     #[test]

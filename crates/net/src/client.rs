@@ -7,6 +7,7 @@ use crate::protocol::{
     self, unhex, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_VERSION,
 };
 use crate::sock::{self, ConnectOptions};
+use osprobe_core::peer_text;
 use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
@@ -21,6 +22,10 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
+    /// The server is full (or evicted this connection to make room): a
+    /// later attempt may succeed.
+    #[error("{addr}: server busy, try again ({message})")]
+    Busy { addr: SocketAddr, message: String },
     #[error("{addr} refused the test ({code:?}): {message}")]
     Refused {
         addr: SocketAddr,
@@ -41,7 +46,7 @@ pub enum NetError {
         expected: &'static str,
         got: &'static str,
     },
-    #[error("{addr} requires a token: pass --token or set OSPROBE_TOKEN")]
+    #[error("{addr} requires a token: pass --token-file PATH (or set OSPROBE_TOKEN)")]
     TokenRequired { addr: SocketAddr },
     #[error("{context}: {source}")]
     Io {
@@ -128,10 +133,18 @@ impl Peer {
 
     fn read(&self, stream: &mut TcpStream, context: &'static str) -> Result<Message, NetError> {
         match protocol::read_message(stream) {
+            // The server's words reach a terminal: escaped and capped.
+            Ok(Message::Error {
+                code: ErrorCode::Busy,
+                message,
+            }) => Err(NetError::Busy {
+                addr: self.addr,
+                message: peer_text::escape(&message, peer_text::MAX_CHARS),
+            }),
             Ok(Message::Error { code, message }) => Err(NetError::Refused {
                 addr: self.addr,
                 code,
-                message,
+                message: peer_text::escape(&message, peer_text::MAX_CHARS),
             }),
             Ok(msg) => Ok(msg),
             Err(source) => Err(NetError::Protocol {
@@ -273,7 +286,15 @@ impl Session {
             .control
             .set_read_timeout(Some(wait.max(peer.reply_timeout)));
         match peer.read(&mut self.control, "waiting for the server's report")? {
-            Message::Report { streams } => Ok(streams),
+            Message::Report { mut streams } => {
+                // Stream errors are the server's words: they reach a terminal.
+                for s in &mut streams {
+                    if let Some(e) = &s.error {
+                        s.error = Some(peer_text::escape(e, peer_text::MAX_CHARS));
+                    }
+                }
+                Ok(streams)
+            }
             other => Err(peer.unexpected("waiting for the server's report", "report", &other)),
         }
     }

@@ -3,7 +3,8 @@
 //! network-namespace helpers and the TCP_INFO diagnosis.
 //!
 //! Layers, bottom up: [`protocol`] (framing and messages) and [`auth`];
-//! [`server`] and [`client`] speaking it; [`path`] choosing where the
+//! [`server`] and [`client`] speaking it, the server guarded by [`gate`]
+//! (pending connections, back-off) and [`space`] (disk reservations); [`path`] choosing where the
 //! server is (loopback, a netns host from [`netns`], a remote host);
 //! socket-level mechanics ([`bulk`], [`transfer`], [`ack_stall`], [`icmp`],
 //! [`tcp_info`], [`diagnosis`], [`sock`]); and the [`experiments`] on top.
@@ -16,6 +17,7 @@ pub mod diagnosis;
 pub mod emulated;
 pub mod experiments;
 pub mod fuzz;
+pub mod gate;
 pub mod icmp;
 pub use osprobe_link::netns;
 pub mod path;
@@ -23,6 +25,7 @@ pub mod protocol;
 pub mod send;
 pub mod server;
 pub mod sock;
+pub mod space;
 pub mod tcp_info;
 pub mod transfer;
 

@@ -22,6 +22,7 @@
 //! hand-rolled binary layout because control messages are few and small
 //! (they are never on a timed path), and because a human can read a capture.
 
+use osprobe_core::peer_text;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -262,8 +263,11 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
             limit: MAX_FRAME,
         });
     }
-    let msg: Message =
-        serde_json::from_slice(body).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    // serde's message quotes what it could not parse (an unknown type or
+    // field name): peer text, escaped and capped before anyone logs it.
+    let msg: Message = serde_json::from_slice(body).map_err(|e| {
+        FrameError::Malformed(peer_text::escape(&e.to_string(), peer_text::MAX_CHARS))
+    })?;
     msg.validate().map_err(FrameError::Invalid)?;
     Ok(msg)
 }
@@ -376,7 +380,10 @@ impl Message {
                 protocol, nonce, ..
             } => {
                 if protocol != PROTOCOL_NAME {
-                    return Err(format!("not an osprobe peer (protocol '{protocol}')"));
+                    return Err(format!(
+                        "not an osprobe peer (protocol '{}')",
+                        peer_text::escape(protocol, 64)
+                    ));
                 }
                 check_hex("nonce", nonce, NONCE_HEX_LEN)
             }

@@ -2,13 +2,19 @@
 //!
 //! One thread accepts; each connection gets a thread with a small stack.
 //! Resources are bounded up front: at most `max_clients` open sessions, at
-//! most `max_connections` connections of any kind (the rest are refused
-//! with a `busy` error), every frame read under a timeout, every session
-//! cut off at `max_duration` by a reaper thread that shuts its sockets down,
-//! per-connection buffers capped at [`MAX_SERVER_BUFFER`]. A peer that
-//! sends garbage, stops mid-message or connects and idles costs one thread
-//! for at most the handshake timeout and gets an error frame when the
-//! connection still allows one.
+//! most `max_connections` connections of any kind (the rest are answered
+//! busy), every session cut off at `max_duration` by a reaper thread that
+//! shuts its sockets down, per-connection buffers capped at
+//! [`MAX_SERVER_BUFFER`].
+//!
+//! Before a peer has proved anything it gets little: one first frame of at
+//! most [`protocol::MAX_FIRST_FRAME`] bytes, read within a total deadline
+//! from accept (`handshake_timeout`), memory only for bytes that arrived;
+//! and a place at the [`crate::gate`], which caps pending connections
+//! per source and in all by evicting the oldest, and backs off sources
+//! whose proofs failed. Busy refusals and evictions are summed up in one
+//! log line a second; text a peer sent is escaped before it is logged.
+//! File transfers reserve their bytes ([`crate::space`]) when admitted.
 //!
 //! The UDP socket on the same port echoes datagrams that start with the id
 //! of an open echo session, and only back to the address of that session's
@@ -16,10 +22,12 @@
 //! a third party.
 
 use crate::auth::{self, Purpose};
+use crate::gate::{self, Gate, Ticket};
 use crate::protocol::{
     self, hex, random_bytes, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_NAME,
     PROTOCOL_VERSION,
 };
+use crate::space::{self, Ledger, Reservation};
 use crate::transfer;
 use osprobe_core::scratch::ScratchDir;
 use std::collections::HashMap;
@@ -59,6 +67,12 @@ pub struct ServerConfig {
     /// How long a new connection may take, from accept, to send its first
     /// message: a total, not reset by each byte that trickles in.
     pub handshake_timeout: Duration,
+    /// Pending (unauthenticated) connections per source and in all, and
+    /// the back-off after failed proofs.
+    pub gate: gate::Limits,
+    /// The most this server keeps on disk: files in `dir` (those there at
+    /// start included) plus transfers in progress (`--max-bytes`).
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +85,8 @@ impl Default for ServerConfig {
             dir: None,
             idle_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(5),
+            gate: gate::Limits::default(),
+            max_bytes: None,
         }
     }
 }
@@ -101,6 +117,13 @@ pub enum ServerEvent {
         peer: SocketAddr,
         error: String,
     },
+    /// Connections refused as busy, and pending ones evicted to make room,
+    /// over the last `seconds` (summed up rather than logged one by one).
+    Busy {
+        refused: usize,
+        evicted: usize,
+        seconds: f64,
+    },
 }
 
 impl fmt::Display for ServerEvent {
@@ -125,6 +148,14 @@ impl fmt::Display for ServerEvent {
             }
             ServerEvent::Refused { peer, reason } => write!(f, "{peer}: refused: {reason}"),
             ServerEvent::Failed { peer, error } => write!(f, "{peer}: {error}"),
+            ServerEvent::Busy {
+                refused,
+                evicted,
+                seconds,
+            } => write!(
+                f,
+                "busy: in the last {seconds:.1} s, {refused} connection(s) refused, {evicted} unauthenticated one(s) evicted to make room"
+            ),
         }
     }
 }
@@ -144,6 +175,11 @@ struct Shared {
     events: EventSink,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     connections: AtomicUsize,
+    gate: Arc<Gate>,
+    /// Disk space promised to transfers and kept.
+    space: Arc<Ledger>,
+    /// Connections refused as busy since the last summary log line.
+    refused_busy: AtomicUsize,
     /// Where unnamed test files are written; created on first use.
     scratch: Mutex<Option<ScratchDir>>,
     stopping: AtomicBool,
@@ -158,6 +194,8 @@ struct Session {
     closed: AtomicBool,
     state: Mutex<SessionState>,
     changed: Condvar,
+    /// The disk space promised to this session's files.
+    space: Mutex<Option<Reservation>>,
 }
 
 #[derive(Default)]
@@ -213,6 +251,7 @@ impl Server {
             }
         }
         let swept = config.dir.as_deref().map_or(0, transfer::sweep_partials);
+        let kept = config.dir.as_deref().map_or(0, space::bytes_in);
         if swept > 0 {
             events(&ServerEvent::Failed {
                 peer: tcp_addr,
@@ -223,10 +262,13 @@ impl Server {
             listener,
             udp,
             shared: Arc::new(Shared {
+                gate: Gate::new(config.gate.clone()),
+                space: Ledger::new(config.max_bytes, kept),
                 config,
                 events,
                 sessions: Mutex::new(HashMap::new()),
                 connections: AtomicUsize::new(0),
+                refused_busy: AtomicUsize::new(0),
                 scratch: Mutex::new(None),
                 stopping: AtomicBool::new(false),
             }),
@@ -258,7 +300,15 @@ impl Server {
             }
             let (stream, peer) = match self.listener.accept() {
                 Ok(pair) => pair,
-                Err(e) if is_transient_accept_error(&e) => continue,
+                Err(e) if is_transient_accept_error(&e) => {
+                    // Out of descriptors, the listener stays readable: pause
+                    // rather than spin until a connection ends.
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        self.shared.refused_busy.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let accepted = Instant::now();
@@ -266,20 +316,22 @@ impl Server {
             let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
             let slot = ConnectionSlot(Arc::clone(&shared));
             if open > shared.config.max_connections {
-                shared.refuse(
-                    &stream,
-                    peer,
-                    ErrorCode::Busy,
-                    "too many connections; try again later",
-                );
+                shared.refuse_busy(&stream, "too many connections");
                 continue;
             }
+            let ticket = match shared.gate.admit(&stream, peer.ip()) {
+                Ok(ticket) => ticket,
+                Err(_) => {
+                    shared.refuse_busy(&stream, "out of descriptors");
+                    continue;
+                }
+            };
             let spawned = std::thread::Builder::new()
                 .name("osprobe-serve".into())
                 .stack_size(HANDLER_STACK)
                 .spawn(move || {
                     let _slot = slot;
-                    shared.handle_connection(stream, peer, accepted);
+                    shared.handle_connection(stream, peer, accepted, ticket);
                 });
             if let Err(e) = spawned {
                 self.shared.emit(ServerEvent::Failed {
@@ -291,11 +343,19 @@ impl Server {
         Ok(())
     }
 
-    /// End sessions past their deadline.
+    /// End sessions past their deadline; once a second, sum up the busy
+    /// refusals and evictions (one log line per refusal would let a flood
+    /// flood the log too).
     fn reap(&self, stop: &AtomicBool) {
+        let mut last_summary = Instant::now();
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
             let now = Instant::now();
+            if now.duration_since(last_summary) >= Duration::from_secs(1) {
+                self.shared
+                    .log_busy_summary(now.duration_since(last_summary));
+                last_summary = now;
+            }
             for session in self.shared.sessions().values() {
                 if now > session.deadline && !session.closed.load(Ordering::SeqCst) {
                     session.close();
@@ -370,11 +430,51 @@ impl Shared {
         });
     }
 
+    /// Answer busy and close, from the accept thread: the write never
+    /// waits (a fresh socket's buffer takes a small frame), and the refusal
+    /// is counted for the summary line instead of logged one by one.
+    fn refuse_busy(&self, stream: &TcpStream, why: &str) {
+        let _ = stream.set_nonblocking(true);
+        let mut out = stream;
+        let _ = protocol::write_message(
+            &mut out,
+            &Message::Error {
+                code: ErrorCode::Busy,
+                message: format!("server busy ({why}); try again"),
+            },
+        );
+        self.refused_busy.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn log_busy_summary(&self, over: Duration) {
+        let refused = self.refused_busy.swap(0, Ordering::Relaxed);
+        let evicted = self.gate.take_evicted();
+        if refused + evicted == 0 {
+            return;
+        }
+        self.emit(ServerEvent::Busy {
+            refused,
+            evicted,
+            seconds: over.as_secs_f64(),
+        });
+    }
+
+    /// Sleep out the back-off of `peer`'s source before its proof is
+    /// checked; false if the connection was evicted meanwhile.
+    fn wait_out_backoff(&self, peer: SocketAddr, ticket: &Ticket) -> bool {
+        let wait = self.gate.backoff(peer.ip());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        !ticket.evicted()
+    }
+
     fn handle_connection(
         self: &Arc<Self>,
         mut stream: TcpStream,
         peer: SocketAddr,
         accepted: Instant,
+        ticket: Ticket,
     ) {
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_nodelay(true);
@@ -405,6 +505,10 @@ impl Shared {
         let mut reader = protocol::DeadlineReader::new(&stream, deadline);
         let first = match protocol::read_message_limited(&mut reader, protocol::MAX_FIRST_FRAME) {
             Ok(msg) => msg,
+            Err(_) if ticket.evicted() => {
+                self.refuse_busy(&stream, "too many connections waiting to authenticate");
+                return;
+            }
             // Connecting and closing is what net.connect does: not an error.
             Err(FrameError::Closed) => return,
             Err(e) => {
@@ -417,6 +521,18 @@ impl Shared {
             }
         };
         let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
+        ticket.ready();
+        // A backed-off source waits before its Open proof is checked. An
+        // Attach's proof is checked only for a session that exists, whose
+        // random id only an authenticated client (or someone on the path,
+        // who could as well guess offline from a nonce and proof it saw)
+        // knows: it is not a way to guess, and a client behind a shared
+        // address would wait once per stream for nothing.
+        let opens = matches!(first, Message::Open { .. });
+        if opens && self.config.token.is_some() && !self.wait_out_backoff(peer, &ticket) {
+            self.refuse_busy(&stream, "too many connections waiting to authenticate");
+            return;
+        }
         match first {
             Message::Open {
                 version,
@@ -430,13 +546,20 @@ impl Shared {
                     duration_s,
                     test,
                 };
-                self.control(stream, peer, &nonce, request)
+                self.control(stream, peer, &nonce, request, ticket)
             }
             Message::Attach {
                 session,
                 stream: index,
                 proof,
-            } => self.data(stream, peer, &nonce, &session, index, proof),
+            } => {
+                let request = AttachRequest {
+                    session,
+                    index,
+                    proof,
+                };
+                self.data(stream, peer, &nonce, request, ticket)
+            }
             other => self.refuse(
                 &stream,
                 peer,
@@ -446,8 +569,10 @@ impl Shared {
         }
     }
 
+    /// Check the proof of the token; a wrong one backs its source off.
     fn check_proof(
         &self,
+        peer: SocketAddr,
         nonce: &str,
         purpose: Purpose,
         proof: Option<&str>,
@@ -457,10 +582,20 @@ impl Shared {
         };
         match proof {
             Some(p) if auth::verify(token, nonce, purpose, p) => Ok(()),
-            Some(_) => Err(Refusal::new(ErrorCode::Auth, "wrong token")),
+            Some(_) => {
+                let backoff = self.gate.failed(peer.ip());
+                Err(Refusal::new(
+                    ErrorCode::Auth,
+                    format!(
+                        "wrong token (proofs from {} are now checked after {} ms)",
+                        gate::Source::of(peer.ip()),
+                        backoff.as_millis()
+                    ),
+                ))
+            }
             None => Err(Refusal::new(
                 ErrorCode::Auth,
-                "this server requires a token (--token or OSPROBE_TOKEN)",
+                "this server requires a token (--token-file PATH or OSPROBE_TOKEN)",
             )),
         }
     }
@@ -484,18 +619,18 @@ impl Shared {
             test: &request.test,
             duration_s: request.duration_s,
         };
-        self.check_proof(nonce, purpose, request.proof.as_deref())?;
+        self.check_proof(peer, nonce, purpose, request.proof.as_deref())?;
         let max = self.config.max_duration.as_secs();
         if request.duration_s as u64 > max {
             return Err(Refusal::new(
-                ErrorCode::Busy,
+                ErrorCode::Invalid,
                 format!(
                     "the test asks for {} s; this server allows at most {max} s (--max-duration)",
                     request.duration_s
                 ),
             ));
         }
-        self.check_storage(&request.test)?;
+        let reservation = self.reserve_storage(&request.test)?;
         let id = hex(&random_bytes::<16>().map_err(|e| {
             Refusal::new(ErrorCode::Internal, format!("no random session id: {e}"))
         })?);
@@ -513,6 +648,7 @@ impl Shared {
                 sockets: Vec::new(),
             }),
             changed: Condvar::new(),
+            space: Mutex::new(reservation),
         });
         let mut sessions = self.sessions();
         if sessions.len() >= self.config.max_clients {
@@ -531,8 +667,9 @@ impl Shared {
         Ok(session)
     }
 
-    /// Named files need a --dir, a name that stays inside it and the space.
-    fn check_storage(&self, test: &TestSpec) -> Result<(), Refusal> {
+    /// Named files need a --dir and a name that stays inside it; every
+    /// file test reserves its bytes (free space, --max-bytes) up front.
+    fn reserve_storage(&self, test: &TestSpec) -> Result<Option<Reservation>, Refusal> {
         let TestSpec::File {
             streams,
             bytes,
@@ -540,7 +677,7 @@ impl Shared {
             ..
         } = test
         else {
-            return Ok(());
+            return Ok(None);
         };
         let total = bytes.saturating_mul(*streams as u64);
         let dir = match name {
@@ -565,7 +702,9 @@ impl Shared {
                 Refusal::new(ErrorCode::Storage, format!("no scratch directory: {e}"))
             })?,
         };
-        transfer::check_space(&dir, total)
+        self.space
+            .reserve(&dir, total)
+            .map(Some)
             .map_err(|e| Refusal::new(ErrorCode::Storage, e.to_string()))
     }
 
@@ -586,8 +725,11 @@ impl Shared {
         peer: SocketAddr,
         nonce: &str,
         request: OpenRequest,
+        ticket: Ticket,
     ) {
-        let session = match self.open_session(peer, nonce, &request) {
+        let opened = self.open_session(peer, nonce, &request);
+        drop(ticket); // authenticated, or about to close
+        let session = match opened {
             Ok(s) => s,
             Err(Refusal(code, message)) => {
                 self.refuse(&stream, peer, code, &message);
@@ -753,6 +895,14 @@ impl Shared {
         match outcome {
             Ok(path) => {
                 report.stored = Some(true);
+                let reservation = session
+                    .space
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let Some(reservation) = reservation {
+                    reservation.kept();
+                }
                 self.emit(ServerEvent::FileStored {
                     peer: session.peer,
                     path,
@@ -771,11 +921,20 @@ impl Shared {
         mut stream: TcpStream,
         peer: SocketAddr,
         nonce: &str,
-        session_id: &str,
-        index: u32,
-        proof: Option<String>,
+        request: AttachRequest,
+        ticket: Ticket,
     ) {
-        let session = match self.attach(&stream, nonce, session_id, index, proof.as_deref()) {
+        let index = request.index;
+        let attached = self.attach(
+            &stream,
+            peer,
+            nonce,
+            &request.session,
+            index,
+            request.proof.as_deref(),
+        );
+        drop(ticket); // authenticated, or about to close
+        let session = match attached {
             Ok(s) => s,
             Err(Refusal(code, message)) => {
                 self.refuse(&stream, peer, code, &message);
@@ -829,6 +988,7 @@ impl Shared {
     fn attach(
         &self,
         stream: &TcpStream,
+        peer: SocketAddr,
         nonce: &str,
         session_id: &str,
         index: u32,
@@ -844,7 +1004,7 @@ impl Shared {
             session: session_id,
             stream: index,
         };
-        self.check_proof(nonce, purpose, proof)?;
+        self.check_proof(peer, nonce, purpose, proof)?;
         let mut state = session.lock();
         let streams = state.attached.len();
         match state.attached.get_mut(index as usize) {
@@ -979,6 +1139,12 @@ enum Receive {
     Spliced,
 }
 
+struct AttachRequest {
+    session: String,
+    index: u32,
+    proof: Option<String>,
+}
+
 struct OpenRequest {
     version: u32,
     proof: Option<String>,
@@ -1001,7 +1167,10 @@ fn describe(spec: &TestSpec) -> String {
             name,
             ..
         } => match name {
-            Some(name) => format!("file '{}' ({bytes} B)", name.escape_debug()),
+            Some(name) => format!(
+                "file '{}' ({bytes} B)",
+                osprobe_core::peer_text::escape(name, osprobe_core::peer_text::MAX_CHARS)
+            ),
             None => format!("file test ({streams} x {bytes} B, {packet} B packets)"),
         },
         TestSpec::AckStall { segment, quickack } => format!(

@@ -18,6 +18,9 @@ pub struct ConnectOptions {
     /// TCP_CONGESTION, e.g. `bbr`.
     pub congestion_control: Option<String>,
     pub nodelay: bool,
+    /// Connect from this local address (port chosen by the kernel), e.g.
+    /// 127.0.0.2 to appear as another host on loopback.
+    pub local_ip: Option<std::net::IpAddr>,
 }
 
 /// Connect to `addr` within `timeout`, with `options` applied first.
@@ -57,6 +60,21 @@ pub fn connect(
     }
     if options.nodelay {
         set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+    }
+    if let Some(ip) = options.local_ip {
+        let (local, local_len) = sockaddr(SocketAddr::new(ip, 0));
+        // SAFETY: local holds a sockaddr of `local_len` bytes.
+        let rc = unsafe {
+            libc::bind(
+                fd,
+                (&local as *const libc::sockaddr_storage).cast(),
+                local_len,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return Err(with_context(e, &format!("binding to {ip}")));
+        }
     }
     let (storage, len) = sockaddr(addr);
     // SAFETY: storage holds a sockaddr of `len` bytes for this family.
@@ -114,6 +132,30 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
         }
     };
     (storage, len as libc::socklen_t)
+}
+
+/// Raise this process's soft limit on open descriptors to its hard limit
+/// (a server holding hundreds of connections needs more than the usual
+/// 1024); returns the soft limit now in force.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct we own.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(raised.rlim_cur as u64);
+        }
+        Ok(limit.rlim_cur as u64)
+    }
 }
 
 /// Wait until `fd` is readable (or has an error/hang-up), up to `timeout`.
