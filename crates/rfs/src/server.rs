@@ -13,17 +13,19 @@
 //! such requests "patient" (long retransmission timeout). The slowest,
 //! Hash, goes to hasher threads of its own ([`crate::hasher`]).
 //!
-//! TCP: one thread per connection, at most `max_clients + 4` connections
-//! at once. A connection beyond that is answered at once with a BUSY
-//! error under request id 0 (which answers no request: the server's word
-//! on the connection) and closed, so its client can say "server busy"
-//! instead of "connection reset"; a connection beyond `max_clients`
-//! sessions gets BUSY in answer to its hello. A connection must open an
-//! authenticated session within `hello_timeout` of its accept, however
-//! it trickles its bytes, or it is closed: silent connections cannot
-//! hold the slots; and when every slot is taken, the oldest connection
-//! still without a session (past a second's grace) is closed to make room
-//! for a new one. Until then its frames may not announce more than
+//! TCP: one thread per connection. Connections that have not opened a
+//! session yet wait in a pool of their own, bounded in all and per source
+//! address, where a newcomer makes room by closing the oldest
+//! ([`crate::pending`]), so trickling and silent peers cannot take the
+//! places of clients. A connection beyond `max_clients` sessions gets BUSY
+//! in answer to its hello; one beyond `max_clients + 4 + max_pending`
+//! connections (only while evicted ones are still closing) is answered at
+//! once with BUSY under request id 0 (which answers no request: the
+//! server's word on the connection) and closed, so its client can say
+//! "server busy" instead of "connection reset". A connection must open an
+//! authenticated session within `hello_timeout` of its accept, however it
+//! trickles its bytes, or it is closed. Until then its frames may not
+//! announce more than
 //! [`HELLO_LEN`](protocol::HELLO_LEN) bytes. Each
 //! message is framed by a 4-byte big-endian length that is checked against
 //! [`MAX_MESSAGE`] before anything else. Requests on a connection are
@@ -36,7 +38,9 @@
 //! `max_client_memory` less the connection buffers) and, for TCP, an input
 //! buffer of two frames and an output buffer of two. UDP workers share one
 //! datagram buffer each. So the server's memory is bounded by
-//! `(max_clients + 4) x max_client_memory` plus the handle table, whatever the
+//! `(max_clients + 4) x max_client_memory` plus the handle table and the
+//! pending pool's buffers (of which a peer without a session fills at most
+//! a hello), whatever the
 //! clients send.
 //!
 //! Every socket operation has a timeout so that `serve` notices `stop`
@@ -49,6 +53,7 @@
 
 use crate::drc;
 use crate::export::Resolver;
+use crate::pending::Pending;
 use crate::protocol::{self, ErrorCode, Op, RemoteError, Transport, MAX_MESSAGE};
 use crate::service::{EventSink, Outcome, Peer, ServerStats, Service, ServiceConfig};
 use crate::sock;
@@ -128,6 +133,12 @@ pub struct ServerOptions {
     pub session_idle: Duration,
     /// TCP: the time from accept to an authenticated session.
     pub hello_timeout: Duration,
+    /// TCP: connections without a session yet, in all (beside the
+    /// sessions' own slots; see [`crate::pending`]).
+    pub max_pending: usize,
+    /// TCP: connections without a session yet from one source address
+    /// (IPv6: one /64).
+    pub max_pending_per_source: usize,
     /// Writes may not reach beyond this many bytes of a file (so one write
     /// at a large offset cannot create a huge sparse file).
     pub max_file_size: u64,
@@ -150,6 +161,8 @@ impl Default for ServerOptions {
             udp_workers: 0,
             session_idle: Duration::from_secs(120),
             hello_timeout: Duration::from_secs(5),
+            max_pending: 256,
+            max_pending_per_source: 64,
             max_file_size: DEFAULT_MAX_FILE_SIZE,
             max_hash_bytes: DEFAULT_MAX_FILE_SIZE,
             hash_timeout: Duration::from_secs(120),
@@ -202,6 +215,7 @@ pub struct Server {
     next_conn: AtomicU64,
     /// TCP connections without a ready session yet.
     pending: Pending,
+    max_pending: usize,
 }
 
 impl Server {
@@ -266,7 +280,8 @@ impl Server {
             max_clients: options.max_clients,
             connections: AtomicUsize::new(0),
             next_conn: AtomicU64::new(1),
-            pending: Pending::default(),
+            pending: Pending::new(options.max_pending, options.max_pending_per_source),
+            max_pending: options.max_pending,
         })
     }
 
@@ -380,13 +395,13 @@ impl Server {
             };
             let open = self.connections.fetch_add(1, Ordering::SeqCst) + 1;
             let slot = ConnectionSlot(&self.connections);
-            if open > self.max_clients + EXTRA_CONNECTIONS && !self.pending.evict_one() {
+            if open > self.max_connections() && !self.pending.evict_oldest() {
                 self.turn_away(stream);
                 drop(slot);
                 continue;
             }
             let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
-            let evicted = self.pending.add(conn);
+            let (evicted, _) = self.pending.admit(conn, peer.ip(), &stream);
             let spawned = std::thread::Builder::new()
                 .name("rfs-conn".into())
                 .stack_size(256 * 1024)
@@ -405,6 +420,11 @@ impl Server {
         Ok(())
     }
 
+    /// Connections at once: the sessions', a few more, and the pending pool.
+    fn max_connections(&self) -> usize {
+        self.max_clients + EXTRA_CONNECTIONS + self.max_pending
+    }
+
     /// Answer a connection beyond the limit with BUSY under request id 0,
     /// without blocking the accept loop, and close it.
     fn turn_away(&self, mut stream: TcpStream) {
@@ -413,7 +433,7 @@ impl Server {
             ErrorCode::Busy,
             format!(
                 "server busy: it has {} connections open, its most; try again later",
-                self.max_clients + EXTRA_CONNECTIONS
+                self.max_connections()
             ),
         );
         let mut out = vec![0u8; 4];
@@ -577,6 +597,20 @@ fn validate(transports: &Transports, options: &ServerOptions) -> Result<(), Serv
             accepted: "a positive duration".into(),
         });
     }
+    if options.max_pending == 0 || options.max_pending > 65536 {
+        return Err(ServerError::Option {
+            what: "max_pending",
+            value: options.max_pending.to_string(),
+            accepted: "1..=65536".into(),
+        });
+    }
+    if options.max_pending_per_source == 0 || options.max_pending_per_source > options.max_pending {
+        return Err(ServerError::Option {
+            what: "max_pending_per_source",
+            value: options.max_pending_per_source.to_string(),
+            accepted: format!("1..=max_pending ({})", options.max_pending),
+        });
+    }
     if options.hello_timeout.is_zero() {
         return Err(ServerError::Option {
             what: "hello_timeout",
@@ -659,55 +693,6 @@ fn is_transient_accept_error(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EPROTO)
     )
-}
-
-/// A pending connection older than this may lose its slot to a new one
-/// when every slot is taken.
-const PENDING_GRACE: Duration = Duration::from_secs(1);
-
-/// TCP connections that have not opened a ready session yet, with the
-/// flag that tells one to close: when the slots are full, the oldest of
-/// them past [`PENDING_GRACE`] makes room for a new connection, so silent
-/// or trickling peers cannot keep clients out for their whole hello
-/// timeout.
-#[derive(Default)]
-struct Pending(std::sync::Mutex<std::collections::HashMap<u64, (Instant, Arc<AtomicBool>)>>);
-
-impl Pending {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, (Instant, Arc<AtomicBool>)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn add(&self, conn: u64) -> Arc<AtomicBool> {
-        let flag = Arc::new(AtomicBool::new(false));
-        self.lock()
-            .insert(conn, (Instant::now(), Arc::clone(&flag)));
-        flag
-    }
-
-    fn remove(&self, conn: u64) {
-        self.lock().remove(&conn);
-    }
-
-    /// Tell the oldest pending connection past the grace to close; false
-    /// if there is none. Its slot frees within a poll interval.
-    fn evict_one(&self) -> bool {
-        let mut pending = self.lock();
-        let victim = pending
-            .iter()
-            .filter(|(_, (since, _))| since.elapsed() > PENDING_GRACE)
-            .min_by_key(|(_, (since, _))| *since)
-            .map(|(conn, _)| *conn);
-        match victim.and_then(|conn| pending.remove(&conn)) {
-            Some((_, flag)) => {
-                flag.store(true, Ordering::Relaxed);
-                true
-            }
-            None => false,
-        }
-    }
 }
 
 /// Counts a connection while it lives.
