@@ -239,25 +239,7 @@ impl RawTcp {
         let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
         self.stream.read_exact(&mut buf).unwrap();
         let (h, _, r) = decode_reply(&buf).unwrap();
-        let r = r.map(|reply| match reply {
-            Reply::Handle { handle, attr } => Reply::Handle { handle, attr },
-            Reply::Written { count, size } => Reply::Written { count, size },
-            Reply::Done => Reply::Done,
-            Reply::Welcome {
-                nonce,
-                auth_required,
-                root,
-                max_data,
-                drc_span,
-            } => Reply::Welcome {
-                nonce,
-                auth_required,
-                root,
-                max_data,
-                drc_span,
-            },
-            other => panic!("unexpected reply {other:?}"),
-        });
+        let r = r.map(owned);
         (h.session, r)
     }
 }
@@ -601,27 +583,7 @@ fn udp_call(
     let mut buf = vec![0u8; 70_000];
     let n = sock.recv(&mut buf).unwrap();
     let (h, _, r) = decode_reply(&buf[..n]).unwrap();
-    let r = r.map(|reply| match reply {
-        Reply::Retry { cookie } => Reply::Retry { cookie },
-        Reply::Welcome {
-            nonce,
-            auth_required,
-            root,
-            max_data,
-            drc_span,
-        } => Reply::Welcome {
-            nonce,
-            auth_required,
-            root,
-            max_data,
-            drc_span,
-        },
-        Reply::Handle { handle, attr } => Reply::Handle { handle, attr },
-        Reply::Written { count, size } => Reply::Written { count, size },
-        Reply::Hash { size, hash } => Reply::Hash { size, hash },
-        Reply::Done => Reply::Done,
-        other => panic!("unexpected reply {other:?}"),
-    });
+    let r = r.map(owned);
     (h.session, r)
 }
 
@@ -658,4 +620,29 @@ fn another_session_cannot_hash_an_upload_over_udp() {
         theirs.is_err(),
         "another session hashed the upload: {theirs:?}"
     );
+}
+
+/// A reply that outlives its datagram (the variants these tests expect).
+fn owned(reply: Reply<'_>) -> Reply<'static> {
+    match reply {
+        Reply::Retry { cookie } => Reply::Retry { cookie },
+        Reply::Welcome {
+            nonce,
+            auth_required,
+            root,
+            max_data,
+            drc_span,
+        } => Reply::Welcome {
+            nonce,
+            auth_required,
+            root,
+            max_data,
+            drc_span,
+        },
+        Reply::Handle { handle, attr } => Reply::Handle { handle, attr },
+        Reply::Written { count, size } => Reply::Written { count, size },
+        Reply::Hash { size, hash } => Reply::Hash { size, hash },
+        Reply::Done => Reply::Done,
+        other => panic!("unexpected reply {other:?}"),
+    }
 }
