@@ -450,17 +450,21 @@ fn a_new_client_displaces_a_silent_connection_when_the_slots_are_full() {
         Transports::TCP,
         ServerOptions {
             max_clients: 2,
+            max_pending: 4,
+            max_pending_per_source: 4,
             ..Default::default()
         },
     );
     // A served client keeps its slot throughout.
     let mut served = Client::connect(server.addr, options(Transport::Tcp, 1, 1024)).unwrap();
+    // More silent connections than the pending pool holds, from the
+    // clients' own address.
     let silent: Vec<TcpStream> = (0..5)
         .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
-    // Past the grace, well within the 5 s hello timeout: a new client gets
-    // the slot of the oldest silent connection at once.
-    std::thread::sleep(Duration::from_millis(2000));
+    std::thread::sleep(Duration::from_millis(100));
+    // Well within the 5 s hello timeout, a new client takes the place of
+    // the oldest silent connection at once.
     let mut c = Client::connect(server.addr, options(Transport::Tcp, 1, 1024)).unwrap();
     c.stat("/").unwrap();
     served.stat("/").unwrap();
