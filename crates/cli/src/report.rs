@@ -61,10 +61,7 @@ pub fn write(run: &Run, path: &Path) -> Result<usize> {
     // report still renders, without that section.
     if let Ok(references) = osprobe_report::reproduce::references() {
         let rows = osprobe_report::reproduce::reproduce(run, &references, None);
-        report = report.section(
-            "Reproducing the references",
-            osprobe_report::reproduce::to_html(&rows),
-        );
+        report = report.references(rows);
     }
     let html = report.render();
     std::fs::write(path, &html).with_context(|| format!("cannot write {}", path.display()))?;

@@ -104,8 +104,9 @@ fn report_renders_a_stored_run_that_a_browser_opens() {
         "size (bytes, log scale)",
         "cpu.call_overhead call against args",
         "(sysfs)",
-        "Reproducing the references",
-        "reference figures from the seed documents compared with this run",
+        "Overview",
+        "Reference studies",
+        "figures from published studies compared with this run",
     ] {
         assert!(
             html.contains(expected),

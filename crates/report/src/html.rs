@@ -3,18 +3,22 @@
 //! tests can check it with an XML parser.
 //!
 //! ```ignore
-//! let html = Report::new(&run)
-//!     .section("Reproducing the references", "<table>...</table>")
-//!     .render();
+//! let rows = reproduce::reproduce(&run, &reproduce::references()?, None);
+//! let html = Report::new(&run).references(rows).render();
 //! ```
 //!
+//! The page leads with the results: an overview (what this machine is good
+//! and bad at), the summary table, the plots and what could not run; then
+//! any added sections, the environment, and the reference studies last.
 //! Other renderers add their own parts with [`Report::section`]: a title
 //! and an XHTML fragment (close every tag, escape text with [`escape`]).
-//! Added sections come after the summary table and before the plots.
 
 use crate::chart;
 use crate::human::{number, params_label, scale_for};
+use crate::overview::{overview, Overview};
 use crate::plot::{plots, Plot};
+use crate::reproduce::ReproduceRow;
+use crate::studies::study_name;
 pub use crate::svg::escape;
 use osprobe_core::{Measurement, Run, SCHEMA_VERSION};
 use std::fmt::Write as _;
@@ -31,6 +35,8 @@ pub struct Section {
 pub struct Report<'a> {
     run: &'a Run,
     sections: Vec<Section>,
+    /// The reference figures set beside this run (`reproduce`), if any.
+    references: Option<Vec<ReproduceRow>>,
 }
 
 impl<'a> Report<'a> {
@@ -38,7 +44,15 @@ impl<'a> Report<'a> {
         Report {
             run,
             sections: Vec::new(),
+            references: None,
         }
+    }
+
+    /// Compare the run with the reference studies: the overview counts
+    /// them and a last section lists the figures compared.
+    pub fn references(mut self, rows: Vec<ReproduceRow>) -> Report<'a> {
+        self.references = Some(rows);
+        self
     }
 
     /// Add a section: `title` is plain text, `html` an XHTML fragment.
@@ -67,9 +81,12 @@ impl<'a> Report<'a> {
             "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
             escape(&title)
         );
-        header(&mut out, run, &self.sections);
-        environment(&mut out, run);
+        let rows = self.references.as_deref().unwrap_or(&[]);
+        header(&mut out, run, &self.sections, self.references.is_some());
+        overview_section(&mut out, &overview(run, rows, &study_name));
         summary(&mut out, run);
+        plots_section(&mut out, &plots);
+        missing(&mut out, run);
         for (i, s) in self.sections.iter().enumerate() {
             let _ = write!(
                 out,
@@ -78,8 +95,14 @@ impl<'a> Report<'a> {
                 s.html
             );
         }
-        plots_section(&mut out, &plots);
-        missing(&mut out, run);
+        environment(&mut out, run);
+        if self.references.is_some() {
+            let _ = write!(
+                out,
+                "<section id=\"references\">\n<h2>Reference studies</h2>\n{}</section>\n",
+                crate::reproduce::to_html(rows)
+            );
+        }
         let _ = write!(
             out,
             "<footer>Written by osprobe {} from the results store. Self-contained: no scripts, nothing loaded from the network. Hover a point or bar for its figures.</footer>\n</body>\n</html>\n",
@@ -110,7 +133,7 @@ figcaption{font-size:12px;color:#555;padding:2px 6px}
 footer{margin-top:40px;color:#777;font-size:12px}
 ";
 
-fn header(out: &mut String, run: &Run, sections: &[Section]) {
+fn header(out: &mut String, run: &Run, sections: &[Section], references: bool) {
     let _ = write!(
         out,
         "<header>\n<h1>osprobe run <code>{}</code></h1>\n<p class=\"meta\">profile <b>{}</b> · {} .. {} · osprobe {} · host {}</p>\n<p class=\"meta\">command: <code>osprobe {}</code></p>\n",
@@ -134,11 +157,62 @@ fn header(out: &mut String, run: &Run, sections: &[Section]) {
             "<p class=\"warn\">Some measurements were stored with result schema {v} (this osprobe writes {SCHEMA_VERSION}); fields added since are shown empty.</p>"
         );
     }
-    out.push_str("<nav><a href=\"#environment\">Environment</a><a href=\"#summary\">Summary</a>");
+    out.push_str("<nav><a href=\"#overview\">Overview</a><a href=\"#summary\">Summary</a><a href=\"#plots\">Plots</a><a href=\"#missing\">Missing</a>");
     for (i, s) in sections.iter().enumerate() {
         let _ = write!(out, "<a href=\"#extra-{i}\">{}</a>", escape(&s.title));
     }
-    out.push_str("<a href=\"#plots\">Plots</a><a href=\"#missing\">Missing</a></nav>\n</header>\n");
+    out.push_str("<a href=\"#environment\">Environment</a>");
+    if references {
+        out.push_str("<a href=\"#references\">Reference studies</a>");
+    }
+    out.push_str("</nav>\n</header>\n");
+}
+
+/// What this machine is good and bad at, in a few lines.
+fn overview_section(out: &mut String, o: &Overview) {
+    out.push_str("<section id=\"overview\">\n<h2>Overview</h2>\n<ul>\n");
+    let _ = writeln!(
+        out,
+        "<li>{} measurement{} of {} experiment{}; {} grid point{} could not run here (see Missing).</li>",
+        o.measurements,
+        plural(o.measurements),
+        o.experiments,
+        plural(o.experiments),
+        o.skipped,
+        plural(o.skipped)
+    );
+    if o.strengths.is_empty() && o.weaknesses.is_empty() {
+        out.push_str("<li>No measurement of this run has a model prediction or a reference figure to weigh it against: the summary below has the figures.</li>\n");
+    }
+    for (title, list) in [("Good at", &o.strengths), ("Bad at", &o.weaknesses)] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "<li><b>{title}</b><ul>");
+        for s in list.iter() {
+            let _ = write!(out, "<li>{}</li>", escape(&s.sentence()));
+        }
+        out.push_str("</ul></li>\n");
+    }
+    if o.disagreements > 0 {
+        let _ = writeln!(
+            out,
+            "<li class=\"warn\">{} measurement{} disagree{} with {} model beyond its tolerance (marked in the summary).</li>",
+            o.disagreements,
+            plural(o.disagreements),
+            if o.disagreements == 1 { "s" } else { "" },
+            if o.disagreements == 1 { "its" } else { "their" }
+        );
+    }
+    out.push_str("</ul>\n</section>\n");
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 fn environment(out: &mut String, run: &Run) {

@@ -575,67 +575,108 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
     out
 }
 
-/// The rows as an XHTML fragment for the HTML report: per seed and
-/// table, the figures this run measured (reference, this machine, ratio);
-/// the rest are counted and listed, folded, with the reason.
+/// Text of the reference data without its internal study keys: a source
+/// `seed 004: CSE 221 ..., section 3.1` keeps `section 3.1`, and a
+/// `seed 004` inside a text becomes `the study`.
+pub fn without_study_key(text: &str) -> String {
+    let text = match text.strip_prefix("seed ") {
+        Some(rest) if rest.len() >= 3 && rest[..3].bytes().all(|b| b.is_ascii_digit()) => {
+            match rest.split_once(": ") {
+                Some((_, after)) => after.to_string(),
+                None => rest[3..].trim_start().to_string(),
+            }
+        }
+        _ => text.to_string(),
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("seed ") {
+        let after = &rest[i + 5..];
+        if after.len() >= 3 && after.as_bytes()[..3].iter().all(|b| b.is_ascii_digit()) {
+            out.push_str(&rest[..i]);
+            out.push_str("the study");
+            rest = &after[3..];
+        } else {
+            out.push_str(&rest[..i + 5]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The anchor of a study's description in the project's documentation.
+pub const REFERENCES_DOC: &str = "docs/references.md";
+
+/// The rows as an XHTML fragment for the HTML report: only the figures
+/// this run compared, per study (named by its title and source, with the
+/// place of its description in the docs) and per table; the rest are
+/// counted, and `osprobe reproduce` lists them.
 pub fn to_html(rows: &[ReproduceRow]) -> String {
+    use crate::studies::study;
     use crate::svg::escape;
-    let measured = rows.iter().filter(|r| r.status == Status::Measured).count();
+    let compared: Vec<&ReproduceRow> = rows
+        .iter()
+        .filter(|r| r.status == Status::Measured)
+        .collect();
     let mut out = format!(
-        "<p>{measured} of {} reference figures from the seed documents compared with this run; ratio = this machine / reference, \"better\"/\"worse\" by the unit (less time, more rate). <code>osprobe reproduce</code> prints the same in the terminal.</p>\n",
+        "<p>{} of {} figures from published studies compared with this run; ratio = this machine / the study's figure, \"better\"/\"worse\" by the unit (less time, more rate). <code>osprobe reproduce</code> lists every figure, with how to measure those not compared here.</p>\n",
+        compared.len(),
         rows.len()
     );
-    for (seed, table_name, group) in groups(rows) {
-        let (done, missing): (Vec<&&ReproduceRow>, Vec<&&ReproduceRow>) =
-            group.iter().partition(|r| r.status == Status::Measured);
-        out.push_str(&format!(
-            "<h3>seed {} &#8212; {}</h3>\n",
-            escape(seed),
-            escape(table_name)
-        ));
+    let mut previous_study = "";
+    for (id, table_name, group) in groups_of(&compared) {
+        if id != previous_study {
+            previous_study = id;
+            match study(id) {
+                Some(s) => out.push_str(&format!(
+                    "<h3 id=\"{slug}\">{}</h3>\n<p class=\"meta\">{}. Described in <code>{REFERENCES_DOC}#{slug}</code>.</p>\n",
+                    escape(s.title),
+                    escape(s.source),
+                    slug = s.slug
+                )),
+                None => out.push_str(&format!("<h3>study #{}</h3>\n", escape(id))),
+            }
+        }
+        out.push_str(&format!("<h4>{}</h4>\n", escape(table_name)));
         if let Some(machine) = group.iter().find_map(|r| r.machine.as_deref()) {
-            out.push_str(&format!("<p>reference machine: {}</p>\n", escape(machine)));
-        }
-        if !done.is_empty() {
-            out.push_str("<table>\n<thead><tr><th>what</th><th>osprobe</th><th>reference</th><th>this machine</th><th>unit</th><th>ratio</th></tr></thead>\n<tbody>\n");
-            for r in done {
-                let osprobe = match &r.experiment {
-                    Some(id) => format!("{id} {} {}", r.metric, r.params),
-                    None => "-".into(),
-                };
-                out.push_str(&format!(
-                    "<tr><td>{}</td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>\n",
-                    escape(&r.what),
-                    escape(osprobe.trim()),
-                    escape(&figure(r.reference)),
-                    escape(&r.this.map(figure).unwrap_or_default()),
-                    escape(&r.unit),
-                    escape(&ratio_text(r))
-                ));
-            }
-            out.push_str("</tbody>\n</table>\n");
-        }
-        if !missing.is_empty() {
             out.push_str(&format!(
-                "<details><summary>{} figure{} not compared</summary><ul>\n",
-                missing.len(),
-                if missing.len() == 1 { "" } else { "s" }
+                "<p>the study's machine: {}</p>\n",
+                escape(&without_study_key(machine))
             ));
-            for r in missing {
-                let why = match &r.status {
-                    Status::NotMeasured(w) | Status::NoExperiment(w) => w.clone(),
-                    Status::NotComparable(w) => format!("not comparable: {w}"),
-                    Status::Measured => String::new(),
-                };
-                out.push_str(&format!(
-                    "<li>{} ({} {}): {}</li>\n",
-                    escape(&r.what),
-                    escape(&figure(r.reference)),
-                    escape(&r.unit),
-                    escape(&why)
-                ));
-            }
-            out.push_str("</ul></details>\n");
+        }
+        out.push_str("<table>\n<thead><tr><th>what</th><th>osprobe</th><th>the study</th><th>this machine</th><th>unit</th><th>ratio</th><th>where in the study</th></tr></thead>\n<tbody>\n");
+        for r in group {
+            let osprobe = match &r.experiment {
+                Some(id) => format!("{id} {} {}", r.metric, r.params),
+                None => "-".into(),
+            };
+            out.push_str(&format!(
+                "<tr><td>{}</td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+                escape(&without_study_key(&r.what)),
+                escape(osprobe.trim()),
+                escape(&figure(r.reference)),
+                escape(&r.this.map(figure).unwrap_or_default()),
+                escape(&r.unit),
+                escape(&ratio_text(r)),
+                escape(&without_study_key(&r.source))
+            ));
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+    out
+}
+
+/// [`groups`] over a selection of rows.
+fn groups_of<'a>(rows: &[&'a ReproduceRow]) -> Vec<(&'a str, &'a str, Vec<&'a ReproduceRow>)> {
+    let mut out: Vec<(&str, &str, Vec<&ReproduceRow>)> = Vec::new();
+    for r in rows.iter().copied() {
+        match out
+            .iter_mut()
+            .find(|(s, t, _)| *s == r.seed && *t == r.table)
+        {
+            Some(g) => g.2.push(r),
+            None => out.push((&r.seed, &r.table, vec![r])),
         }
     }
     out

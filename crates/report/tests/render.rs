@@ -274,8 +274,8 @@ fn the_page_parses_as_xml_and_holds_every_part() {
     // Self-contained: nothing fetched, no scripts.
     assert!(!html.contains("<script") && !html.contains("http://example"));
     assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
-    // The added section comes before the plots.
-    assert!(html.find("Reproduced &lt;figures&gt;") < html.find("<h2>Plots</h2>"));
+    // The added section comes after the plots.
+    assert!(html.find("<h2>Reproduced &lt;figures&gt;") > html.find("<h2>Plots</h2>"));
 }
 
 #[test]
@@ -327,8 +327,8 @@ fn too_many_series_are_split_into_several_plots() {
 }
 
 #[test]
-fn the_reproduce_section_is_xhtml_with_the_measured_figures() {
-    use osprobe_report::reproduce::{references, reproduce, to_html};
+fn the_reference_studies_list_only_what_was_compared_by_title() {
+    use osprobe_report::reproduce::{references, reproduce};
     let getppid = m(
         "cpu.syscall",
         "getppid",
@@ -337,19 +337,101 @@ fn the_reproduce_section_is_xhtml_with_the_measured_figures() {
         100.0,
     );
     let run = run(vec![getppid]);
-    let rows = reproduce(&run, &references().unwrap(), Some("004"));
+    let rows = reproduce(&run, &references().unwrap(), None);
     let measured = rows.iter().filter(|r| r.this.is_some()).count();
     assert!(measured >= 1, "the getppid row is compared");
-    let html = Report::new(&run)
-        .section("Reproducing the references", to_html(&rows))
-        .render();
+    let html = Report::new(&run).references(rows.clone()).render();
     let text = page_text(&html);
     assert!(
-        text.contains(&format!("{measured} of {} reference figures", rows.len())),
+        text.contains(&format!("{measured} of {} figures", rows.len())),
         "{text}"
     );
     assert!(text.contains("cpu.syscall getppid"));
-    assert!(text.contains("not compared"), "the rest are listed, folded");
+    assert!(text.contains("CSE 221 Project"), "named by its title");
+    assert!(text.contains("Zou"), "and its source");
+    assert!(html.contains("docs/references.md#cse-221-project"));
+    // Only compared rows: one table row per compared figure.
+    let section = &html[html.find("<section id=\"references\">").unwrap()..];
+    assert_eq!(section.matches("<tr><td>").count(), measured, "{section}");
+    // The tool's own word for the studies is not shown.
+    assert!(!text.to_lowercase().contains("seed"), "{text}");
+    // The studies of which nothing was compared are not named.
+    assert!(!text.contains("Playing BBR"));
+}
+
+/// The page's top-level sections, by id, in order.
+fn section_ids(html: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse_with_options(
+        html,
+        roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("section"))
+        .filter_map(|n| n.attribute("id").map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_page_leads_with_results_and_ends_with_the_studies() {
+    let run = sample_run();
+    let rows = osprobe_report::reproduce::reproduce(
+        &run,
+        &osprobe_report::reproduce::references().unwrap(),
+        None,
+    );
+    let html = Report::new(&run)
+        .section("Extra", "<p>x</p>")
+        .references(rows)
+        .render();
+    let ids = section_ids(&html);
+    assert_eq!(
+        ids,
+        [
+            "overview",
+            "summary",
+            "plots",
+            "missing",
+            "extra-0",
+            "environment",
+            "references"
+        ]
+    );
+}
+
+#[test]
+fn the_overview_names_the_best_and_worst_against_predictions() {
+    let mut fast = m(
+        "cpu.syscall",
+        "getppid",
+        Params::new(),
+        Unit::Nanoseconds,
+        50.0,
+    );
+    fast.prediction = Some(Prediction::new(100.0, "a model"));
+    let mut slow = m("net.rtt", "tcp", Params::new(), Unit::Nanoseconds, 400.0);
+    slow.prediction = Some(Prediction::new(100.0, "a model").within(0.5));
+    let mut rate = m("fs.read", "seq", Params::new(), Unit::BytesPerSecond, 300.0);
+    rate.prediction = Some(Prediction::new(100.0, "a model"));
+    let html = Report::new(&run(vec![fast, slow, rate])).render();
+    let overview =
+        &html[html.find("id=\"overview\"").unwrap()..html.find("id=\"summary\"").unwrap()];
+    let good = overview.find("Good at").unwrap();
+    let bad = overview.find("Bad at").unwrap();
+    // Best first: 3x the predicted rate, then half the predicted time.
+    let rate_at = overview
+        .find("fs.read seq: 3.0x better than its model")
+        .unwrap();
+    let fast_at = overview.find("cpu.syscall getppid: 2.0x better").unwrap();
+    assert!(
+        good < rate_at && rate_at < fast_at && fast_at < bad,
+        "{overview}"
+    );
+    assert!(overview[bad..].contains("net.rtt tcp: 4.0x worse than its model"));
+    assert!(overview.contains("1 measurement disagrees"), "{overview}");
 }
 
 #[test]
