@@ -7,23 +7,43 @@ use crate::plot::{AxisSpec, BarPlot, HistogramPlot, Kind, LinePlot, Marker, Plot
 use crate::svg::{num, series_style, text_width, Anchor, Svg};
 use osprobe_core::Unit;
 
-const WIDTH: f64 = 680.0;
-const LEFT: f64 = 84.0;
-const RIGHT: f64 = 20.0;
-const TOP: f64 = 30.0;
-const PLOT_H: f64 = 250.0;
-const FONT: f64 = 11.0;
+// The page scales a plot to its container's width (viewBox); this width
+// keeps 13 px text near 13-19 px on screens 1,000 to 1,500 px wide.
+const WIDTH: f64 = 1000.0;
+const LEFT: f64 = 96.0;
+const RIGHT: f64 = 24.0;
+/// Baseline of the plot's title.
+const TITLE_Y: f64 = 20.0;
+/// Plot area top when no marker label stands above it.
+const TOP_PLAIN: f64 = 34.0;
+/// Height of a row of marker labels above the plot area.
+const MARKER_ROW: f64 = 15.0;
+/// Rows of marker labels at most; labels beyond are left out (their line
+/// stays, with its figure in its hover text).
+const MARKER_ROWS: usize = 3;
+const MARKER_FONT: f64 = 12.0;
+const PLOT_H: f64 = 340.0;
+const FONT: f64 = 13.0;
 const GRID: &str = r##"stroke="#ddd" stroke-width="1""##;
 const AXIS: &str = r##"stroke="#333" stroke-width="1""##;
 
 /// The SVG of a plot.
 pub fn render(plot: &Plot) -> String {
-    let mut svg = Svg::new(WIDTH, TOP + PLOT_H + 60.0);
-    svg.text(LEFT, 16.0, 13.0, Anchor::Start, &plot.title);
+    let markers = match &plot.kind {
+        Kind::Lines(l) => l.markers.len(),
+        Kind::Histogram(_) => 2,
+        Kind::Bars(_) => 0,
+    };
+    // Marker labels stand in rows above the plot area, never over the data.
+    let rows = markers.min(MARKER_ROWS) as f64;
+    let top = TOP_PLAIN + rows * MARKER_ROW;
+    let mut svg = Svg::new(WIDTH, top + PLOT_H + 70.0);
+    svg.text(LEFT, TITLE_Y, 15.0, Anchor::Start, &plot.title);
+    let area = Area { top };
     match &plot.kind {
-        Kind::Lines(l) => lines(&mut svg, l),
-        Kind::Bars(b) => bars(&mut svg, b),
-        Kind::Histogram(h) => histogram(&mut svg, h),
+        Kind::Lines(l) => lines(&mut svg, area, l),
+        Kind::Bars(b) => bars(&mut svg, area, b),
+        Kind::Histogram(h) => histogram(&mut svg, area, h),
     }
     let label = if plot.fixed.is_empty() {
         plot.title.clone()
@@ -37,12 +57,20 @@ fn right() -> f64 {
     WIDTH - RIGHT
 }
 
-fn bottom() -> f64 {
-    TOP + PLOT_H
+/// The plot area's vertical place (its top depends on the marker rows).
+#[derive(Debug, Clone, Copy)]
+struct Area {
+    top: f64,
+}
+
+impl Area {
+    fn bottom(self) -> f64 {
+        self.top + PLOT_H
+    }
 }
 
 /// Grid, ticks and labels of the x axis (numeric).
-fn x_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
+fn x_axis(svg: &mut Svg, area: Area, scale: &Scale, spec: &AxisSpec) {
     let ticks = scale.ticks(spec.unit);
     let labels = tick_labels(spec.unit, &ticks);
     let every = thin_out(&ticks, &labels, scale);
@@ -51,18 +79,18 @@ fn x_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
     let (mut grid, mut marks) = (String::new(), String::new());
     for (i, (t, label)) in ticks.iter().zip(&labels).enumerate() {
         let x = num(scale.px(*t));
-        grid.push_str(&format!("M{x} {}V{}", num(TOP), num(bottom())));
-        marks.push_str(&format!("M{x} {}v4", num(bottom())));
+        grid.push_str(&format!("M{x} {}V{}", num(area.top), num(area.bottom())));
+        marks.push_str(&format!("M{x} {}v4", num(area.bottom())));
         if i % every == 0 {
             let x = scale.px(*t);
-            svg.text(x, bottom() + 16.0, FONT, Anchor::Middle, label);
+            svg.text(x, area.bottom() + 16.0, FONT, Anchor::Middle, label);
         }
     }
     svg.path(&grid, GRID);
     svg.path(&marks, AXIS);
     svg.text(
         (LEFT + right()) / 2.0,
-        bottom() + 34.0,
+        area.bottom() + 34.0,
         FONT + 1.0,
         Anchor::Middle,
         &spec.label(),
@@ -83,7 +111,7 @@ fn thin_out(ticks: &[f64], labels: &[String], scale: &Scale) -> usize {
 }
 
 /// Grid, ticks and labels of the y axis.
-fn y_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
+fn y_axis(svg: &mut Svg, area: Area, scale: &Scale, spec: &AxisSpec) {
     let ticks = scale.ticks(spec.unit);
     let (mut grid, mut marks) = (String::new(), String::new());
     for (t, label) in ticks.iter().zip(tick_labels(spec.unit, &ticks)) {
@@ -94,12 +122,12 @@ fn y_axis(svg: &mut Svg, scale: &Scale, spec: &AxisSpec) {
     }
     svg.path(&grid, GRID);
     svg.path(&marks, AXIS);
-    svg.vertical_text(16.0, TOP + PLOT_H / 2.0, FONT + 1.0, &spec.label());
+    svg.vertical_text(16.0, area.top + PLOT_H / 2.0, FONT + 1.0, &spec.label());
 }
 
-fn frame(svg: &mut Svg) {
-    svg.line(LEFT, bottom(), right(), bottom(), AXIS);
-    svg.line(LEFT, TOP, LEFT, bottom(), AXIS);
+fn frame(svg: &mut Svg, area: Area) {
+    svg.line(LEFT, area.bottom(), right(), area.bottom(), AXIS);
+    svg.line(LEFT, area.top, LEFT, area.bottom(), AXIS);
 }
 
 /// Legend entries flowing in rows below the axis title; grows the canvas.
@@ -132,7 +160,7 @@ fn legend(svg: &mut Svg, names: &[String], top: f64) {
     svg.grow_to(y + 10.0);
 }
 
-fn lines(svg: &mut Svg, plot: &LinePlot) {
+fn lines(svg: &mut Svg, area: Area, plot: &LinePlot) {
     let points = || plot.series.iter().flat_map(|s| s.points.iter());
     let xs = points().map(|p| p.x);
     let (xlo, xhi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
@@ -150,13 +178,13 @@ fn lines(svg: &mut Svg, plot: &LinePlot) {
     let (x0, x1) = padded(xlo, xhi, plot.x.log);
     let (y0, y1) = padded(ylo, yhi, plot.y.log);
     let xs = Scale::new(x0, x1, plot.x.log, LEFT, right());
-    let ys = Scale::new(y0, y1, plot.y.log, bottom(), TOP);
-    x_axis(svg, &xs, &plot.x);
-    y_axis(svg, &ys, &plot.y);
-    markers(svg, &xs, &plot.markers);
+    let ys = Scale::new(y0, y1, plot.y.log, area.bottom(), area.top);
+    x_axis(svg, area, &xs, &plot.x);
+    y_axis(svg, area, &ys, &plot.y);
+    markers(svg, area, &xs, &plot.markers);
     for (i, s) in plot.series.iter().enumerate() {
         let (colour, dash) = series_style(i);
-        let clamp = |v: f64| ys.px(v).clamp(TOP, bottom());
+        let clamp = |v: f64| ys.px(v).clamp(area.top, area.bottom());
         if s.points.len() >= 2 {
             let mut band: Vec<(f64, f64)> =
                 s.points.iter().map(|p| (xs.px(p.x), clamp(p.hi))).collect();
@@ -191,9 +219,9 @@ fn lines(svg: &mut Svg, plot: &LinePlot) {
             svg.circle(x, y, 3.0, &format!(r#"fill="{colour}""#), Some(&tip));
         }
     }
-    frame(svg);
+    frame(svg, area);
     let names: Vec<String> = plot.series.iter().map(|s| s.name.clone()).collect();
-    legend(svg, &names, bottom() + 54.0);
+    legend(svg, &names, area.bottom() + 54.0);
 }
 
 fn error_bar(svg: &mut Svg, x: f64, lo: f64, hi: f64, colour: &str) {
@@ -203,9 +231,13 @@ fn error_bar(svg: &mut Svg, x: f64, lo: f64, hi: f64, colour: &str) {
     svg.line(x - 4.0, hi, x + 4.0, hi, &style);
 }
 
-/// Vertical lines at markers inside the x range; labels turned upright
-/// along the line. Reported values dashed, inferred ones solid.
-fn markers(svg: &mut Svg, xs: &Scale, markers: &[Marker]) {
+/// Vertical lines at markers inside the x range, their labels in rows
+/// above the plot area (each in the first row where it overlaps no other
+/// label), so that no label covers data. Reported values dashed, inferred
+/// ones solid.
+fn markers(svg: &mut Svg, area: Area, xs: &Scale, markers: &[Marker]) {
+    // Occupied spans of each row.
+    let mut rows: Vec<Vec<(f64, f64)>> = vec![Vec::new(); MARKER_ROWS];
     for m in markers {
         if m.x < xs.lo || m.x > xs.hi {
             continue;
@@ -216,29 +248,35 @@ fn markers(svg: &mut Svg, xs: &Scale, markers: &[Marker]) {
         } else {
             ("#555", r#" stroke-dasharray="4 3""#)
         };
-        svg.line(
-            x,
-            TOP,
-            x,
-            bottom(),
-            &format!(r#"stroke="{colour}" stroke-width="1.2"{dash}"#),
-        );
-        let (tx, ty) = if m.inferred {
-            (x - 3.0, bottom() - 4.0)
-        } else {
-            (x + 10.0, TOP + 4.0)
-        };
-        let anchor = if m.inferred { "start" } else { "end" };
         svg.raw(&format!(
-            r#"<text x="{x}" y="{y}" font-size="10" fill="{colour}" text-anchor="{anchor}" transform="rotate(-90 {x} {y})">{}</text>"#,
+            r#"<line x1="{x}" y1="{y1}" x2="{x}" y2="{y2}" stroke="{colour}" stroke-width="1.2"{dash}><title>{}</title></line>"#,
             crate::svg::escape(&m.label),
-            x = crate::svg::num(tx),
-            y = crate::svg::num(ty),
+            x = num(x),
+            y1 = num(area.top),
+            y2 = num(area.bottom()),
+        ));
+        // Centred on the line, moved inside the canvas at the edges.
+        let w = text_width(&m.label, MARKER_FONT);
+        let start = (x - w / 2.0).clamp(LEFT, (right() - w).max(LEFT));
+        let span = (start - 4.0, start + w + 4.0);
+        let free = rows
+            .iter()
+            .position(|row| row.iter().all(|(a, b)| span.1 <= *a || span.0 >= *b));
+        let Some(row) = free else { continue };
+        rows[row].push(span);
+        // Row 0 is nearest the plot area.
+        let y = area.top - 5.0 - row as f64 * MARKER_ROW;
+        svg.raw(&format!(
+            r#"<text x="{}" y="{}" font-size="{}" fill="{colour}" text-anchor="start">{}</text>"#,
+            num(start),
+            num(y),
+            num(MARKER_FONT),
+            crate::svg::escape(&m.label),
         ));
     }
 }
 
-fn bars(svg: &mut Svg, plot: &BarPlot) {
+fn bars(svg: &mut Svg, area: Area, plot: &BarPlot) {
     let all = plot.values.iter().flatten().flatten();
     let hi = all
         .clone()
@@ -246,8 +284,8 @@ fn bars(svg: &mut Svg, plot: &BarPlot) {
         .fold(0.0f64, f64::max)
         .max(1e-12);
     let lo = all.map(|b| b.lo.min(b.y)).fold(0.0f64, f64::min);
-    let ys = Scale::new(lo, hi * 1.08, false, bottom(), TOP);
-    y_axis(svg, &ys, &plot.y);
+    let ys = Scale::new(lo, hi * 1.08, false, area.bottom(), area.top);
+    y_axis(svg, area, &ys, &plot.y);
     let n = plot.groups.len().max(1) as f64;
     let group_w = (right() - LEFT) / n;
     let k = plot.series.len().max(1) as f64;
@@ -285,7 +323,7 @@ fn bars(svg: &mut Svg, plot: &BarPlot) {
             error_bar(svg, x + bar_w / 2.0, ys.px(b.lo), ys.px(b.hi), "#222");
         }
         if slanted {
-            let (x, y) = (centre, bottom() + 12.0);
+            let (x, y) = (centre, area.bottom() + 12.0);
             svg.raw(&format!(
                 r#"<text x="{x}" y="{y}" font-size="{FONT}" text-anchor="end" transform="rotate(-30 {x} {y})">{}</text>"#,
                 crate::svg::escape(group),
@@ -293,30 +331,31 @@ fn bars(svg: &mut Svg, plot: &BarPlot) {
                 y = crate::svg::num(y),
             ));
         } else {
-            svg.text(centre, bottom() + 16.0, FONT, Anchor::Middle, group);
+            svg.text(centre, area.bottom() + 16.0, FONT, Anchor::Middle, group);
         }
     }
-    frame(svg);
+    frame(svg, area);
     let drop = if slanted { widest * 0.5 + 8.0 } else { 0.0 };
     svg.text(
         (LEFT + right()) / 2.0,
-        bottom() + 34.0 + drop,
+        area.bottom() + 34.0 + drop,
         FONT + 1.0,
         Anchor::Middle,
         &plot.x_title,
     );
-    svg.grow_to(bottom() + 44.0 + drop);
-    legend(svg, &plot.series, bottom() + 54.0 + drop);
+    svg.grow_to(area.bottom() + 44.0 + drop);
+    legend(svg, &plot.series, area.bottom() + 54.0 + drop);
 }
 
-fn histogram(svg: &mut Svg, plot: &HistogramPlot) {
+fn histogram(svg: &mut Svg, area: Area, plot: &HistogramPlot) {
     let (lo, hi) = (plot.edges[0], plot.edges[plot.edges.len() - 1]);
     let xs = Scale::new(lo, hi, plot.x.log, LEFT, right());
     let top = plot.counts.iter().copied().max().unwrap_or(1).max(1) as f64;
-    let ys = Scale::new(0.0, top * 1.08, false, bottom(), TOP);
-    x_axis(svg, &xs, &plot.x);
+    let ys = Scale::new(0.0, top * 1.08, false, area.bottom(), area.top);
+    x_axis(svg, area, &xs, &plot.x);
     y_axis(
         svg,
+        area,
         &ys,
         &AxisSpec {
             title: "samples".into(),
@@ -338,13 +377,14 @@ fn histogram(svg: &mut Svg, plot: &HistogramPlot) {
             a,
             y,
             (b - a - 0.5).max(0.5),
-            bottom() - y,
+            area.bottom() - y,
             r##"fill="#0072b2""##,
             Some(&tip),
         );
     }
     markers(
         svg,
+        area,
         &xs,
         &[
             Marker {
@@ -359,5 +399,5 @@ fn histogram(svg: &mut Svg, plot: &HistogramPlot) {
             },
         ],
     );
-    frame(svg);
+    frame(svg, area);
 }

@@ -126,9 +126,9 @@ tr.first td{border-top:1px solid #bbb}
 .env th{background:none;position:static;white-space:nowrap}
 .formula{color:#555;font-size:12px}.warn{color:#b22222}
 details summary{cursor:pointer;color:#0072b2}details ul{margin:4px 0;padding-left:18px;max-width:60em}
-.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:18px}
+.plots{display:grid;grid-template-columns:1fr;gap:18px}
 figure{margin:0;border:1px solid #e3e3e3;border-radius:4px;padding:6px}
-figure svg{width:100%;height:auto}
+figure svg{display:block;width:100%;height:auto}
 figcaption{font-size:12px;color:#555;padding:2px 6px}
 footer{margin-top:40px;color:#777;font-size:12px}
 ";

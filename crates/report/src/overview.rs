@@ -85,7 +85,8 @@ pub fn overview(
             disagreements += 1;
         }
         // A ceiling says nothing about how good a value below it is.
-        if p.upper_bound || !(p.value > 0.0) || !(m.summary.p50 > 0.0) {
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if p.upper_bound || !positive(p.value) || !positive(m.summary.p50) {
             continue;
         }
         let ratio = m.summary.p50 / p.value;
@@ -106,7 +107,7 @@ pub fn overview(
         else {
             continue;
         };
-        if !(ratio > 0.0 && ratio.is_finite()) {
+        if !ratio.is_finite() || ratio <= 0.0 {
             continue;
         }
         // `reads` says which way the unit points: better means this machine won.
