@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "../../report/tests/geometry/mod.rs"]
+mod geometry;
 
 fn osprobe(db: &Path) -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
@@ -117,7 +119,34 @@ fn report_renders_a_stored_run_that_a_browser_opens() {
         allow_dtd: true,
         ..Default::default()
     };
-    roxmltree::Document::parse_with_options(&html, options).expect("the report is XHTML");
+    let doc = roxmltree::Document::parse_with_options(&html, options).expect("the report is XHTML");
+    // The results lead, the reference studies come last.
+    let ids: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("section"))
+        .filter_map(|n| n.attribute("id"))
+        .collect();
+    let at = |id: &str| ids.iter().position(|i| *i == id).unwrap_or(usize::MAX);
+    assert!(
+        at("overview") < at("summary")
+            && at("summary") < at("plots")
+            && at("plots") < at("references")
+            && at("references") == ids.len() - 1,
+        "{ids:?}"
+    );
+    assert!(!page_words(&doc).to_lowercase().contains("seed"));
+    // No label over a data mark in any plot of a real run.
+    let svg_start = |i: usize| html[i..].find("<svg").map(|j| i + j);
+    let mut from = 0;
+    let mut checked = 0;
+    while let Some(start) = svg_start(from) {
+        let end = start + html[start..].find("</svg>").unwrap() + "</svg>".len();
+        let overlaps = geometry::text_over_marks(&html[start..end]);
+        assert!(overlaps.is_empty(), "{}", overlaps.join("\n"));
+        checked += 1;
+        from = end;
+    }
+    assert!(checked > 0);
 
     let Some(browser) = chromium() else {
         osprobe_core::testing::skip(format!(
@@ -169,6 +198,14 @@ fn report_renders_a_stored_run_that_a_browser_opens() {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     // A blank 1280x2000 page compresses to a few KiB; tables and plots do not.
     assert!(png.len() > 30_000, "screenshot of {} bytes", png.len());
+}
+
+/// The text a reader sees (element text, not attributes or markup).
+fn page_words(doc: &roxmltree::Document) -> String {
+    doc.descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[test]

@@ -500,7 +500,11 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
     let mut previous_machine = "";
     for (seed, table_name, group) in groups(rows) {
         if seed != previous_seed {
-            out.push_str(&format!("\n=== seed {seed} ===\n"));
+            // The study by its title and source, never by its data key.
+            match crate::studies::study(seed) {
+                Some(s) => out.push_str(&format!("\n=== {} ===\n{}\n", s.title, s.source)),
+                None => out.push_str(&format!("\n=== study #{seed} ===\n")),
+            }
             previous_seed = seed;
         }
         out.push_str(&format!("\n{table_name}\n"));
@@ -508,7 +512,10 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
         machines.dedup();
         // The machine once, until it changes.
         if machines.len() == 1 && machines[0] != previous_machine {
-            out.push_str(&format!("reference machine: {}\n", machines[0]));
+            out.push_str(&format!(
+                "reference machine: {}\n",
+                without_study_key(machines[0])
+            ));
             previous_machine = machines[0];
         }
         let mut table = Table::new(&[
@@ -638,7 +645,10 @@ pub fn to_html(rows: &[ReproduceRow]) -> String {
                 None => out.push_str(&format!("<h3>study #{}</h3>\n", escape(id))),
             }
         }
-        out.push_str(&format!("<h4>{}</h4>\n", escape(table_name)));
+        out.push_str(&format!(
+            "<h4>{}</h4>\n",
+            escape(&without_study_key(table_name))
+        ));
         if let Some(machine) = group.iter().find_map(|r| r.machine.as_deref()) {
             out.push_str(&format!(
                 "<p>the study's machine: {}</p>\n",
@@ -906,6 +916,24 @@ mod tests {
             text.contains("200.0") && text.contains("0.20x better"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn study_keys_are_not_shown() {
+        assert_eq!(
+            without_study_key("seed 004: CSE 221 project report (Zou, Li, Chen), section 3.1"),
+            "CSE 221 project report (Zou, Li, Chen), section 3.1"
+        );
+        assert_eq!(
+            without_study_key("macOS Catalina 10.15 (seed 004 Table 1)"),
+            "macOS Catalina 10.15 (the study Table 1)"
+        );
+        assert_eq!(without_study_key("seeds of 7"), "seeds of 7");
+        let refs = references().unwrap();
+        let rows = reproduce(&run(vec![]), &refs, Some("004"));
+        let text = render(&run(vec![]), &rows);
+        assert!(text.contains("=== CSE 221 Project ==="), "{text}");
+        assert!(!text.contains("=== seed"), "{text}");
     }
 
     #[test]
