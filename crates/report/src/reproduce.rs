@@ -601,8 +601,12 @@ pub fn without_study_key(text: &str) -> String {
         let after = &rest[i + 5..];
         if after.len() >= 3 && after.as_bytes()[..3].iter().all(|b| b.is_ascii_digit()) {
             out.push_str(&rest[..i]);
-            out.push_str("the study");
             rest = &after[3..];
+            // `seed 004 Table 1` reads `the study's Table 1`.
+            let part = [" Table", " section", " figure", " Figure", " Section"]
+                .iter()
+                .any(|w| rest.starts_with(w));
+            out.push_str(if part { "the study's" } else { "the study" });
         } else {
             out.push_str(&rest[..i + 5]);
             rest = after;
@@ -926,7 +930,11 @@ mod tests {
         );
         assert_eq!(
             without_study_key("macOS Catalina 10.15 (seed 004 Table 1)"),
-            "macOS Catalina 10.15 (the study Table 1)"
+            "macOS Catalina 10.15 (the study's Table 1)"
+        );
+        assert_eq!(
+            without_study_key("XINU lab (seed 002 names no hardware)"),
+            "XINU lab (the study names no hardware)"
         );
         assert_eq!(without_study_key("seeds of 7"), "seeds of 7");
         let refs = references().unwrap();
