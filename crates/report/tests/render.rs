@@ -11,7 +11,7 @@ use osprobe_report::html::Report;
 use osprobe_report::plot::{plots, Kind, Plot};
 
 mod geometry;
-use geometry::{number_attr, text_box, text_over_marks};
+use geometry::{number_attr, text_box, text_outside_canvas, text_over_marks};
 
 fn m(experiment: &str, metric: &str, params: Params, unit: Unit, p50: f64) -> Measurement {
     Measurement::new(
@@ -486,8 +486,11 @@ fn no_text_lies_over_a_data_mark_in_any_kind_of_plot() {
         "proc.ctx_switch switch by kind",
     ] {
         let plot = find(&all, title);
-        let overlaps = text_over_marks(&chart::render(plot));
+        let svg = chart::render(plot);
+        let overlaps = text_over_marks(&svg);
         assert!(overlaps.is_empty(), "{title}:\n{}", overlaps.join("\n"));
+        let outside = text_outside_canvas(&svg);
+        assert!(outside.is_empty(), "{title}:\n{}", outside.join("\n"));
     }
     // The histogram's median stands above its tallest bar, not on it.
     let h = chart::render(find(&all, "net.rtt tcp histogram"));

@@ -113,3 +113,22 @@ pub fn text_over_marks(svg: &str) -> Vec<String> {
     }
     out
 }
+
+/// Texts whose box leaves the canvas (`viewBox="0 0 W H"`).
+pub fn text_outside_canvas(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let root = doc.root_element();
+    let view: Vec<f64> = root
+        .attribute("viewBox")
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let (w, h) = (view[2], view[3]);
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| (n.text().unwrap_or("").to_string(), text_box(n)))
+        .filter(|(_, b)| b.0 < -0.5 || b.1 < -0.5 || b.2 > w + 0.5 || b.3 > h + 0.5)
+        .map(|(t, b)| format!("'{t}' {b:?} outside {w}x{h}"))
+        .collect()
+}
