@@ -143,6 +143,8 @@ fn report_renders_a_stored_run_that_a_browser_opens() {
         let end = start + html[start..].find("</svg>").unwrap() + "</svg>".len();
         let overlaps = geometry::text_over_marks(&html[start..end]);
         assert!(overlaps.is_empty(), "{}", overlaps.join("\n"));
+        let outside = geometry::text_outside_canvas(&html[start..end]);
+        assert!(outside.is_empty(), "{}", outside.join("\n"));
         checked += 1;
         from = end;
     }
