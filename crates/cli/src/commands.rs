@@ -173,6 +173,13 @@ fn measure(
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     };
 
+    // Nothing measured: a stored run of zero measurements would let a CI
+    // gate pass silently, so store nothing and fail, saying why.
+    if outcome.measurements.is_empty() {
+        eprint!("{}", crate::outcome::nothing_measured(&outcome));
+        return Ok(ExitCode::FAILURE);
+    }
+
     let id = osprobe_core::id::new_run_id();
     let mut measurements = outcome.measurements;
     for m in &mut measurements {

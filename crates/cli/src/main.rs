@@ -8,6 +8,7 @@ mod compare;
 mod leftovers;
 mod link;
 mod net;
+mod outcome;
 mod pager;
 mod progress;
 mod report;

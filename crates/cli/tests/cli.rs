@@ -335,3 +335,51 @@ fn interrupting_a_run_stores_nothing() {
     let runs: Value = serde_json::from_slice(&history.stdout).unwrap();
     assert_eq!(runs.as_array().unwrap().len(), 0);
 }
+
+/// A run in which every point is skipped measured nothing: it exits 1,
+/// prints the reason once, and stores no run (a CI gate must not pass on
+/// an empty run). time.sleep policy=fifo is skipped for a user who is not
+/// root; as root the test runs the binary as nobody (setpriv).
+#[test]
+fn a_run_with_every_point_skipped_exits_1_and_stores_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // nobody must be able to create the store here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let db = dir.path().join("results.db");
+    let bin = assert_cmd::cargo::cargo_bin("osprobe");
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if is_root {
+        let Some(setpriv) = osprobe_core::find_program("setpriv") else {
+            println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
+            return;
+        };
+        let mut c = std::process::Command::new(setpriv);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin);
+        c
+    } else {
+        std::process::Command::new(&bin)
+    };
+    let out = cmd
+        .arg("--db")
+        .arg(&db)
+        .arg("--quiet")
+        .args([
+            "bench",
+            "time.sleep",
+            "--profile",
+            "smoke",
+            "--param",
+            "policy=fifo",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nothing was measured"), "{err}");
+    assert_eq!(err.matches("policy=fifo needs root").count(), 1, "{err}");
+    let out = osprobe(&db).args(["history", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
+}
