@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "osprobe",
-    version,
+    version = crate::version::TEXT,
     about = "A performance laboratory for Linux: measures this machine's OS primitives and stores every result",
     after_help = "Start with `osprobe run`: about a minute, a table of results, everything stored.\n\
                   Results: --db PATH, else $OSPROBE_DB, else $XDG_DATA_HOME/osprobe/results.db, else ~/.local/share/osprobe/results.db."

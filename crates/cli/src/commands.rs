@@ -157,7 +157,11 @@ fn measure(
     osprobe_core::interrupt::install();
     let started = osprobe_core::now_rfc3339();
     let clock = Clock::calibrated(osprobe_core::calibration_plan(profile));
-    let environment = osprobe_core::environment::capture(clock.info().clone());
+    let mut environment = osprobe_core::environment::capture(clock.info().clone());
+    environment.build = crate::version::build_info();
+    if let Some(warning) = crate::version::debug_build_warning() {
+        eprintln!("{warning}");
+    }
     if !opts.json {
         print!("{}", osprobe_report::environment_block(&environment));
         println!();

@@ -14,6 +14,7 @@ mod progress;
 mod report;
 mod reproduce;
 mod rfs;
+mod version;
 
 use clap::Parser;
 use std::process::ExitCode;

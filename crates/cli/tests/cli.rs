@@ -90,7 +90,47 @@ fn every_section_a_experiment_appears_with_its_unit() {
         8,
         "0..7 arguments"
     );
+    let build = &run["environment"]["build"];
+    assert!(
+        build["commit"].as_str().is_some_and(|c| !c.is_empty()),
+        "every run records the commit that measured it: {build}"
+    );
+    assert_eq!(build["version"], env!("CARGO_PKG_VERSION"));
     assert!(run["skipped"].as_array().unwrap().is_empty() || cfg!(not(target_arch = "x86_64")));
+}
+
+/// `--version` names the commit the binary was built from (and "unknown"
+/// only outside a git checkout), and the build profile.
+#[test]
+fn version_contains_the_commit_and_profile() {
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("osprobe {}", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(text.contains(" build)"), "{text}");
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        // The binary may predate the newest commit only if it was not
+        // rebuilt; cargo test rebuilds it when HEAD moves (build.rs).
+        Some(hash) => assert!(
+            text.contains(&format!("commit {hash}")),
+            "{text} vs HEAD {hash}"
+        ),
+        None => assert!(text.contains("commit unknown"), "{text}"),
+    }
 }
 
 #[test]
