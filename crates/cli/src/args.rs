@@ -52,6 +52,10 @@ pub enum Command {
     Reproduce(crate::reproduce::ReproduceArgs),
     /// Write a stored run as one self-contained HTML file: environment, summary table, plots
     Report(crate::report::ReportArgs),
+    /// Print a shell completion script: `osprobe completions bash > /etc/bash_completion.d/osprobe`
+    Completions(crate::shell::CompletionsArgs),
+    /// Print the man page (roff): `osprobe man > /usr/local/share/man/man1/osprobe.1`
+    Man,
 }
 
 #[derive(Debug, Clone, Args)]

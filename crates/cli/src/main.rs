@@ -14,6 +14,7 @@ mod progress;
 mod report;
 mod reproduce;
 mod rfs;
+mod shell;
 mod version;
 
 use clap::Parser;

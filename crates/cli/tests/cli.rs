@@ -423,3 +423,43 @@ fn a_run_with_every_point_skipped_exits_1_and_stores_nothing() {
     let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
 }
+
+/// Completion scripts for the three shells and the man page are generated
+/// from the command definition: each is non-empty and knows the subcommands.
+#[test]
+fn completions_and_man_page_generate_and_name_the_subcommands() {
+    let generate = |args: &[&str]| {
+        let out = Command::cargo_bin("osprobe")
+            .unwrap()
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let script = generate(&["completions", shell]);
+        for sub in ["bench", "compare", "completions", "list"] {
+            assert!(script.contains(sub), "{shell} completion lacks {sub}");
+        }
+    }
+    let page = generate(&["man"]);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH"),
+        "not roff: {page:.200}"
+    );
+    for sub in ["bench", "compare", "run"] {
+        assert!(page.contains(sub), "man page lacks {sub}");
+    }
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bash"));
+}
