@@ -387,19 +387,9 @@ fn a_run_with_every_point_skipped_exits_1_and_stores_nothing() {
     // nobody must be able to create the store here.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let db = dir.path().join("results.db");
-    let bin = assert_cmd::cargo::cargo_bin("osprobe");
-    let is_root = unsafe { libc::geteuid() } == 0;
-    let mut cmd = if is_root {
-        let Some(setpriv) = osprobe_core::find_program("setpriv") else {
-            println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
-            return;
-        };
-        let mut c = std::process::Command::new(setpriv);
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&bin);
-        c
-    } else {
-        std::process::Command::new(&bin)
+    let Some(mut cmd) = osprobe_as_a_user() else {
+        println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
+        return;
     };
     let out = cmd
         .arg("--db")
@@ -462,4 +452,38 @@ fn completions_and_man_page_generate_and_name_the_subcommands() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bash"));
+}
+
+/// `osprobe link` as a user who is not root fails with one "osprobe:"
+/// prefix, not "osprobe: osprobe link:", and says it needs root.
+#[test]
+fn link_as_non_root_has_a_single_prefix() {
+    let Some(mut cmd) = osprobe_as_a_user() else {
+        println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
+        return;
+    };
+    let out = cmd
+        .args(["link", "--delay", "10ms", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("osprobe: "), "{err}");
+    assert_eq!(err.matches("osprobe:").count(), 1, "{err}");
+    assert!(!err.contains("osprobe link:"), "{err}");
+    assert!(err.contains("root"), "{err}");
+}
+
+/// The binary run as a user who is not root: as is when the tests are not
+/// root, else as nobody through setpriv; `None` when that is not possible.
+fn osprobe_as_a_user() -> Option<std::process::Command> {
+    let bin = assert_cmd::cargo::cargo_bin("osprobe");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some(std::process::Command::new(bin));
+    }
+    let mut cmd = std::process::Command::new(osprobe_core::find_program("setpriv")?);
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin);
+    Some(cmd)
 }
