@@ -167,7 +167,7 @@ pub struct NetArgs {
     pub token: TokenArg,
     #[command(flatten)]
     pub profile: ProfileArgs,
-    /// Set a parameter for every point, e.g. --param streams=4 (see `osprobe list`)
+    /// Set a parameter for every point, e.g. --param streams=4; repeat it or give a list (streams=1,4,8) to sweep (see `osprobe list`)
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
 }
@@ -282,7 +282,7 @@ pub struct BenchArgs {
     pub id: String,
     #[command(flatten)]
     pub profile: ProfileArgs,
-    /// Set a parameter for every point, e.g. --param args=3 (see `osprobe list` for what each accepts)
+    /// Set a parameter for every point, e.g. --param args=3; repeat it or give a list (args=1,3,5) to sweep: one point per value, the product of several (see `osprobe list` for what each accepts)
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
 }

@@ -107,6 +107,20 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
             tests.join(", ")
         ))
     })?;
+    // A parameter set by a flag (--to, --netns, --delay, ...) is not also
+    // swept with --param: that would silently measure both.
+    let by_flags = ["path", "to", "delay", "loss", "rate", "wmem"];
+    let flagged = args.to.is_some() || args.netns || !args.link.params().is_empty();
+    if let Some((name, _)) = args
+        .params
+        .iter()
+        .find(|(name, _)| flagged && by_flags.contains(&name.as_str()))
+    {
+        return Err(UsageError(format!(
+            "--param {name}=...: {name} is already set by --to, --netns or --delay/--loss/--rate/--wmem; give one or the other"
+        ))
+        .into());
+    }
     let mut overrides = args.params.clone();
     if let Some(to) = &args.to {
         overrides.push(("path".into(), "remote".into()));

@@ -487,3 +487,57 @@ fn osprobe_as_a_user() -> Option<std::process::Command> {
         .arg(bin);
     Some(cmd)
 }
+
+/// `--param args=1,3` and `--param args=1 --param args=3` both measure one
+/// point per value (they used to keep only the last); a bad item is a usage
+/// error naming it.
+#[test]
+fn a_parameter_is_swept_by_a_list_or_by_repeating_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let args_of = |run: &Value| {
+        let mut args: Vec<i64> = measurements(run, "cpu.call_overhead")
+            .iter()
+            .map(|m| m["params"]["args"].as_i64().unwrap())
+            .collect();
+        args.sort_unstable();
+        args.dedup();
+        args
+    };
+    for params in [&["args=1,3"][..], &["args=1", "args=3"][..]] {
+        let mut cmd = osprobe(&db);
+        cmd.args([
+            "bench",
+            "cpu.call_overhead",
+            "--profile",
+            "smoke",
+            "--json",
+            "--no-store",
+        ]);
+        for p in params {
+            cmd.args(["--param", p]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(args_of(&run), [1, 3], "{params:?}");
+    }
+    let out = osprobe(&db)
+        .args([
+            "bench",
+            "cpu.call_overhead",
+            "--profile",
+            "smoke",
+            "--no-store",
+        ])
+        .args(["--param", "args=1,99"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("'99'") && err.contains("args"), "{err}");
+}
