@@ -257,10 +257,12 @@ fn measure(
 
 fn list(json: bool) -> Result<ExitCode> {
     let registry = registry();
+    let root = osprobe_core::experiment::running_as_root();
     if json {
         let items: Vec<serde_json::Value> = registry
             .all()
             .map(|e| {
+                let runnable = e.requirements().runnable_by(root);
                 serde_json::json!({
                     "id": e.id(),
                     "description": e.description(),
@@ -269,6 +271,8 @@ fn list(json: bool) -> Result<ExitCode> {
                     })).collect::<Vec<_>>(),
                     "available": e.requirements().unmet().is_none(),
                     "unavailable_because": e.requirements().unmet(),
+                    "runs_as_you": runnable.word(),
+                    "runs_as_you_because": runnable.reason(),
                 })
             })
             .collect();

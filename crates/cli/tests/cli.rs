@@ -541,3 +541,44 @@ fn a_parameter_is_swept_by_a_list_or_by_repeating_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("'99'") && err.contains("args"), "{err}");
 }
+
+/// `list` tells a user who is not root which experiments run whole, which
+/// only in part (and what needs root), and root that everything runs.
+#[test]
+fn list_says_what_runs_as_you_and_what_needs_root() {
+    let Some(mut cmd) = osprobe_as_a_user() else {
+        println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
+        return;
+    };
+    let out = cmd.args(["list", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let items: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let find = |id: &str| {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed"))
+            .clone()
+    };
+    assert_eq!(find("cpu.syscall")["runs_as_you"], "yes");
+    let rtt = find("net.rtt");
+    assert_eq!(rtt["runs_as_you"], "partly", "{rtt}");
+    assert!(rtt["runs_as_you_because"]
+        .as_str()
+        .unwrap()
+        .contains("need root"));
+    assert_eq!(find("time.sleep")["runs_as_you"], "partly");
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .arg("list")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("runs as you: "), "{text}");
+}

@@ -74,18 +74,70 @@ pub struct Requirements {
     pub tool: Option<&'static str>,
     /// Only on this architecture (`std::env::consts::ARCH`).
     pub arch: Option<&'static str>,
+    /// Points that need root although the others do not, and why, e.g.
+    /// `path=netns and path=emulated (network namespaces)`: a user who is
+    /// not root can run the experiment, and those points are skipped.
+    pub root_for: Option<&'static str>,
+}
+
+/// Whether a user can run an experiment, and if not all of it, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runnable {
+    Yes,
+    /// Some points are skipped: the reason.
+    Partly(String),
+    /// Nothing runs: the reason.
+    No(String),
+}
+
+impl Runnable {
+    /// `yes`, `partly` or `no`, for JSON.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Runnable::Yes => "yes",
+            Runnable::Partly(_) => "partly",
+            Runnable::No(_) => "no",
+        }
+    }
+
+    /// The reason some or all of it cannot run; `None` for `Yes`.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Runnable::Yes => None,
+            Runnable::Partly(r) | Runnable::No(r) => Some(r),
+        }
+    }
 }
 
 impl Requirements {
-    /// The first requirement this machine does not meet, in words.
+    /// The first requirement this machine does not meet for the user
+    /// running osprobe, in words.
     pub fn unmet(&self) -> Option<String> {
+        self.unmet_for(running_as_root())
+    }
+
+    /// Whether a user (root or not) can run all, part or none of it here.
+    pub fn runnable_by(&self, root: bool) -> Runnable {
+        if let Some(reason) = self.unmet_for(root) {
+            return Runnable::No(reason);
+        }
+        match self.root_for {
+            Some(what) if !root => Runnable::Partly(format!("{what} need root")),
+            _ => Runnable::Yes,
+        }
+    }
+
+    /// The first unmet requirement for a user who is root or not.
+    fn unmet_for(&self, root: bool) -> Option<String> {
         if let Some(arch) = self.arch {
             if std::env::consts::ARCH != arch {
                 return Some(format!("needs {arch}, this is {}", std::env::consts::ARCH));
             }
         }
-        // SAFETY: geteuid has no preconditions.
-        if (self.root || self.network_namespaces) && unsafe { libc::geteuid() } != 0 {
+        if self.network_namespaces && !root {
+            return Some("needs root (network namespaces)".into());
+        }
+        if self.root && !root {
             return Some("needs root".into());
         }
         if let Some(tool) = self.tool {
@@ -95,6 +147,12 @@ impl Requirements {
         }
         None
     }
+}
+
+/// Whether osprobe runs with an effective uid of 0.
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// A parameter a user may set with `--param name=value`.
@@ -592,6 +650,39 @@ mod tests {
         assert_eq!(
             list_items(&spec, "ge:p=1%,r=25%").unwrap(),
             ["ge:p=1%,r=25%"]
+        );
+    }
+
+    #[test]
+    fn who_can_run_what() {
+        let plain = Requirements::default();
+        assert_eq!(plain.runnable_by(false), Runnable::Yes);
+        let some = Requirements {
+            root_for: Some("path=netns (network namespaces)"),
+            ..Requirements::default()
+        };
+        assert_eq!(some.runnable_by(true), Runnable::Yes);
+        assert_eq!(
+            some.runnable_by(false),
+            Runnable::Partly("path=netns (network namespaces) need root".into())
+        );
+        let all = Requirements {
+            network_namespaces: true,
+            ..Requirements::default()
+        };
+        assert_eq!(all.runnable_by(true), Runnable::Yes);
+        let no = all.runnable_by(false);
+        assert_eq!(no.word(), "no");
+        assert!(no
+            .reason()
+            .unwrap()
+            .contains("needs root (network namespaces)"));
+        let elsewhere = Requirements {
+            arch: Some("no-such-arch"),
+            ..Requirements::default()
+        };
+        assert!(
+            matches!(elsewhere.runnable_by(true), Runnable::No(r) if r.contains("no-such-arch"))
         );
     }
 
