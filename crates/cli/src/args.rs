@@ -265,6 +265,15 @@ pub struct ProfileArgs {
     /// Do not store the run
     #[arg(long)]
     pub no_store: bool,
+    /// Also write the run as JSON to FILE (schema/osprobe.schema.json), beside the table
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+    /// Also write the measurements as CSV to FILE (the columns of `show --csv`)
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+    /// Also write the run as Markdown tables to FILE (as `show --markdown`)
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -169,6 +169,7 @@ fn measure(
     } else {
         Some(Store::open(&db_path(db)?, Access::Write)?)
     };
+    let exports = crate::export::Exports::create(opts)?;
 
     osprobe_core::interrupt::install();
     let started = osprobe_core::now_rfc3339();
@@ -189,6 +190,7 @@ fn measure(
         runner::execute(&plan, &ctx, &mut bar)
     };
     let Ok(outcome) = outcome else {
+        exports.discard();
         eprintln!("osprobe: interrupted; nothing was stored");
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     };
@@ -196,6 +198,7 @@ fn measure(
     // Nothing measured: a stored run of zero measurements would let a CI
     // gate pass silently, so store nothing and fail, saying why.
     if outcome.measurements.is_empty() {
+        exports.discard();
         eprint!("{}", crate::outcome::nothing_measured(&outcome));
         return Ok(ExitCode::FAILURE);
     }
@@ -228,6 +231,7 @@ fn measure(
         _ => None,
     };
 
+    exports.write(&run)?;
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     } else {

@@ -5,6 +5,7 @@
 mod args;
 mod commands;
 mod compare;
+mod export;
 mod leftovers;
 mod link;
 mod net;

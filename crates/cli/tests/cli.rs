@@ -403,6 +403,8 @@ fn a_run_with_every_point_skipped_exits_1_and_stores_nothing() {
             "--param",
             "policy=fifo",
         ])
+        .arg("--export-json")
+        .arg(dir.path().join("run.json"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -412,6 +414,10 @@ fn a_run_with_every_point_skipped_exits_1_and_stores_nothing() {
     let out = osprobe(&db).args(["history", "--json"]).output().unwrap();
     let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
+    assert!(
+        !dir.path().join("run.json").exists(),
+        "no empty export is left behind"
+    );
 }
 
 /// Completion scripts for the three shells and the man page are generated
@@ -581,4 +587,61 @@ fn list_says_what_runs_as_you_and_what_needs_root() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("runs as you: "), "{text}");
+}
+
+/// --export-json/-csv/-markdown write the run to files while the table still
+/// goes to stdout; an unwritable path fails before measuring (exit 2).
+#[test]
+fn exports_are_written_beside_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let (json, csv, md) = (
+        dir.path().join("run.json"),
+        dir.path().join("run.csv"),
+        dir.path().join("run.md"),
+    );
+    let out = osprobe(&db)
+        .args(["bench", "cpu.syscall", "--profile", "smoke"])
+        .arg("--export-json")
+        .arg(&json)
+        .arg("--export-csv")
+        .arg(&csv)
+        .arg("--export-markdown")
+        .arg(&md)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("cpu.syscall") && table.contains("stored as run"),
+        "{table}"
+    );
+    let run: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(!measurements(&run, "cpu.syscall").is_empty());
+    let id = run["id"].as_str().unwrap();
+    assert!(table.contains(id), "the exported run is the stored one");
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        csv.lines().count() >= 2 && csv.contains("cpu.syscall"),
+        "{csv}"
+    );
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains('|') && md.contains("cpu.syscall"), "{md}");
+
+    let out = osprobe(&db)
+        .args(["bench", "cpu.syscall", "--profile", "smoke"])
+        .arg("--export-csv")
+        .arg(dir.path().join("no/such/dir/run.csv"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--export-csv") && err.contains("no/such/dir"),
+        "{err}"
+    );
 }
