@@ -48,5 +48,15 @@ fn main() {
             println!("cargo:rerun-if-changed={path}");
         }
     }
+    // ... and when a source file changes, so that "-dirty" is not stale
+    // after an edit that was not staged (cargo scans a directory whole).
+    if let Some(top) = git(&["rev-parse", "--show-toplevel"]) {
+        for what in ["crates", "Cargo.toml", "Cargo.lock"] {
+            let path = std::path::Path::new(&top).join(what);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+    }
     println!("cargo:rerun-if-changed=build.rs");
 }
