@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "osprobe",
-    version,
+    version = crate::version::TEXT,
     about = "A performance laboratory for Linux: measures this machine's OS primitives and stores every result",
     after_help = "Start with `osprobe run`: about a minute, a table of results, everything stored.\n\
                   Results: --db PATH, else $OSPROBE_DB, else $XDG_DATA_HOME/osprobe/results.db, else ~/.local/share/osprobe/results.db."
@@ -52,6 +52,10 @@ pub enum Command {
     Reproduce(crate::reproduce::ReproduceArgs),
     /// Write a stored run as one self-contained HTML file: environment, summary table, plots
     Report(crate::report::ReportArgs),
+    /// Print a shell completion script: `osprobe completions bash > /etc/bash_completion.d/osprobe`
+    Completions(crate::shell::CompletionsArgs),
+    /// Print the man page (roff): `osprobe man > /usr/local/share/man/man1/osprobe.1`
+    Man,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -163,7 +167,7 @@ pub struct NetArgs {
     pub token: TokenArg,
     #[command(flatten)]
     pub profile: ProfileArgs,
-    /// Set a parameter for every point, e.g. --param streams=4 (see `osprobe list`)
+    /// Set a parameter for every point, e.g. --param streams=4; repeat it or give a list (streams=1,4,8) to sweep (see `osprobe list`)
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
 }
@@ -261,6 +265,15 @@ pub struct ProfileArgs {
     /// Do not store the run
     #[arg(long)]
     pub no_store: bool,
+    /// Also write the run as JSON to FILE (schema/osprobe.schema.json), beside the table
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+    /// Also write the measurements as CSV to FILE (the columns of `show --csv`)
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+    /// Also write the run as Markdown tables to FILE (as `show --markdown`)
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -278,7 +291,7 @@ pub struct BenchArgs {
     pub id: String,
     #[command(flatten)]
     pub profile: ProfileArgs,
-    /// Set a parameter for every point, e.g. --param args=3 (see `osprobe list` for what each accepts)
+    /// Set a parameter for every point, e.g. --param args=3; repeat it or give a list (args=1,3,5) to sweep: one point per value, the product of several (see `osprobe list` for what each accepts)
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
 }

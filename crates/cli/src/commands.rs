@@ -50,6 +50,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Compare(args) => crate::compare::run(args, db),
         Command::Reproduce(args) => crate::reproduce::run(args, db),
         Command::Report(args) => crate::report::run(args, db),
+        Command::Completions(args) => crate::shell::completions(args),
+        Command::Man => crate::shell::man(),
     }
 }
 
@@ -105,6 +107,20 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
             tests.join(", ")
         ))
     })?;
+    // A parameter set by a flag (--to, --netns, --delay, ...) is not also
+    // swept with --param: that would silently measure both.
+    let by_flags = ["path", "to", "delay", "loss", "rate", "wmem"];
+    let flagged = args.to.is_some() || args.netns || !args.link.params().is_empty();
+    if let Some((name, _)) = args
+        .params
+        .iter()
+        .find(|(name, _)| flagged && by_flags.contains(&name.as_str()))
+    {
+        return Err(UsageError(format!(
+            "--param {name}=...: {name} is already set by --to, --netns or --delay/--loss/--rate/--wmem; give one or the other"
+        ))
+        .into());
+    }
     let mut overrides = args.params.clone();
     if let Some(to) = &args.to {
         overrides.push(("path".into(), "remote".into()));
@@ -153,11 +169,16 @@ fn measure(
     } else {
         Some(Store::open(&db_path(db)?, Access::Write)?)
     };
+    let exports = crate::export::Exports::create(opts)?;
 
     osprobe_core::interrupt::install();
     let started = osprobe_core::now_rfc3339();
     let clock = Clock::calibrated(osprobe_core::calibration_plan(profile));
-    let environment = osprobe_core::environment::capture(clock.info().clone());
+    let mut environment = osprobe_core::environment::capture(clock.info().clone());
+    environment.build = crate::version::build_info();
+    if let Some(warning) = crate::version::debug_build_warning() {
+        eprintln!("{warning}");
+    }
     if !opts.json {
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
@@ -169,9 +190,18 @@ fn measure(
         runner::execute(&plan, &ctx, &mut bar)
     };
     let Ok(outcome) = outcome else {
+        exports.discard();
         eprintln!("osprobe: interrupted; nothing was stored");
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     };
+
+    // Nothing measured: a stored run of zero measurements would let a CI
+    // gate pass silently, so store nothing and fail, saying why.
+    if outcome.measurements.is_empty() {
+        exports.discard();
+        eprint!("{}", crate::outcome::nothing_measured(&outcome));
+        return Ok(ExitCode::FAILURE);
+    }
 
     let id = osprobe_core::id::new_run_id();
     let mut measurements = outcome.measurements;
@@ -201,6 +231,7 @@ fn measure(
         _ => None,
     };
 
+    exports.write(&run)?;
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     } else {
@@ -230,10 +261,12 @@ fn measure(
 
 fn list(json: bool) -> Result<ExitCode> {
     let registry = registry();
+    let root = osprobe_core::experiment::running_as_root();
     if json {
         let items: Vec<serde_json::Value> = registry
             .all()
             .map(|e| {
+                let runnable = e.requirements().runnable_by(root);
                 serde_json::json!({
                     "id": e.id(),
                     "description": e.description(),
@@ -242,6 +275,8 @@ fn list(json: bool) -> Result<ExitCode> {
                     })).collect::<Vec<_>>(),
                     "available": e.requirements().unmet().is_none(),
                     "unavailable_because": e.requirements().unmet(),
+                    "runs_as_you": runnable.word(),
+                    "runs_as_you_because": runnable.reason(),
                 })
             })
             .collect();

@@ -176,7 +176,9 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
         .split_first()
         .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
     interrupt::install();
-    let link = Link::start(config).context("osprobe link")?;
+    // No context here: main prefixes every error with "osprobe: ", and the
+    // emulator's own message already says it is the link emulator.
+    let link = Link::start(config)?;
     let server = if args.serve {
         Some(start_server(&link)?)
     } else {

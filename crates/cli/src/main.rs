@@ -1,18 +1,23 @@
 //! osprobe: parse the command line, dispatch, map errors to exit codes.
-//! Exit codes: 0 success, 1 failure, 2 usage error, 128 + signal when
+//! Exit codes (docs/cli.md): 0 success, 1 failure (also: nothing measured,
+//! compare with nothing in common), 2 usage error, 128 + signal when
 //! interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 
 mod args;
 mod commands;
 mod compare;
+mod export;
 mod leftovers;
 mod link;
 mod net;
+mod outcome;
 mod pager;
 mod progress;
 mod report;
 mod reproduce;
 mod rfs;
+mod shell;
+mod version;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -90,7 +90,47 @@ fn every_section_a_experiment_appears_with_its_unit() {
         8,
         "0..7 arguments"
     );
+    let build = &run["environment"]["build"];
+    assert!(
+        build["commit"].as_str().is_some_and(|c| !c.is_empty()),
+        "every run records the commit that measured it: {build}"
+    );
+    assert_eq!(build["version"], env!("CARGO_PKG_VERSION"));
     assert!(run["skipped"].as_array().unwrap().is_empty() || cfg!(not(target_arch = "x86_64")));
+}
+
+/// `--version` names the commit the binary was built from (and "unknown"
+/// only outside a git checkout), and the build profile.
+#[test]
+fn version_contains_the_commit_and_profile() {
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("osprobe {}", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(text.contains(" build)"), "{text}");
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        // The binary may predate the newest commit only if it was not
+        // rebuilt; cargo test rebuilds it when HEAD moves (build.rs).
+        Some(hash) => assert!(
+            text.contains(&format!("commit {hash}")),
+            "{text} vs HEAD {hash}"
+        ),
+        None => assert!(text.contains("commit unknown"), "{text}"),
+    }
 }
 
 #[test]
@@ -334,4 +374,274 @@ fn interrupting_a_run_stores_nothing() {
     let history = osprobe(&db).args(["history", "--json"]).output().unwrap();
     let runs: Value = serde_json::from_slice(&history.stdout).unwrap();
     assert_eq!(runs.as_array().unwrap().len(), 0);
+}
+
+/// A run in which every point is skipped measured nothing: it exits 1,
+/// prints the reason once, and stores no run (a CI gate must not pass on
+/// an empty run). time.sleep policy=fifo is skipped for a user who is not
+/// root; as root the test runs the binary as nobody (setpriv).
+#[test]
+fn a_run_with_every_point_skipped_exits_1_and_stores_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // nobody must be able to create the store here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let db = dir.path().join("results.db");
+    let Some(mut cmd) = osprobe_as_a_user() else {
+        println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
+        return;
+    };
+    let out = cmd
+        .arg("--db")
+        .arg(&db)
+        .arg("--quiet")
+        .args([
+            "bench",
+            "time.sleep",
+            "--profile",
+            "smoke",
+            "--param",
+            "policy=fifo",
+        ])
+        .arg("--export-json")
+        .arg(dir.path().join("run.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nothing was measured"), "{err}");
+    assert_eq!(err.matches("policy=fifo needs root").count(), 1, "{err}");
+    let out = osprobe(&db).args(["history", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
+    assert!(
+        !dir.path().join("run.json").exists(),
+        "no empty export is left behind"
+    );
+}
+
+/// Completion scripts for the three shells and the man page are generated
+/// from the command definition: each is non-empty and knows the subcommands.
+#[test]
+fn completions_and_man_page_generate_and_name_the_subcommands() {
+    let generate = |args: &[&str]| {
+        let out = Command::cargo_bin("osprobe")
+            .unwrap()
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let script = generate(&["completions", shell]);
+        for sub in ["bench", "compare", "completions", "list"] {
+            assert!(script.contains(sub), "{shell} completion lacks {sub}");
+        }
+    }
+    let page = generate(&["man"]);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH"),
+        "not roff: {page:.200}"
+    );
+    for sub in ["bench", "compare", "run"] {
+        assert!(page.contains(sub), "man page lacks {sub}");
+    }
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bash"));
+}
+
+/// `osprobe link` as a user who is not root fails with one "osprobe:"
+/// prefix, not "osprobe: osprobe link:", and says it needs root.
+#[test]
+fn link_as_non_root_has_a_single_prefix() {
+    let Some(mut cmd) = osprobe_as_a_user() else {
+        println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
+        return;
+    };
+    let out = cmd
+        .args(["link", "--delay", "10ms", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("osprobe: "), "{err}");
+    assert_eq!(err.matches("osprobe:").count(), 1, "{err}");
+    assert!(!err.contains("osprobe link:"), "{err}");
+    assert!(err.contains("root"), "{err}");
+}
+
+/// The binary run as a user who is not root: as is when the tests are not
+/// root, else as nobody through setpriv; `None` when that is not possible.
+fn osprobe_as_a_user() -> Option<std::process::Command> {
+    let bin = assert_cmd::cargo::cargo_bin("osprobe");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some(std::process::Command::new(bin));
+    }
+    let mut cmd = std::process::Command::new(osprobe_core::find_program("setpriv")?);
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin);
+    Some(cmd)
+}
+
+/// `--param args=1,3` and `--param args=1 --param args=3` both measure one
+/// point per value (they used to keep only the last); a bad item is a usage
+/// error naming it.
+#[test]
+fn a_parameter_is_swept_by_a_list_or_by_repeating_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let args_of = |run: &Value| {
+        let mut args: Vec<i64> = measurements(run, "cpu.call_overhead")
+            .iter()
+            .map(|m| m["params"]["args"].as_i64().unwrap())
+            .collect();
+        args.sort_unstable();
+        args.dedup();
+        args
+    };
+    for params in [&["args=1,3"][..], &["args=1", "args=3"][..]] {
+        let mut cmd = osprobe(&db);
+        cmd.args([
+            "bench",
+            "cpu.call_overhead",
+            "--profile",
+            "smoke",
+            "--json",
+            "--no-store",
+        ]);
+        for p in params {
+            cmd.args(["--param", p]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(args_of(&run), [1, 3], "{params:?}");
+    }
+    let out = osprobe(&db)
+        .args([
+            "bench",
+            "cpu.call_overhead",
+            "--profile",
+            "smoke",
+            "--no-store",
+        ])
+        .args(["--param", "args=1,99"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("'99'") && err.contains("args"), "{err}");
+}
+
+/// `list` tells a user who is not root which experiments run whole, which
+/// only in part (and what needs root), and root that everything runs.
+#[test]
+fn list_says_what_runs_as_you_and_what_needs_root() {
+    let Some(mut cmd) = osprobe_as_a_user() else {
+        println!("skipped: running as root and setpriv is not on PATH to drop to nobody");
+        return;
+    };
+    let out = cmd.args(["list", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let items: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let find = |id: &str| {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed"))
+            .clone()
+    };
+    assert_eq!(find("cpu.syscall")["runs_as_you"], "yes");
+    let rtt = find("net.rtt");
+    assert_eq!(rtt["runs_as_you"], "partly", "{rtt}");
+    assert!(rtt["runs_as_you_because"]
+        .as_str()
+        .unwrap()
+        .contains("need root"));
+    assert_eq!(find("time.sleep")["runs_as_you"], "partly");
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .arg("list")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("runs as you: "), "{text}");
+}
+
+/// --export-json/-csv/-markdown write the run to files while the table still
+/// goes to stdout; an unwritable path fails before measuring (exit 2).
+#[test]
+fn exports_are_written_beside_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let (json, csv, md) = (
+        dir.path().join("run.json"),
+        dir.path().join("run.csv"),
+        dir.path().join("run.md"),
+    );
+    let out = osprobe(&db)
+        .args(["bench", "cpu.syscall", "--profile", "smoke"])
+        .arg("--export-json")
+        .arg(&json)
+        .arg("--export-csv")
+        .arg(&csv)
+        .arg("--export-markdown")
+        .arg(&md)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("cpu.syscall") && table.contains("stored as run"),
+        "{table}"
+    );
+    let run: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(!measurements(&run, "cpu.syscall").is_empty());
+    let id = run["id"].as_str().unwrap();
+    assert!(table.contains(id), "the exported run is the stored one");
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        csv.lines().count() >= 2 && csv.contains("cpu.syscall"),
+        "{csv}"
+    );
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains('|') && md.contains("cpu.syscall"), "{md}");
+
+    let out = osprobe(&db)
+        .args(["bench", "cpu.syscall", "--profile", "smoke"])
+        .arg("--export-csv")
+        .arg(dir.path().join("no/such/dir/run.csv"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--export-csv") && err.contains("no/such/dir"),
+        "{err}"
+    );
 }

@@ -234,3 +234,42 @@ fn reproduce_lists_every_reference_row_beside_the_run() {
         refs.len() + 1
     );
 }
+
+/// Two runs with no experiment in common, or with one run empty, compare
+/// nothing: the gate must fail (exit 1) and say why, not pass on "0 compared".
+#[test]
+fn runs_with_nothing_in_common_exit_1_and_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    let out = osprobe(&db)
+        .args(["bench", "cpu.loop_overhead", "--profile", "smoke", "--json"])
+        .output()
+        .unwrap();
+    common::json_of(&out);
+    // A copy of that run whose experiments are renamed: same machine,
+    // nothing in common.
+    let mut store = Store::open(&db, Access::Write).unwrap();
+    let mut run = store.load_run("latest").unwrap();
+    let base = run.id.clone();
+    let last = if run.id.ends_with('Z') { "Y" } else { "Z" };
+    run.id = format!("{}{last}", &run.id[..run.id.len() - 1]);
+    run.started = "2999-01-01T00:00:00.000Z".into();
+    for m in &mut run.measurements {
+        m.experiment = "renamed.elsewhere".into();
+    }
+    store.save_run(&run).unwrap();
+    drop(store);
+
+    let out = osprobe(&db)
+        .args(["compare", &base, &run.id])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no experiment in common")
+            && err.contains("cpu.loop_overhead")
+            && err.contains("renamed.elsewhere"),
+        "{err}"
+    );
+}

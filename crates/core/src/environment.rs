@@ -67,6 +67,32 @@ pub struct Environment {
     pub damon: DamonInfo,
     /// Conditions that change results, in words for the user.
     pub notes: Vec<String>,
+    /// The osprobe binary that measured: version, commit, build profile.
+    pub build: BuildInfo,
+}
+
+/// Which osprobe binary measured a run. Set by the binary (it alone knows
+/// its commit); empty in runs stored before it was recorded.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct BuildInfo {
+    /// The package version, e.g. `0.1.0`.
+    pub version: String,
+    /// Short git hash, `-dirty` appended when the tree had uncommitted
+    /// changes; `unknown` when built outside a git checkout.
+    pub commit: String,
+    /// `release` or `debug` (cargo's profile family).
+    pub profile: String,
+}
+
+impl BuildInfo {
+    /// `0.1.0 (commit abc123, release build)`.
+    pub fn text(&self) -> String {
+        format!(
+            "{} (commit {}, {} build)",
+            self.version, self.commit, self.profile
+        )
+    }
 }
 
 impl Default for Environment {
@@ -103,6 +129,7 @@ impl Default for Environment {
             virtualization: VirtInfo::default(),
             damon: DamonInfo::default(),
             notes: Vec::new(),
+            build: BuildInfo::default(),
         }
     }
 }
@@ -205,6 +232,7 @@ pub fn capture(clock: ClockInfo) -> Environment {
         virtualization,
         damon,
         notes: Vec::new(),
+        build: BuildInfo::default(),
     };
     env.notes = notes_for(&env);
     env
@@ -220,6 +248,9 @@ impl Environment {
             "Host",
             format!("{} ({}, {})", self.hostname, self.os, self.arch),
         );
+        if !self.build.version.is_empty() {
+            push("osprobe", self.build.text());
+        }
         push("CPU", self.cpu_summary());
         push("Caches", caches_summary(&self.caches));
         push(

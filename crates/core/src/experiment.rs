@@ -74,18 +74,70 @@ pub struct Requirements {
     pub tool: Option<&'static str>,
     /// Only on this architecture (`std::env::consts::ARCH`).
     pub arch: Option<&'static str>,
+    /// Points that need root although the others do not, and why, e.g.
+    /// `path=netns and path=emulated (network namespaces)`: a user who is
+    /// not root can run the experiment, and those points are skipped.
+    pub root_for: Option<&'static str>,
+}
+
+/// Whether a user can run an experiment, and if not all of it, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runnable {
+    Yes,
+    /// Some points are skipped: the reason.
+    Partly(String),
+    /// Nothing runs: the reason.
+    No(String),
+}
+
+impl Runnable {
+    /// `yes`, `partly` or `no`, for JSON.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Runnable::Yes => "yes",
+            Runnable::Partly(_) => "partly",
+            Runnable::No(_) => "no",
+        }
+    }
+
+    /// The reason some or all of it cannot run; `None` for `Yes`.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Runnable::Yes => None,
+            Runnable::Partly(r) | Runnable::No(r) => Some(r),
+        }
+    }
 }
 
 impl Requirements {
-    /// The first requirement this machine does not meet, in words.
+    /// The first requirement this machine does not meet for the user
+    /// running osprobe, in words.
     pub fn unmet(&self) -> Option<String> {
+        self.unmet_for(running_as_root())
+    }
+
+    /// Whether a user (root or not) can run all, part or none of it here.
+    pub fn runnable_by(&self, root: bool) -> Runnable {
+        if let Some(reason) = self.unmet_for(root) {
+            return Runnable::No(reason);
+        }
+        match self.root_for {
+            Some(what) if !root => Runnable::Partly(format!("{what} need root")),
+            _ => Runnable::Yes,
+        }
+    }
+
+    /// The first unmet requirement for a user who is root or not.
+    fn unmet_for(&self, root: bool) -> Option<String> {
         if let Some(arch) = self.arch {
             if std::env::consts::ARCH != arch {
                 return Some(format!("needs {arch}, this is {}", std::env::consts::ARCH));
             }
         }
-        // SAFETY: geteuid has no preconditions.
-        if (self.root || self.network_namespaces) && unsafe { libc::geteuid() } != 0 {
+        if self.network_namespaces && !root {
+            return Some("needs root (network namespaces)".into());
+        }
+        if self.root && !root {
             return Some("needs root".into());
         }
         if let Some(tool) = self.tool {
@@ -95,6 +147,12 @@ impl Requirements {
         }
         None
     }
+}
+
+/// Whether osprobe runs with an effective uid of 0.
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// A parameter a user may set with `--param name=value`.
@@ -228,45 +286,98 @@ pub fn format_bytes(n: u64) -> String {
 
 /// The grid of `exp` for `profile`, with `overrides` (`name`, `value`) from
 /// `--param` applied to every point; points made identical are merged.
+///
+/// A parameter given more than once, or (for integers, sizes and choices,
+/// whose values never contain a comma) with a comma-separated list, is
+/// swept: every point of the grid is measured at each of its values, and
+/// several swept parameters give their cartesian product. Paths, free text
+/// and checked forms (a loss model such as `ge:p=1%,r=25%` has commas) are
+/// never split: repeat `--param` to sweep them.
 pub fn grid_with_overrides(
     exp: &dyn Experiment,
     profile: Profile,
     overrides: &[(String, String)],
 ) -> Result<Vec<Params>, String> {
-    let mut parsed = Vec::with_capacity(overrides.len());
+    // Each named parameter with its values, in the order first given.
+    let mut swept: Vec<(String, Vec<ParamValue>)> = Vec::new();
     for (name, raw) in overrides {
-        let spec = exp
-            .params()
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| {
-                let known: Vec<String> = exp
-                    .params()
-                    .iter()
-                    .map(|s| format!("{}={}", s.name, s.accepted()))
-                    .collect();
-                if known.is_empty() {
-                    format!("{} takes no parameters (got '{name}')", exp.id())
-                } else {
-                    format!(
-                        "unknown parameter '{name}' for {}: accepted {}",
-                        exp.id(),
-                        known.join(", ")
-                    )
-                }
-            })?;
-        parsed.push((spec.name.to_string(), spec.parse(raw)?));
+        let spec = find_param(exp, name)?;
+        let values = match swept.iter_mut().position(|(n, _)| n == spec.name) {
+            Some(i) => &mut swept[i].1,
+            None => {
+                swept.push((spec.name.to_string(), Vec::new()));
+                &mut swept.last_mut().expect("just pushed").1
+            }
+        };
+        for part in list_items(spec, raw)? {
+            let value = spec.parse(part)?;
+            if !values.contains(&value) {
+                values.push(value);
+            }
+        }
     }
     let mut points: Vec<Params> = Vec::new();
-    for mut point in exp.grid(profile) {
-        for (name, value) in &parsed {
-            point.0.insert(name.clone(), value.clone());
+    for base in exp.grid(profile) {
+        let mut expanded = vec![base];
+        for (name, values) in &swept {
+            expanded = expanded
+                .into_iter()
+                .flat_map(|point| {
+                    values.iter().map(move |v| {
+                        let mut p = point.clone();
+                        p.0.insert(name.clone(), v.clone());
+                        p
+                    })
+                })
+                .collect();
         }
-        if !points.contains(&point) {
-            points.push(point);
+        for point in expanded {
+            if !points.contains(&point) {
+                points.push(point);
+            }
         }
     }
     Ok(points)
+}
+
+/// The spec of parameter `name` of `exp`, or what it accepts instead.
+fn find_param<'e>(exp: &'e dyn Experiment, name: &str) -> Result<&'e ParamSpec, String> {
+    exp.params().iter().find(|s| s.name == name).ok_or_else(|| {
+        let known: Vec<String> = exp
+            .params()
+            .iter()
+            .map(|s| format!("{}={}", s.name, s.accepted()))
+            .collect();
+        if known.is_empty() {
+            format!("{} takes no parameters (got '{name}')", exp.id())
+        } else {
+            format!(
+                "unknown parameter '{name}' for {}: accepted {}",
+                exp.id(),
+                known.join(", ")
+            )
+        }
+    })
+}
+
+/// The values in one `--param` value: a comma-separated list for kinds
+/// whose values cannot contain a comma, the whole text otherwise.
+fn list_items<'r>(spec: &ParamSpec, raw: &'r str) -> Result<Vec<&'r str>, String> {
+    let splits = matches!(
+        spec.kind,
+        ParamKind::Int { .. } | ParamKind::Bytes { .. } | ParamKind::Choice(_)
+    );
+    if !splits || !raw.contains(',') {
+        return Ok(vec![raw]);
+    }
+    let items: Vec<&str> = raw.split(',').map(str::trim).collect();
+    if items.iter().any(|i| i.is_empty()) {
+        return Err(format!(
+            "invalid list '{raw}' for parameter '{}': an empty item; write values separated by commas, e.g. {}=1,3,5",
+            spec.name, spec.name
+        ));
+    }
+    Ok(items)
 }
 
 /// What an experiment gets to measure with: the profile, the calibrated
@@ -482,6 +593,97 @@ mod tests {
             grid_with_overrides(&Fake, Profile::Smoke, &[("kind".into(), "b".into())]).unwrap();
         assert_eq!(pts.len(), 3);
         assert!(pts.iter().all(|p| p.text("kind") == Some("b")));
+    }
+
+    fn sweep(overrides: &[(&str, &str)]) -> Result<Vec<Params>, String> {
+        let overrides: Vec<(String, String)> = overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        grid_with_overrides(&Fake, Profile::Smoke, &overrides)
+    }
+
+    #[test]
+    fn a_repeated_or_listed_parameter_is_swept() {
+        let repeated = sweep(&[("args", "1"), ("args", "2")]).unwrap();
+        assert_eq!(
+            repeated,
+            vec![
+                Params::new().with("args", 1).with("kind", "a"),
+                Params::new().with("args", 2).with("kind", "a"),
+            ]
+        );
+        let listed = sweep(&[("args", "1, 3,5")]).unwrap();
+        let args: Vec<i64> = listed.iter().map(|p| p.int("args").unwrap()).collect();
+        assert_eq!(args, [1, 3, 5]);
+        // Two swept parameters: their cartesian product.
+        let both = sweep(&[("args", "1,2"), ("kind", "a,b")]).unwrap();
+        assert_eq!(both.len(), 4);
+        for (a, k) in [(1, "a"), (1, "b"), (2, "a"), (2, "b")] {
+            assert!(
+                both.contains(&Params::new().with("args", a).with("kind", k)),
+                "{both:?}"
+            );
+        }
+        // A sweep of a parameter the grid varies replaces its values.
+        let kinds = sweep(&[("kind", "a,b")]).unwrap();
+        assert_eq!(kinds.len(), 6);
+        // Repeated values are measured once.
+        assert_eq!(sweep(&[("args", "4,4"), ("args", "4")]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn bad_items_of_a_list_are_named() {
+        let e = sweep(&[("args", "1,9")]).unwrap_err();
+        assert!(e.contains("'9'") && e.contains("0 to 7"), "{e}");
+        let e = sweep(&[("args", "1,,2")]).unwrap_err();
+        assert!(e.contains("'1,,2'") && e.contains("empty item"), "{e}");
+    }
+
+    #[test]
+    fn values_that_may_hold_commas_are_not_split() {
+        let spec = ParamSpec {
+            name: "loss",
+            help: "",
+            kind: ParamKind::Text("a loss model"),
+        };
+        assert_eq!(
+            list_items(&spec, "ge:p=1%,r=25%").unwrap(),
+            ["ge:p=1%,r=25%"]
+        );
+    }
+
+    #[test]
+    fn who_can_run_what() {
+        let plain = Requirements::default();
+        assert_eq!(plain.runnable_by(false), Runnable::Yes);
+        let some = Requirements {
+            root_for: Some("path=netns (network namespaces)"),
+            ..Requirements::default()
+        };
+        assert_eq!(some.runnable_by(true), Runnable::Yes);
+        assert_eq!(
+            some.runnable_by(false),
+            Runnable::Partly("path=netns (network namespaces) need root".into())
+        );
+        let all = Requirements {
+            network_namespaces: true,
+            ..Requirements::default()
+        };
+        assert_eq!(all.runnable_by(true), Runnable::Yes);
+        let no = all.runnable_by(false);
+        assert_eq!(no.word(), "no");
+        assert!(no
+            .reason()
+            .unwrap()
+            .contains("needs root (network namespaces)"));
+        let elsewhere = Requirements {
+            arch: Some("no-such-arch"),
+            ..Requirements::default()
+        };
+        assert!(
+            matches!(elsewhere.runnable_by(true), Runnable::No(r) if r.contains("no-such-arch"))
+        );
     }
 
     #[test]

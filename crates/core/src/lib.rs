@@ -32,7 +32,7 @@ pub mod timers;
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
 pub use environment::Environment;
 pub use experiment::{
-    Context, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements,
+    Context, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements, Runnable,
 };
 pub use harness::{Budget, Harness, Samples};
 pub use model::{

@@ -289,6 +289,14 @@ impl Experiment for Sleep {
     fn id(&self) -> &'static str {
         "time.sleep"
     }
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some("policy=fifo (SCHED_FIFO and mlockall)"),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "wake-up error of a timed sleep (actual minus requested wake time): nanosleep, clock_nanosleep TIMER_ABSTIME, timerfd, epoll_wait, spin and the hybrid; optionally SCHED_FIFO + mlockall (cyclictest's method)"
     }

@@ -188,6 +188,7 @@ pub fn history_table(runs: &[RunSummary]) -> String {
 
 /// `osprobe list`.
 pub fn list_table(registry: &Registry) -> String {
+    let root = osprobe_core::experiment::running_as_root();
     let mut out = String::new();
     for e in registry.all() {
         out.push_str(&format!("{}\n    {}\n", e.id(), e.description()));
@@ -199,11 +200,20 @@ pub fn list_table(registry: &Registry) -> String {
                 p.help
             ));
         }
-        if let Some(unmet) = e.requirements().unmet() {
-            out.push_str(&format!("    not available here: {unmet}\n"));
-        }
+        out.push_str(&format!(
+            "    runs as you: {}\n",
+            runs_as_you(&e.requirements().runnable_by(root))
+        ));
     }
     out
+}
+
+/// `yes`, `partly: ... need root` or `no: needs root (...)`.
+fn runs_as_you(runnable: &osprobe_core::Runnable) -> String {
+    match runnable.reason() {
+        None => runnable.word().to_string(),
+        Some(why) => format!("{}: {why}", runnable.word()),
+    }
 }
 
 #[cfg(test)]

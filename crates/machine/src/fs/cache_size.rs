@@ -69,6 +69,14 @@ impl Experiment for CacheSize {
     fn id(&self) -> &'static str {
         "fs.cache_size"
     }
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some("scope=cgroup (a memory cgroup of its own)"),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "file-cache size: the file size where a second read stops running at memory speed (in a memory cgroup in quick, to validate the method)"
     }

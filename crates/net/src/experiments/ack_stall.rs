@@ -55,6 +55,16 @@ impl Experiment for AckStall {
         "net.ack_stall"
     }
 
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some(
+                "path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate)",
+            ),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "one segment in flight against delayed ACKs, then with TCP_QUICKACK (seed 003): both rates and their ratio"
     }

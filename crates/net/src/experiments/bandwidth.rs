@@ -54,6 +54,16 @@ impl Experiment for Bandwidth {
         "net.bandwidth"
     }
 
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some(
+                "path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate)",
+            ),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "peak TCP throughput, 1..N streams: sender and receiver rates, CPU, retransmits, what limited it"
     }

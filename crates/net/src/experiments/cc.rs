@@ -55,6 +55,14 @@ impl Experiment for CongestionControl {
         "net.cc"
     }
 
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some("path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate), and cc= algorithms the kernel has not loaded yet (loading a module)"),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "TCP throughput per congestion control (bbr, cubic, reno) with TCP_INFO and the send buffer used"
     }

@@ -34,6 +34,16 @@ impl Experiment for Connect {
         "net.connect"
     }
 
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some(
+                "path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate)",
+            ),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "TCP connection setup (connect) and teardown (close) times, with percentiles"
     }

@@ -66,7 +66,10 @@ impl Experiment for Rtt {
     }
 
     fn requirements(&self) -> Requirements {
-        Requirements::default()
+        Requirements {
+            root_for: Some("path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate), and proto=icmp unless net.ipv4.ping_group_range includes your group (or CAP_NET_RAW)"),
+            ..Requirements::default()
+        }
     }
 
     fn grid(&self, profile: Profile) -> Vec<Params> {

@@ -166,6 +166,16 @@ impl Experiment for Transfer {
         }
     }
 
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some(
+                "path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate)",
+            ),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         match self {
             Transfer::FileSize => "file transfer Tx/Rx rates against file size, 1000-byte packets (seed 002 table 1)",

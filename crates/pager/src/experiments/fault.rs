@@ -61,7 +61,10 @@ impl Experiment for PageFault {
     }
 
     fn requirements(&self) -> Requirements {
-        Requirements::default()
+        Requirements {
+            root_for: Some("path=emulated (network namespaces)"),
+            ..Requirements::default()
+        }
     }
 
     fn params(&self) -> &'static [ParamSpec] {

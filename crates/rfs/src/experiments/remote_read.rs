@@ -61,6 +61,14 @@ impl Experiment for RemoteRead {
         "fs.remote_read"
     }
 
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some("path=netns and path=emulated (network namespaces)"),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "time to read a 4 KiB block of a file on osprobe's remote file server, sequential and random, with the path's round trip and a one-round-trip-per-block prediction"
     }

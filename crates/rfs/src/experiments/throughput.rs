@@ -78,6 +78,14 @@ impl Experiment for Throughput {
         "rfs.throughput"
     }
 
+    /// Who can run which points: `osprobe list` shows it.
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some("path=netns and path=emulated (network namespaces)"),
+            ..osprobe_core::Requirements::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "remote file service read and write throughput against requests in flight and packet size, UDP and TCP, with a min(window x packet / RTT, bandwidth, server rate) prediction"
     }

@@ -1,0 +1,87 @@
+//! `--export-json FILE`, `--export-csv FILE`, `--export-markdown FILE`:
+//! the run written to files beside the table on stdout, as hyperfine does.
+//! The files are created before anything is measured, so a bad path fails
+//! in a millisecond rather than after a minute of work.
+
+use crate::args::ProfileArgs;
+use crate::commands::UsageError;
+use anyhow::{Context as _, Result};
+use osprobe_core::Run;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy)]
+enum Format {
+    Json,
+    Csv,
+    Markdown,
+}
+
+impl Format {
+    fn flag(self) -> &'static str {
+        match self {
+            Format::Json => "--export-json",
+            Format::Csv => "--export-csv",
+            Format::Markdown => "--export-markdown",
+        }
+    }
+
+    fn render(self, run: &Run) -> Result<String> {
+        Ok(match self {
+            Format::Json => serde_json::to_string_pretty(run)? + "\n",
+            Format::Csv => osprobe_report::csv::measurements_csv(&run.measurements),
+            Format::Markdown => osprobe_report::markdown::run_markdown(run),
+        })
+    }
+}
+
+/// The export files asked for, open for writing.
+pub struct Exports {
+    files: Vec<(Format, PathBuf, File)>,
+}
+
+impl Exports {
+    /// Create every file asked for; a path that cannot be written is a
+    /// usage error naming the flag and the path.
+    pub fn create(opts: &ProfileArgs) -> Result<Exports, UsageError> {
+        let asked = [
+            (Format::Json, &opts.export_json),
+            (Format::Csv, &opts.export_csv),
+            (Format::Markdown, &opts.export_markdown),
+        ];
+        let mut files = Vec::new();
+        for (format, path) in asked {
+            let Some(path) = path else { continue };
+            let file = File::create(path).map_err(|e| {
+                UsageError(format!(
+                    "{} {}: cannot create it: {e}",
+                    format.flag(),
+                    path.display()
+                ))
+            })?;
+            files.push((format, path.clone(), file));
+        }
+        Ok(Exports { files })
+    }
+
+    /// Write the run to every file.
+    pub fn write(self, run: &Run) -> Result<()> {
+        for (format, path, mut file) in self.files {
+            let text = format.render(run)?;
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.flush())
+                .with_context(|| format!("{} {}: writing it", format.flag(), path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Remove the files created for a run that produced nothing to export
+    /// (interrupted, or nothing measured): no empty file is left behind.
+    pub fn discard(self) {
+        for (_, path, file) in self.files {
+            drop(file);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
