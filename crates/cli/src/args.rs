@@ -52,6 +52,8 @@ pub enum Command {
     Reproduce(crate::reproduce::ReproduceArgs),
     /// Write a stored run as one self-contained HTML file: environment, summary table, plots
     Report(crate::report::ReportArgs),
+    /// Print generated documentation: `docs experiments` (the experiment reference)
+    Docs(crate::docs::DocsArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -50,6 +50,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Compare(args) => crate::compare::run(args, db),
         Command::Reproduce(args) => crate::reproduce::run(args, db),
         Command::Report(args) => crate::report::run(args, db),
+        Command::Docs(args) => crate::docs::run(args),
     }
 }
 

@@ -5,6 +5,7 @@
 mod args;
 mod commands;
 mod compare;
+mod docs;
 mod leftovers;
 mod link;
 mod net;
