@@ -43,7 +43,7 @@ RUNS="${ROUNDS:-${RUNS:-5}}"
 WRITE_SIZE="${WRITE_SIZE:-128K}"
 DURATION_S="${DURATION_S:-5}"
 MULTI_STREAMS="${MULTI_STREAMS:-4}"
-# Round trip: seed 004's 32-byte message; each peer pings for RTT_S seconds
+# Round trip: the CSE 221 report's 32-byte message; each peer pings for RTT_S seconds
 # (osprobe's full profile samples for about 2 s, up to 50,000 round trips).
 RTT_SIZE="${RTT_SIZE:-32}"
 RTT_S="${RTT_S:-5}"

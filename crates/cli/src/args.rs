@@ -48,7 +48,7 @@ pub enum Command {
     Pager(crate::pager::PagerArgs),
     /// Compare two stored runs metric by metric; exit 1 when one regressed beyond --threshold (for CI)
     Compare(crate::compare::CompareArgs),
-    /// The seed documents' reference figures beside a stored run's, with the ratio
+    /// The reference studies' figures beside a stored run's, with the ratio
     Reproduce(crate::reproduce::ReproduceArgs),
     /// Write a stored run as one self-contained HTML file: environment, summary table, plots
     Report(crate::report::ReportArgs),
@@ -56,6 +56,8 @@ pub enum Command {
     Completions(crate::shell::CompletionsArgs),
     /// Print the man page (roff): `osprobe man > /usr/local/share/man/man1/osprobe.1`
     Man,
+    /// Print generated documentation: `docs experiments` (the experiment reference)
+    Docs(crate::docs::DocsArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -243,7 +245,7 @@ pub struct SendArgs {
     /// Name on the server (default: the file's name)
     #[arg(long)]
     pub name: Option<String>,
-    /// sendfile (fast, zero-copy) or packets (read and write PACKET bytes at a time, as in seed 002)
+    /// sendfile (fast, zero-copy) or packets (read and write PACKET bytes at a time, as in the file-transfer lab report)
     #[arg(long, default_value = "sendfile", value_parser = ["sendfile", "packets"])]
     pub method: String,
     /// Application packet size for --method packets, and the server's read size

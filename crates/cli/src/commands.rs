@@ -52,6 +52,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Report(args) => crate::report::run(args, db),
         Command::Completions(args) => crate::shell::completions(args),
         Command::Man => crate::shell::man(),
+        Command::Docs(args) => crate::docs::run(args),
     }
 }
 

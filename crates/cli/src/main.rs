@@ -6,6 +6,7 @@
 mod args;
 mod commands;
 mod compare;
+mod docs;
 mod export;
 mod leftovers;
 mod link;

@@ -1,4 +1,4 @@
-//! `osprobe reproduce [--seed N] [RUN]`: the seed documents' reference
+//! `osprobe reproduce [--seed N] [RUN]`: the reference studies'
 //! figures beside a stored run's, with the ratio. Wiring only: the data and
 //! the table live in osprobe-report's reproduce module.
 
@@ -15,7 +15,7 @@ pub struct ReproduceArgs {
     /// The run: an id, a unique prefix of one, `latest` or `latest~N`
     #[arg(default_value = "latest")]
     pub run: String,
-    /// Only the figures of one seed document: 000, 001, 002, 003 or 004 (see seeds/README.md)
+    /// Only the figures of one reference study: 000, 001, 002, 003 or 004 (see docs/references.md)
     #[arg(long, value_name = "SEED")]
     pub seed: Option<String>,
     /// Print the rows as JSON
@@ -31,7 +31,7 @@ pub fn run(args: ReproduceArgs, db: Option<PathBuf>) -> Result<ExitCode> {
         None => None,
         Some(s) => Some(parse_seed(s).ok_or_else(|| {
             UsageError(format!(
-                "--seed '{s}': expected one of 000, 001, 002, 003, 004 (the documents in seeds/)"
+                "--seed '{s}': expected one of 000, 001, 002, 003, 004 (the reference studies, docs/references.md)"
             ))
         })?),
     };

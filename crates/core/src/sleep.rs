@@ -1,5 +1,5 @@
 //! Ways to wait until a moment on CLOCK_MONOTONIC, and what each costs in
-//! accuracy. Seed 001 (slide 5.8) found that a user-space stack's timers
+//! accuracy. The BBR talk (slide 5.8) found that a user-space stack's timers
 //! decide whether BBR works: a plain sleep wakes tens of microseconds late
 //! (timer slack, the scheduler, a halted vCPU), spinning is exact but burns
 //! a CPU, and a hybrid sleeps until shortly before the deadline and spins

@@ -1,4 +1,4 @@
-//! The timer service of seed 000 section 2, as a small reusable component:
+//! The timer service of the SOS design document section 2, as a small reusable component:
 //! register a callback to run after a delay (or at a moment), remove it
 //! before it fires, at most a configured number pending at once, and
 //! nanosecond time stamps on CLOCK_MONOTONIC. `time.timers` measures how

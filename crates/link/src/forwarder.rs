@@ -10,7 +10,7 @@
 //! timeout that ends a margin before the head is due (timer slack set to
 //! 1 ns for this thread, so the kernel does not round the wake-up up by
 //! its default 50 us), then spins on CLOCK_MONOTONIC for the rest: the
-//! hybrid of seed 001. The margin adapts: a vCPU woken from idle can be
+//! hybrid of the BBR talk. The margin adapts: a vCPU woken from idle can be
 //! 30-100 us late on a VM, more than the configured `spin`, so the thread
 //! measures how late each timed wake-up is, keeps a slowly decaying maximum
 //! of that, and spins for that much plus [`WAKE_GUARD_NS`] (never less than

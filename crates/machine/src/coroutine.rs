@@ -2,7 +2,7 @@
 //! current stack, store the stack pointer, load another, restore its
 //! registers and return into it. No kernel, no signal mask (unlike
 //! swapcontext, which makes a system call), so this is the floor under any
-//! context switch — what SOS's coroutines cost (seed 000).
+//! context switch — what SOS's coroutines cost (the SOS design document).
 //!
 //! Only x86_64 is implemented; elsewhere [`PingPong::new`] returns `None`.
 

@@ -1,5 +1,5 @@
 //! cpu.*: the cost of reading the clock, of a loop iteration, of a procedure
-//! call and of a system call (seed 004 sections 3.1-3.3).
+//! call and of a system call (the CSE 221 report sections 3.1-3.3).
 
 use osprobe_core::clock::{clock_ns, tsc};
 use osprobe_core::{

@@ -1,9 +1,9 @@
 //! osprobe-machine: experiments on this machine's OS and hardware.
 //!
-//! Section A of EXPERIMENTS.md: the clock, loops, procedure and system
+//! The OS primitives: the clock, loops, procedure and system
 //! calls ([`cpu`]), process, program and thread creation ([`process`]), and
-//! context switches ([`ctx_switch`]); section B, memory ([`mem`]); section
-//! C, the file system ([`fs`]).
+//! context switches ([`ctx_switch`]); memory ([`mem`]); the file system
+//! ([`fs`]). Each experiment is described in docs/experiments.md.
 
 pub mod coroutine;
 pub mod cpu;

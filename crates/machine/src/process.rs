@@ -1,5 +1,5 @@
 //! proc.fork, proc.spawn, proc.thread_create: the cost of creating a task
-//! (seed 004 section 3.4, seed 000 section 9).
+//! (the CSE 221 report section 3.4, the SOS design document section 9).
 
 use crate::tiny_elf::StaticTrue;
 use osprobe_core::{

@@ -1,12 +1,12 @@
 //! time.sleep and time.timers: how late a thread wakes from a timed sleep,
-//! and how late the timer service's callbacks fire (EXPERIMENTS.md section
-//! E; seed 001 slides 5.6-5.9, seed 000 section 2).
+//! and how late the timer service's callbacks fire (docs/methods.md;
+//! the BBR talk slides 5.6-5.9, the SOS design document section 2).
 //!
 //! time.sleep. One sample is one sleep: read CLOCK_MONOTONIC, sleep with
 //! a strategy of [`osprobe_core::sleep`] until that time plus `requested`
 //! microseconds, read the clock again; the wake-up error is the second
 //! reading minus the deadline. It is what cyclictest calls latency and what
-//! seed 001 plotted as "expiration - scheduled". Traps:
+//! the BBR talk plotted as "expiration - scheduled". Traps:
 //!
 //! - Timer slack. The kernel may defer a normal thread's wake-up by its
 //!   timer slack (50 us by default) to batch timer interrupts, so a plain
@@ -554,7 +554,7 @@ impl Experiment for Timers {
         "time.timers"
     }
     fn description(&self) -> &'static str {
-        "the timer service (seed 000's clock driver): many registered callbacks with random deadlines, how late each fires, and the cost of registering one"
+        "the timer service (the SOS design document's clock driver): many registered callbacks with random deadlines, how late each fires, and the cost of registering one"
     }
     fn params(&self) -> &'static [ParamSpec] {
         &[

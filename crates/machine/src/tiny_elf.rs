@@ -3,7 +3,7 @@
 //! The ELF file is one header, one loadable segment and three instructions
 //! that call exit(0): no dynamic loader, no libc, nothing to relocate. Timing
 //! its spawn isolates the kernel's cost of creating a process and loading an
-//! ELF image (seed 000 section 9) from the dynamic loader's work, which a
+//! ELF image (the SOS design document section 9) from the dynamic loader's work, which a
 //! dynamic binary such as /bin/true adds on top.
 
 use std::io::{self, Write};

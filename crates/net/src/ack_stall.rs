@@ -1,5 +1,5 @@
-//! Socket mechanics of `net.ack_stall` (seed 003): a sender that keeps one
-//! segment in flight, like the uIP stack of the seed, against a Linux
+//! Socket mechanics of `net.ack_stall` (the delayed-ACK note): a sender that keeps one
+//! segment in flight, like the uIP stack of the delayed-ACK note, against a Linux
 //! receiver that delays its ACKs, and the cure, TCP_QUICKACK re-armed after
 //! every read.
 //!
@@ -11,14 +11,14 @@
 //! wait. The receiver ([`receive`]) reads until end of file, either leaving
 //! the ACK policy to the kernel ([`AckMode::Delayed`], what netcat did in the
 //! seed) or setting TCP_QUICKACK after every read ([`AckMode::QuickAck`], the
-//! seed's cure: the option sends the ACK the kernel was holding back, and the
+//! the delayed-ACK note's cure: the option sends the ACK the kernel was holding back, and the
 //! kernel clears it again by itself, so it must be set again after every
 //! read). With delayed ACKs every segment waits for the delayed-ACK timer;
 //! [`delayed_ack_interval`] extracts that delay from the waits.
 //!
 //! # What this kernel does (6.18, measured over 127.0.0.1)
 //!
-//! Seed 003 does not reproduce naively on a current kernel; these are the
+//! The delayed-ACK note does not reproduce naively on a current kernel; these are the
 //! facts established by experiment, and the set-up they lead to:
 //!
 //! 1. **A full-sized segment with PSH is acknowledged as soon as the
@@ -29,7 +29,7 @@
 //!    the receive queue. uIP sends its data with PSH, and so does a Linux
 //!    sender writing one segment per write: measured, a one-segment-at-a-time
 //!    sender with PSH gets every ACK within ~0.1 ms, delayed mode or not, no
-//!    stall at all. So the seed's exact set-up (uIP into netcat) would not
+//!    stall at all. So the delayed-ACK note's exact set-up (uIP into netcat) would not
 //!    stall against this kernel. The 2006 receiver ignored PSH for this
 //!    decision; to reproduce it the sender here withholds PSH
 //!    ([`PushFlag::Clear`], the default): it writes with MSG_MORE (the kernel
@@ -45,7 +45,7 @@
 //!    segments 28, 57, 86).
 //! 2. **The first ~16 segments are acknowledged at once** (quick-ACK mode at
 //!    the start of a connection, TCP_MAX_QUICKACKS = 16): measured, 17 fast
-//!    waits, then the stall. This is the seed's "fast start, then a sudden
+//!    waits, then the stall. This is the delayed-ACK note's "fast start, then a sudden
 //!    slowdown".
 //! 3. **The delayed-ACK timer fires after 40 ms plus up to one jiffy**
 //!    (measured 44 and 48 ms: TCP_DELACK_MIN, rounded up to whole 4 ms
@@ -53,7 +53,7 @@
 //!    The kernel's estimate (ato) grows to ~200 ms, but the timer is capped
 //!    by max(smoothed RTT, 40 ms), and the loopback RTT is tiny; over a path
 //!    with a long RTT the delay can grow to 200 ms (TCP_DELACK_MAX), and the
-//!    2006 kernel of the seed let it reach 500 ms.
+//!    2006 kernel of the delayed-ACK note let it reach 500 ms.
 //! 4. **TCP_WINDOW_CLAMP does not hold, and would cure the stall if it
 //!    did.** Set on an established socket, the clamp is overwritten by the
 //!    first data segment (the kernel re-derives it from the receive buffer
@@ -181,7 +181,7 @@ pub enum AckMode {
 #[serde(rename_all = "snake_case")]
 pub enum PushFlag {
     /// No PSH (except the kernel's forced one every half window): a current
-    /// kernel then delays its ACKs as the seed's receiver did. The default.
+    /// kernel then delays its ACKs as the delayed-ACK note's receiver did. The default.
     #[default]
     Clear,
     /// PSH on every segment, as uIP sends: a current kernel acknowledges each

@@ -12,7 +12,7 @@
 //!    over filled up because the receiving application lagged (receiver
 //!    CPU), a smaller one was simply too small. About one segment per round
 //!    trip with a round trip of 20 ms or more points at delayed ACKs
-//!    (seed 003).
+//!    (the delayed-ACK note).
 //! 2. Were at least 0.1 % of data segments retransmitted (DSACK-reported
 //!    spurious ones excepted), with goodput not far above the Reno loss bound
 //!    MSS/RTT x 1.22/sqrt(p) (a loss-tolerant controller such as bbr runs far
@@ -423,10 +423,10 @@ impl<'a> Facts<'a> {
     }
 }
 
-/// Advice for a one-segment-per-round-trip transfer (seed 003).
+/// Advice for a one-segment-per-round-trip transfer (the delayed-ACK note).
 const DELAYED_ACK_ADVICE: &str = "with one segment in flight every segment waits for the \
 ACK of the last, which the receiver may delay by 40 ms or more: set TCP_QUICKACK on the \
-receiver after every read, or keep more than one segment in flight (seed 003: 2 kB/s with \
+receiver after every read, or keep more than one segment in flight (the delayed-ACK note: 2 kB/s with \
 delayed ACKs, 2.2 MB/s with TCP_QUICKACK)";
 
 /// Step 1: the kernel saw the sender stalled by a window or a buffer.
@@ -468,7 +468,7 @@ fn send_buffer_verdict(f: &Facts, sysctls: &TcpMemSysctls, first: String) -> Dia
     }
     evidence.push(f.cwnd_text());
     evidence.push(f.goodput_text());
-    let seed = "seed 001 needed tcp_wmem raised to 100 MB for a 100 ms RTT";
+    let seed = "the BBR talk needed tcp_wmem raised to 100 MB for a 100 ms RTT";
     let advice = match (sysctls.wmem_max(), f.input.send_buffer_bytes) {
         // Autotuning would have grown a buffer this far below its ceiling
         // had it been allowed to: the size was most likely set explicitly.
@@ -606,7 +606,7 @@ fn loss_limit(f: &Facts) -> Option<Diagnosis> {
             Limit::Loss,
             evidence,
             "find where packets drop (link errors, an overflowing queue or shaper) or use a \
-         loss-tolerant congestion control such as bbr (seed 001, 100 ms + 1% loss: bbr 8602 \
+         loss-tolerant congestion control such as bbr (the BBR talk, 100 ms + 1% loss: bbr 8602 \
          vs cubic 633 Mbit/s)"
                 .to_string(),
         ),
@@ -991,7 +991,7 @@ mod tests {
 
     #[test]
     fn delayed_ack_one_segment_in_flight() {
-        // Window clamped to one segment, every ACK delayed 40 ms (seed 003).
+        // Window clamped to one segment, every ACK delayed 40 ms (the delayed-ACK note).
         let s = TcpInfo {
             rtt_us: 40_000,
             min_rtt_us: Some(39_000),

@@ -1,6 +1,6 @@
 //! The `emulated` path: the server behind osprobe's user-space link
 //! emulator ([`osprobe_link::Link`]), with a delay, a loss rate and a
-//! bottleneck rate, as seed 001 used netem on a middlebox.
+//! bottleneck rate, as the BBR talk used netem on a middlebox.
 //!
 //! The link joins two namespaces, A and B. The server runs on a thread in
 //! B; the experiment's own thread moves into A for as long as the path is
@@ -8,8 +8,8 @@
 //! and its threads open cross the link. Data of bulk tests goes from the
 //! client to the server: A -> B, the uplink.
 //!
-//! - `delay`: one-way delay each way (the round trip is twice it; seed
-//!   001's 100 ms is `delay=50ms`).
+//! - `delay`: one-way delay each way (the round trip is twice it; the
+//!   BBR talk's 100 ms is `delay=50ms`).
 //! - `loss`: on the uplink only, the data direction of bulk tests, as a
 //!   middlebox's netem on its interface towards the receiver drops data
 //!   and leaves ACKs alone.
@@ -17,7 +17,7 @@
 //!   bandwidth-delay product (at least 64 KiB), the usual rule of thumb
 //!   for a router's buffer.
 //! - `wmem`: the maximum of `tcp_wmem` in A (the sender) and of `tcp_rmem`
-//!   in B (the receiver), as seed 001 raised tcp_wmem to 100 MB. A new
+//!   in B (the receiver), as the BBR talk raised tcp_wmem to 100 MB. A new
 //!   namespace starts from the kernel's defaults (4 MiB and 6 MiB), not
 //!   from this host's settings, and the notes report what was in force.
 
@@ -29,7 +29,7 @@ use std::time::Duration;
 
 pub const DELAY_PARAM: ParamSpec = ParamSpec {
     name: "delay",
-    help: "path=emulated: one-way delay each way (seed 001's 100 ms round trip is 50ms)",
+    help: "path=emulated: one-way delay each way (the BBR talk's 100 ms round trip is 50ms)",
     kind: ParamKind::Checked {
         form: "DURATION, e.g. 50ms",
         check: check_delay,

@@ -1,6 +1,6 @@
 //! ICMP echo ("ping") round trips: the ICMP half of `net.rtt`.
 //!
-//! Seed 004 (section 5.2) compares `ping` with a TCP ping-pong of a 32-byte
+//! The CSE 221 report (section 5.2) compares `ping` with a TCP ping-pong of a 32-byte
 //! message; a 32-byte ICMP message is the 8-byte echo header plus 24 bytes of
 //! payload, hence [`DEFAULT_PAYLOAD_LEN`].
 //!
@@ -46,7 +46,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-/// Payload bytes of a 32-byte ICMP message, as in seed 004.
+/// Payload bytes of a 32-byte ICMP message, as in the CSE 221 report.
 pub const DEFAULT_PAYLOAD_LEN: usize = 32 - ICMP_HEADER_LEN;
 /// The largest payload that fits an Ethernet MTU of 1500 without
 /// fragmentation: 1500 - 20 (IPv4 header) - 8 (ICMP header).
@@ -744,7 +744,11 @@ mod tests {
     fn encoded_request_has_header_payload_and_valid_checksum() {
         let mut packet = Vec::new();
         encode_echo_request(&mut packet, 0xbeef, 7, DEFAULT_PAYLOAD_LEN, 42);
-        assert_eq!(packet.len(), 32, "seed 004's 32-byte ICMP message");
+        assert_eq!(
+            packet.len(),
+            32,
+            "the CSE 221 report's 32-byte ICMP message"
+        );
         assert_eq!(&packet[..2], &[ICMP_ECHO_REQUEST, 0]);
         assert_eq!(&packet[4..8], &[0xbe, 0xef, 0, 7]);
         assert_eq!(internet_checksum(&packet), 0);

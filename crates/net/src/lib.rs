@@ -1,4 +1,4 @@
-//! osprobe-net: network experiments (EXPERIMENTS.md section D and the
+//! osprobe-net: network experiments (docs/experiments.md, `net.*`, and the
 //! kernel-TCP half of `net.cc`), the `serve` protocol, file transfer,
 //! network-namespace helpers and the TCP_INFO diagnosis.
 //!

@@ -2,7 +2,7 @@
 //! protocol. The server (`osprobe serve --dir DIR`) receives into a hidden
 //! partial file, and keeps it under the file's name only when its hash
 //! equals the hash the sender computed while reading it; the report gives
-//! seed 002's Tx (sender) and Rx (receiver) rates.
+//! the file-transfer lab report's Tx (sender) and Rx (receiver) rates.
 
 use crate::client::{NetError, Peer};
 use crate::diagnosis::{diagnose_with_sysctls, DiagnosisInput};

@@ -2,7 +2,7 @@
 //! `net.transfer.{file_size,packet_size,connections}` and of
 //! `osprobe send FILE --to HOST` / `osprobe serve --dir DIR`.
 //!
-//! # What is measured (seed 002)
+//! # What is measured (the file-transfer lab report)
 //!
 //! The sender's rate Tx is the file size over the sender's elapsed time,
 //! from its first read of the file to the return of its last write to the
@@ -17,14 +17,14 @@
 //! - The receiver's clock starts when its first read returns, by which time
 //!   a whole socket buffer may already be waiting. For small files Rx then
 //!   measures little more than writing the file: this, and the sender's
-//!   clock including its first (cold) read of the file, explain the seed's
+//!   clock including its first (cold) read of the file, explain the lab report's
 //!   "Tx 17, Rx 431 bits/us for 1 KB" better than disk seeks do.
 //! - The received file is written into the page cache; its `fsync` happens
-//!   in [`commit`], outside the timed span, as the seed's write() did.
+//!   in [`commit`], outside the timed span, as the lab report's write() did.
 //!
 //! # Methods
 //!
-//! [`SendMethod::Packets`] is the seed's program: read() the file in
+//! [`SendMethod::Packets`] is the lab report's program: read() the file in
 //! `packet`-byte pieces and write() each piece whole, hashing it between the
 //! two. The packet size is the application's, not TCP's: the kernel cuts
 //! the byte stream into segments of its own. [`SendMethod::Sendfile`] hands
@@ -111,7 +111,7 @@ const MAX_PRINTED_CHARS: usize = 80;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SendMethod {
-    /// read() `packet` bytes, write() them: the seed's program.
+    /// read() `packet` bytes, write() them: the lab report's program.
     Packets,
     /// sendfile(2) in large chunks; the packet size does not apply.
     Sendfile,
@@ -141,7 +141,7 @@ pub struct TxReport {
 }
 
 impl TxReport {
-    /// Tx as the seed defines it: size over the sender's elapsed time.
+    /// Tx as the lab report defines it: size over the sender's elapsed time.
     /// `None` when nothing was timed (an empty file).
     pub fn rate_bytes_per_second(&self) -> Option<f64> {
         rate(self.bytes, self.elapsed)
@@ -165,7 +165,7 @@ pub struct RxReport {
 }
 
 impl RxReport {
-    /// Rx as the seed defines it: size over the receiver's elapsed time.
+    /// Rx as the lab report defines it: size over the receiver's elapsed time.
     /// `None` when nothing was timed (an empty file).
     pub fn rate_bytes_per_second(&self) -> Option<f64> {
         rate(self.bytes, self.elapsed)
@@ -381,10 +381,10 @@ impl Progress<'_> {
 ///
 /// With [`SendMethod::Packets`] the file is read in `packet`-byte pieces
 /// (the last one shorter) and each piece is written whole: one write() per
-/// application packet, as in the seed. TCP_NODELAY is left as the caller
+/// application packet, as in the lab report. TCP_NODELAY is left as the caller
 /// set it (off by default). With Nagle's algorithm on, back-to-back small
 /// writes are coalesced into full segments while earlier data is
-/// unacknowledged, so a small packet size measures what the seed's table B
+/// unacknowledged, so a small packet size measures what the lab report's table B
 /// measures, the cost of one system call and copy per packet, and not the
 /// cost of tiny segments on the wire; a caller who wants the latter sets
 /// TCP_NODELAY on the stream first. (Nagle may hold back the final short

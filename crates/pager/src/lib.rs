@@ -1,4 +1,4 @@
-//! osprobe-pager: the demand pager of seed 000 (sections 3, 4 and 7),
+//! osprobe-pager: the demand pager of the SOS design document (sections 3, 4 and 7),
 //! re-created in user space so that its costs and policies can be
 //! measured.
 //!

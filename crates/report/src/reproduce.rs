@@ -1,4 +1,4 @@
-//! `osprobe reproduce`: the reference figures of the seed documents beside
+//! `osprobe reproduce`: the reference figures of the reference studies (docs/references.md) beside
 //! this machine's.
 //!
 //! The figures live in `data/reference.json` (embedded at build time), one
@@ -24,9 +24,9 @@ pub const SEEDS: [&str; 5] = ["000", "001", "002", "003", "004"];
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reference {
-    /// 000 .. 004, the file in seeds/.
+    /// 000 .. 004, the study's number (docs/references.md lists them).
     pub seed: String,
-    /// Document and section, table or figure, as the seed names them.
+    /// Document and section, table or figure, as the study names them.
     pub source: String,
     /// The table or figure the row belongs to (rows are grouped by it).
     pub table: String,
@@ -41,7 +41,7 @@ pub struct Reference {
     /// The figure, in `unit`.
     pub value: f64,
     pub unit: String,
-    /// The reference machine, where the seed names one.
+    /// The reference machine, where the study names one.
     pub machine: Option<String>,
     #[serde(default)]
     pub note: Option<String>,

@@ -1,4 +1,4 @@
-//! osprobe-rfs: the remote file service of seed 000 (sections 5, 6 and
+//! osprobe-rfs: the remote file service of the SOS design document (sections 5, 6 and
 //! 10), re-created in user space: a server that exports one directory
 //! over UDP and TCP, and a client that keeps a window of requests in
 //! flight, with SOS's file system calls as its API.

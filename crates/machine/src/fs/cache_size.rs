@@ -1,4 +1,4 @@
-//! fs.cache_size: how much file data the kernel keeps in memory (seed 004
+//! fs.cache_size: how much file data the kernel keeps in memory (the CSE 221 report
 //! section 6.1).
 //!
 //! Method: read a prefix of a file twice, back to back, for growing prefix

@@ -1,9 +1,9 @@
 //! fs.contention: the average time per 4 KiB block when 1..10 processes
-//! read different files of the same file system at once (seed 004 section
+//! read different files of the same file system at once (the CSE 221 report section
 //! 6.4).
 //!
 //! Method: N files are written (pseudo-random data) and opened before N
-//! reader processes are forked, one per file, as the seed did: processes,
+//! reader processes are forked, one per file, as the CSE 221 report did: processes,
 //! not threads, so each has its own open file and nothing in the process is
 //! shared but the kernel. Each child signals it is ready, all wait on one
 //! pipe for the parent's "go", then read their file sequentially in 4 KiB

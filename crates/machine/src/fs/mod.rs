@@ -1,5 +1,5 @@
 //! fs.*: the file cache, direct and buffered reads, contention
-//! (EXPERIMENTS.md section C, seed 004 section 6).
+//! (docs/references.md#cse-221-project, section 6).
 
 pub mod cache_size;
 pub mod cgroup;

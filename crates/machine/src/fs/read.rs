@@ -1,5 +1,5 @@
 //! fs.read: the time to read one 4 KiB block of a file, sequentially and in
-//! random order, with the page cache out of the way (seed 004 section 6.2).
+//! random order, with the page cache out of the way (the CSE 221 report section 6.2).
 //!
 //! Two modes:
 //! - `direct`: O_DIRECT, so every read goes to the device. The buffer and
@@ -15,7 +15,7 @@
 //!   turns readahead off, so each block is one device read.
 //!
 //! One sample is one pass over the whole file: its time divided by its
-//! blocks, as the seed and fio's mean completion latency report it. A
+//! blocks, as the CSE 221 report and fio's mean completion latency report it. A
 //! per-block median would hide readahead (most buffered sequential reads
 //! are then copies from memory, a few are long device reads) and the mean
 //! is what a reader of the file pays. Every read is still timed on its own

@@ -1,6 +1,6 @@
 //! mem.bandwidth: read, write, non-temporal write and copy bandwidth of
-//! main memory, with one thread and with one thread per allowed CPU (seed
-//! 004 section 4.2, EXPERIMENTS.md section B).
+//! main memory, with one thread and with one thread per allowed CPU (the
+//! CSE 221 report section 4.2, docs/references.md#cse-221-project).
 //!
 //! Method. A buffer much larger than the last-level cache (at least 8x the
 //! largest cache sysfs reports and at least 256 MiB, at most a quarter of
@@ -1542,7 +1542,7 @@ AnonHugePages:         0 kB
         assert_eq!(a.kind.as_deref(), Some("DDR4"));
         let empty = parse_type17(&type17(0, 0xFFFF, 0, 0, 0x02)).unwrap();
         assert!(!empty.installed());
-        // Two LPDDR3 modules as in seed 004: 2 x 2133 MT/s x 8 B = 34.1 GB/s.
+        // Two LPDDR3 modules as in the CSE 221 report: 2 x 2133 MT/s x 8 B = 34.1 GB/s.
         let b = parse_type17(&type17(4096, 64, 2133, 0, 0x1D)).unwrap();
         let peak = peak_of(&[b.clone(), b, empty.clone()]).unwrap();
         assert!((peak.bytes_per_second - 34.128e9).abs() < 1e6);

@@ -1,5 +1,5 @@
 //! mem.latency: back-to-back load latency by pointer chasing (lmbench's
-//! lat_mem_rd; seed 004 section 4.1), over working sets from 4 KiB to
+//! lat_mem_rd; the CSE 221 report section 4.1), over working sets from 4 KiB to
 //! 512 MiB.
 //!
 //! Method: a chain of pointers ([`super::chain`]) is built in an anonymous

@@ -1,5 +1,5 @@
 //! mem.*: memory latency, cache inference, bandwidth and page faults
-//! (EXPERIMENTS.md section B, seed 004 section 4).
+//! (docs/references.md#cse-221-project, section 4).
 
 pub mod bandwidth;
 pub mod caches;

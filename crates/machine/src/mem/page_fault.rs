@@ -1,6 +1,6 @@
 //! mem.page_fault: the service time of a minor and of a major page fault,
-//! per fault in ns and cycles, in sequential and random page order (seed
-//! 004 section 4.3, EXPERIMENTS.md section B).
+//! per fault in ns and cycles, in sequential and random page order (the
+//! CSE 221 report section 4.3, docs/references.md#cse-221-project).
 //!
 //! Minor. Each sample maps a fresh anonymous private region of `size` with
 //! `MADV_NOHUGEPAGE`, so that every 4 KiB page faults on its own (no
@@ -795,7 +795,7 @@ fn device_cache_note(median_ns: f64, hypervisor: Option<&str>) -> Option<String>
     let us = median_ns / 1e3;
     if median_ns < DEVICE_FLOOR_NS {
         Some(format!(
-            "a major fault took {us:.1} us, below what any flash SSD delivers (50-100 us for a 4 KiB read; seed 004 measured 753,514 cycles): the device seems cached below the guest (hypervisor page cache), so this is the fault path plus a virtio round trip"
+            "a major fault took {us:.1} us, below what any flash SSD delivers (50-100 us for a 4 KiB read; the CSE 221 report measured 753,514 cycles): the device seems cached below the guest (hypervisor page cache), so this is the fault path plus a virtio round trip"
         ))
     } else if let (true, Some(h)) = (median_ns < NAND_READ_NS, hypervisor) {
         Some(format!(

@@ -1,8 +1,8 @@
-//! net.ack_stall: seed 003's stall. A sender that keeps one segment in
+//! net.ack_stall: the delayed-ACK note's stall. A sender that keeps one segment in
 //! flight (like uIP: send, wait for the ACK, send the next) against a
 //! receiver that delays its ACKs, then the same with the receiver re-arming
 //! TCP_QUICKACK after every read. The receiver is the server (the "Linux
-//! workstation" of the seed). The window is not clamped: on a current
+//! workstation" of the delayed-ACK note). The window is not clamped: on a current
 //! kernel TCP_WINDOW_CLAMP does not hold on an established socket, and the
 //! sender withholds PSH, which a current receiver would answer at once.
 //! Reported: both rates, their ratio, and the ACK delay the sender saw.
@@ -66,7 +66,7 @@ impl Experiment for AckStall {
     }
 
     fn description(&self) -> &'static str {
-        "one segment in flight against delayed ACKs, then with TCP_QUICKACK (seed 003): both rates and their ratio"
+        "one segment in flight against delayed ACKs, then with TCP_QUICKACK (the delayed-ACK note): both rates and their ratio"
     }
 
     fn params(&self) -> &'static [ParamSpec] {
@@ -133,8 +133,10 @@ impl Experiment for AckStall {
         }
         let ratio = rate(&quick) / rate(&delayed).max(1e-9);
         let mut r = value_measurement(id, "ratio", params.clone(), Unit::Ratio, &[ratio])?;
-        r.notes
-            .push("overall quickack rate / overall delayed-ACK rate (seed 003: about 1000)".into());
+        r.notes.push(
+            "overall quickack rate / overall delayed-ACK rate (the delayed-ACK note: about 1000)"
+                .into(),
+        );
         out.push(r);
 
         let waits: Vec<f64> = delayed

@@ -1,4 +1,4 @@
-//! net.bandwidth: peak TCP throughput with 1..N streams (seed 004 section
+//! net.bandwidth: peak TCP throughput with 1..N streams (the CSE 221 report section
 //! 5.3 measured loopback at 1429.55 MB/s), reported like iperf3: the
 //! sender's rate (sampled every 100 ms after a 200 ms slow-start omission),
 //! the receiver's rate from the server, CPU load on both ends, and the

@@ -1,4 +1,4 @@
-//! net.cc: TCP throughput per congestion control (seed 001: BBR against
+//! net.cc: TCP throughput per congestion control (the BBR talk: BBR against
 //! CUBIC, clean and over a middlebox with 100 ms and 1% loss), with the
 //! sender's TCP_INFO (round trip, minimum round trip, congestion window,
 //! delivery and pacing rates, retransmissions, time limited by the receive
@@ -8,7 +8,7 @@
 //! netns host here; the emulated link with delay and loss plugs in as
 //! another path. The send buffer defaults to the kernel's autotuning (up to
 //! tcp_wmem's maximum, reported); `sndbuf` fixes SO_SNDBUF instead, which is
-//! how seed 001's "raise tcp_wmem" is tried per socket.
+//! how the BBR talk's "raise tcp_wmem" is tried per socket.
 
 use super::bandwidth::default_duration_ms;
 use super::value_measurement;
@@ -142,10 +142,10 @@ impl Experiment for CongestionControl {
     }
 }
 
-/// Seed 001's second benchmark, scaled to one machine: every congestion
+/// The BBR talk's second benchmark, scaled to one machine: every congestion
 /// control over a 100 ms round trip with 1% loss of data packets and a
 /// bottleneck of EMULATED_RATE, once with the namespaces' default buffers
-/// and once with tcp_wmem (and tcp_rmem) raised to 100 MB as the seed did.
+/// and once with tcp_wmem (and tcp_rmem) raised to 100 MB as the BBR talk did.
 fn seed_001_middlebox() -> Vec<Params> {
     let mut points = Vec::new();
     for wmem in [0i64, 100_000_000] {

@@ -1,5 +1,5 @@
 //! net.connect: TCP connection setup and teardown as the application sees
-//! them (seed 004 section 5.4): the time of connect() (SYN out, SYN-ACK
+//! them (the CSE 221 report section 5.4): the time of connect() (SYN out, SYN-ACK
 //! back: about one round trip, the final ACK leaves after connect returns)
 //! and of close() on an idle connection (queues a FIN and returns).
 //!
@@ -87,13 +87,13 @@ impl Experiment for Connect {
 
         let mut setup = ctx.time_measurement(self.id(), "connect", params.clone(), &connect)?;
         setup.histogram = Histogram::log_spaced(&connect.ns, 24);
-        // Seed 004 predicted 1.5 RTT (the whole handshake); the client's
+        // The CSE 221 report predicted 1.5 RTT (the whole handshake); the client's
         // connect() returns after the SYN-ACK, one round trip. Loopback
         // round trips include the echo's wake-ups, hence the wide tolerance.
         setup.prediction = Some(
             Prediction::new(
                 rtt_ns,
-                "1 x TCP round trip (SYN, SYN-ACK; connect() returns before the final ACK arrives; seed 004's 1.5 RTT counts the whole handshake), round trip measured just before",
+                "1 x TCP round trip (SYN, SYN-ACK; connect() returns before the final ACK arrives; the CSE 221 report's 1.5 RTT counts the whole handshake), round trip measured just before",
             )
             .within(0.5),
         );

@@ -1,4 +1,4 @@
-//! net.rtt: round trip of a small message (seed 004 section 5.2: 32 bytes,
+//! net.rtt: round trip of a small message (the CSE 221 report section 5.2: 32 bytes,
 //! TCP against ICMP echo), over TCP with TCP_NODELAY, UDP, and ICMP echo.
 //!
 //! Each sample is one round trip, timed by the calibrated clock around a
@@ -44,7 +44,7 @@ const PARAMS: [ParamSpec; 8] = [
     },
     ParamSpec {
         name: "size",
-        help: "message size in bytes (seed 004: 32)",
+        help: "message size in bytes (the CSE 221 report: 32)",
         kind: ParamKind::Bytes {
             min: 1,
             max: 65_000,

@@ -1,4 +1,4 @@
-//! net.transfer.*: the file-transfer tables of seed 002. A real file is
+//! net.transfer.*: the file-transfer tables of the file-transfer lab report. A real file is
 //! read from disk in fixed application packets and written to the socket;
 //! the server reads the same packet size and writes a real file to disk.
 //! Tx is the file size over the sender's time (first read to last write
@@ -7,14 +7,14 @@
 //!
 //! Before each transfer the source file is written back and dropped from
 //! the page cache (fsync, POSIX_FADV_DONTNEED), so the sender reads from
-//! the disk as the seed's program did (on a VM the host may still cache
+//! the disk as the lab report's program did (on a VM the host may still cache
 //! the virtual disk). The receiver writes into its page cache; its time
 //! does not include an fsync.
 //!
 //! With N connections, N senders send the same file at once and every
 //! connection's rates are samples. When iperf3 is installed and the path is
 //! local (loopback or netns), iperf3 -P N runs in the same point, as the
-//! seed did beside its own program.
+//! lab report did beside its own program.
 
 use super::{cross, default_paths, failed, value_measurement, COMMON};
 use crate::diagnosis::{diagnose_with_sysctls, Diagnosis, DiagnosisInput};
@@ -36,7 +36,7 @@ use std::time::Duration;
 
 mod iperf3;
 
-/// The three tables of seed 002.
+/// The three tables of the file-transfer lab report.
 pub enum Transfer {
     FileSize,
     PacketSize,
@@ -73,7 +73,7 @@ const PARAMS: [ParamSpec; 10] = [
     },
     ParamSpec {
         name: "method",
-        help: "packets (read+write, the seed's program) or sendfile",
+        help: "packets (read+write, the lab report's program) or sendfile",
         kind: ParamKind::Choice(&["packets", "sendfile"]),
     },
 ];
@@ -178,9 +178,9 @@ impl Experiment for Transfer {
 
     fn description(&self) -> &'static str {
         match self {
-            Transfer::FileSize => "file transfer Tx/Rx rates against file size, 1000-byte packets (seed 002 table 1)",
-            Transfer::PacketSize => "file transfer Tx/Rx rates against packet size, 50 MB file (seed 002 table 2)",
-            Transfer::Connections => "N simultaneous file transfers, per-connection Tx/Rx, beside iperf3 -P N (seed 002 tables 3, 4)",
+            Transfer::FileSize => "file transfer Tx/Rx rates against file size, 1000-byte packets (the file-transfer lab report table 1)",
+            Transfer::PacketSize => "file transfer Tx/Rx rates against packet size, 50 MB file (the file-transfer lab report table 2)",
+            Transfer::Connections => "N simultaneous file transfers, per-connection Tx/Rx, beside iperf3 -P N (the file-transfer lab report tables 3, 4)",
         }
     }
 
@@ -242,7 +242,7 @@ impl Experiment for Transfer {
         );
         let path = format!("path: {}", endpoint.description);
         let mut tx_m = value_measurement(id, "tx", params.clone(), Unit::BitsPerSecond, &tx)?;
-        tx_m.notes.push("Tx: file size / sender's time from the first read of the file to the return of the last write (seed 002)".into());
+        tx_m.notes.push("Tx: file size / sender's time from the first read of the file to the return of the last write (the file-transfer lab report)".into());
         tx_m.notes.push(describe.clone());
         tx_m.notes.push(
             "the source file was flushed and dropped from the page cache before each transfer"

@@ -1,6 +1,6 @@
 //! The experiments built on the file service: `rfs.throughput` (SOS's
 //! figure 5: throughput against requests in flight and packet size) and
-//! `fs.remote_read` (seed 004 section 6.3: a 4 KiB block read from a file
+//! `fs.remote_read` (the CSE 221 report section 6.3: a 4 KiB block read from a file
 //! on a remote server).
 //!
 //! Both run a server of this crate in a thread and the client in the

@@ -1,4 +1,4 @@
-//! fs.remote_read: seed 004 section 6.3, the time to read one 4 KiB block
+//! fs.remote_read: the CSE 221 report section 6.3, the time to read one 4 KiB block
 //! of a file that lives on a remote file server, sequentially and at
 //! random, as the file grows (their NFS mount over TCP: ~6.3 ms
 //! sequential, ~7.4 ms random, about three round trips).
@@ -42,7 +42,7 @@ const PARAMS: [ParamSpec; 5] = [
     WINDOW_PARAM,
     ParamSpec {
         name: "transport",
-        help: "tcp (as the seed's NFS mount) or udp",
+        help: "tcp (as the CSE 221 report's NFS mount) or udp",
         kind: ParamKind::Choice(&["tcp", "udp"]),
     },
     DELAY_PARAM,
@@ -91,7 +91,7 @@ impl Experiment for RemoteRead {
                     grid.push(point("netns", 16));
                 }
                 if super::emulator_available().is_ok() {
-                    // About the seed's LAN: a 3 ms round trip.
+                    // About the CSE 221 report's LAN: a 3 ms round trip.
                     grid.push(point("emulated", 1).with("delay", "1ms"));
                     grid.push(point("emulated", 16).with("delay", "1ms"));
                 }

@@ -1,6 +1,6 @@
 //! rfs.throughput: read and write throughput of the file service as the
 //! window (requests in flight, SOS's MAX_IN_FLIGHT) and the packet size
-//! (bytes per request) vary, over UDP and TCP (seed 000 section 10 and its
+//! (bytes per request) vary, over UDP and TCP (the SOS design document section 10 and its
 //! figure 5: writing a 1 MB file against packets in flight, a zig-zag with
 //! its best point at 30).
 //!

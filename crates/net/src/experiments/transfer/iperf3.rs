@@ -1,4 +1,4 @@
-//! iperf3 beside net.transfer.connections (seed 002 table 4): a one-off
+//! iperf3 beside net.transfer.connections (the file-transfer lab report table 4): a one-off
 //! `iperf3 -s -1` where osprobe's server runs (this process's namespace or
 //! the netns host), `iperf3 -c -P N -J` here, and its per-stream receiver
 //! rates read from the JSON.
