@@ -204,8 +204,10 @@ fn measure(
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     } else {
-        print!("{}", osprobe_report::measurements_table(&run.measurements));
-        print!("{}", osprobe_report::skipped_block(&run.skipped));
+        print!(
+            "{}",
+            osprobe_report::run_results(&run, osprobe_report::terminal_width())
+        );
         if let Some(store) = &store {
             println!(
                 "\nstored as run {} in {} (osprobe show {})",
@@ -295,8 +297,10 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
         println!("command: osprobe {}\n", run.command);
         print!("{}", osprobe_report::environment_block(&run.environment));
         println!();
-        print!("{}", osprobe_report::measurements_table(&run.measurements));
-        print!("{}", osprobe_report::skipped_block(&run.skipped));
+        print!(
+            "{}",
+            osprobe_report::run_results(&run, osprobe_report::terminal_width())
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
