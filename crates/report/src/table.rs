@@ -58,7 +58,7 @@ pub struct Table {
 /// Space between two columns.
 const GAP: usize = 2;
 /// A wrapping column is not made narrower than this.
-const MIN_WRAP_WIDTH: usize = 12;
+const MIN_WRAP_WIDTH: usize = 24;
 
 impl Table {
     pub fn new(columns: &[(&str, Align)]) -> Table {
@@ -149,7 +149,8 @@ impl Table {
         if let Some(&wrap) = shown.iter().find(|&&i| self.columns[i].wraps) {
             let others = total(&shown, &widths) - widths[wrap];
             if others + widths[wrap] > width {
-                widths[wrap] = width.saturating_sub(others).max(MIN_WRAP_WIDTH);
+                // Below its floor only when nothing else can give way.
+                widths[wrap] = width.saturating_sub(others).max(6);
             }
         }
 

@@ -5,7 +5,7 @@ use crate::notes::Notes;
 use crate::table::{wrap_hanging, Align, Column, Table};
 use crate::width::terminal_width;
 use osprobe_core::model::Skipped;
-use osprobe_core::{Environment, Measurement, Registry, Run};
+use osprobe_core::{Environment, Measurement, Params, Registry, Run};
 use osprobe_store::RunSummary;
 
 /// The results table at the terminal's width (see [`terminal_width`]).
@@ -38,7 +38,19 @@ pub fn measurements_table_fit(measurements: &[Measurement], width: usize) -> Str
         Column::new("notes", Align::Left),
     ]);
     for block in measurements.chunk_by(|a, b| a.experiment == b.experiment) {
-        table.text(block[0].experiment.clone(), 2);
+        // Parameters every row shares go once into the heading; rows keep
+        // the ones that vary (JSON has the full set of each).
+        let common = common_params(block);
+        let heading = if common.is_empty() {
+            block[0].experiment.clone()
+        } else {
+            format!(
+                "{} (all rows: {})",
+                block[0].experiment,
+                params_label(&common)
+            )
+        };
+        table.text(heading, 4);
         let mut notes = Notes::default();
         for m in block {
             let s = &m.summary;
@@ -53,7 +65,7 @@ pub fn measurements_table_fit(measurements: &[Measurement], width: usize) -> Str
                 .collect();
             table.row(vec![
                 format!("  {}", m.metric),
-                params_label(&m.params),
+                params_label(&without(&m.params, &common)),
                 v(s.p50),
                 format!("{}..{}", v(s.ci95[0]), v(s.ci95[1])),
                 v(s.min),
@@ -77,6 +89,29 @@ pub fn measurements_table_fit(measurements: &[Measurement], width: usize) -> Str
         }
     }
     table.render_fit(width)
+}
+
+/// The parameters (name and value) all of `rows` have, when there are two
+/// rows or more.
+fn common_params(rows: &[Measurement]) -> Params {
+    let Some((first, rest)) = rows.split_first() else {
+        return Params::new();
+    };
+    if rest.is_empty() {
+        return Params::new();
+    }
+    let mut common = first.params.clone();
+    common
+        .0
+        .retain(|k, v| rest.iter().all(|m| m.params.get(k) == Some(v)));
+    common
+}
+
+/// `params` without the entries of `common`.
+fn without(params: &Params, common: &Params) -> Params {
+    let mut rest = params.clone();
+    rest.0.retain(|k, _| !common.0.contains_key(k));
+    rest
 }
 
 /// What `run` and `show` print after the environment: the results table,
@@ -315,7 +350,7 @@ pub fn list_table(registry: &Registry) -> String {
 mod tests {
     use super::*;
     use osprobe_core::model::Prediction;
-    use osprobe_core::{Params, Summary, Unit};
+    use osprobe_core::{Summary, Unit};
 
     #[test]
     fn table_scales_rows_and_numbers_notes() {
@@ -456,7 +491,7 @@ mod tests {
         assert!(out.contains("<=1.000"), "{out}");
         assert!(out.contains("model: 1 x RTT, tolerance 50%"), "{out}");
         assert!(
-            out.contains("  other    path=loopback")
+            out.contains("net.connect (all rows: path=loopback)\n  connect ")
                 && out.contains("[2] disagrees: measured 4.10x the prediction"),
             "{out}"
         );
