@@ -52,18 +52,22 @@ pub fn measurements_table_fit(measurements: &[Measurement], width: usize) -> Str
         };
         table.text(heading, 4);
         let mut notes = Notes::default();
+        let mut rows = Vec::with_capacity(block.len());
+        let mut row_refs = Vec::with_capacity(block.len());
         for m in block {
             let s = &m.summary;
             let scale = scale_for(m.unit, s.p50);
             let v = |x: f64| number(x / scale.divisor);
             let (model, model_notes) = model_cells(m, scale.divisor);
-            let refs: Vec<String> = m
+            let mut refs: Vec<usize> = m
                 .notes
                 .iter()
                 .chain(&model_notes)
-                .map(|n| notes.add(n).to_string())
+                .map(|n| notes.add(n))
                 .collect();
-            table.row(vec![
+            refs.dedup();
+            row_refs.push(refs);
+            rows.push(vec![
                 format!("  {}", m.metric),
                 params_label(&without(&m.params, &common)),
                 v(s.p50),
@@ -75,17 +79,34 @@ pub fn measurements_table_fit(measurements: &[Measurement], width: usize) -> Str
                 model,
                 s.n.to_string(),
                 s.outliers.to_string(),
-                if refs.is_empty() {
-                    String::new()
-                } else {
-                    format!("[{}]", refs.join(","))
-                },
             ]);
         }
+        // A note every row has is marked so in the list, not in each row.
+        let everywhere: Vec<usize> = (1..=notes.texts().len())
+            .filter(|n| block.len() > 1 && row_refs.iter().all(|r| r.contains(n)))
+            .collect();
+        for (mut cells, refs) in rows.into_iter().zip(row_refs) {
+            let refs: Vec<String> = refs
+                .iter()
+                .filter(|n| !everywhere.contains(n))
+                .map(usize::to_string)
+                .collect();
+            cells.push(if refs.is_empty() {
+                String::new()
+            } else {
+                format!("[{}]", refs.join(","))
+            });
+            table.row(cells);
+        }
         for (i, text) in notes.texts().iter().enumerate() {
+            let all = if everywhere.contains(&(i + 1)) {
+                "all rows: "
+            } else {
+                ""
+            };
             let mark = format!("    [{}] ", i + 1);
             let indent = mark.chars().count();
-            table.text(format!("{mark}{text}"), indent);
+            table.text(format!("{mark}{all}{text}"), indent);
         }
     }
     table.render_fit(width)
@@ -409,7 +430,7 @@ mod tests {
         let out = measurements_table_fit(&rows, 100);
         assert_eq!(out.matches("clock read cost").count(), 1, "{out}");
         assert!(
-            out.contains("[1] clock read cost subtracted: 9.75..14.00 ns per timed batch"),
+            out.contains("[1] all rows: clock read cost subtracted: 9.75..14.00 ns per timed batch"),
             "{out}"
         );
     }
