@@ -158,7 +158,7 @@ fn measure(
     let started = osprobe_core::now_rfc3339();
     let clock = Clock::calibrated(osprobe_core::calibration_plan(profile));
     let environment = osprobe_core::environment::capture(clock.info().clone());
-    if !opts.json {
+    if !opts.json && !opts.brief {
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
     }
@@ -204,10 +204,12 @@ fn measure(
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     } else {
-        print!(
-            "{}",
-            osprobe_report::run_results(&run, osprobe_report::terminal_width())
-        );
+        let width = osprobe_report::terminal_width();
+        if opts.brief {
+            print!("{}", osprobe_report::brief_results(&run, width));
+        } else {
+            print!("{}", osprobe_report::run_results(&run, width));
+        }
         if let Some(store) = &store {
             println!(
                 "\nstored as run {} in {} (osprobe show {})",

@@ -272,20 +272,33 @@ fn model_cells(m: &Measurement, divisor: f64) -> (String, Vec<String>) {
     (cell, notes)
 }
 
-/// The machine, as a block of `label: value` lines and its warnings.
+/// The machine, as a block of `label: value` lines and its warnings, at
+/// the terminal's width.
 pub fn environment_block(env: &Environment) -> String {
+    environment_block_fit(env, terminal_width())
+}
+
+/// The machine's block in at most `width` columns: long values continue
+/// under the value, notes under their text.
+pub fn environment_block_fit(env: &Environment, width: usize) -> String {
     let lines = env.summary_lines();
-    let width = lines
+    let label_width = lines
         .iter()
         .map(|(k, _)| k.chars().count())
         .max()
         .unwrap_or(0);
     let mut out = String::new();
+    let mut push = |text: String, indent: usize| {
+        for line in wrap_hanging(&text, width, indent) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    };
     for (label, value) in &lines {
-        out.push_str(&format!("{label:>width$}: {value}\n"));
+        push(format!("{label:>label_width$}: {value}"), label_width + 2);
     }
     for note in &env.notes {
-        out.push_str(&format!("note: {note}\n"));
+        push(format!("note: {note}"), 6);
     }
     out
 }
@@ -430,7 +443,9 @@ mod tests {
         let out = measurements_table_fit(&rows, 100);
         assert_eq!(out.matches("clock read cost").count(), 1, "{out}");
         assert!(
-            out.contains("[1] all rows: clock read cost subtracted: 9.75..14.00 ns per timed batch"),
+            out.contains(
+                "[1] all rows: clock read cost subtracted: 9.75..14.00 ns per timed batch"
+            ),
             "{out}"
         );
     }
