@@ -339,13 +339,19 @@ pub fn skipped_block_fit(skipped: &[Skipped], width: usize) -> String {
 
 /// `osprobe history`.
 pub fn history_table(runs: &[RunSummary]) -> String {
-    let mut table = Table::new(&[
-        ("run", Align::Left),
-        ("started", Align::Left),
-        ("profile", Align::Left),
-        ("host", Align::Left),
-        ("measurements", Align::Right),
-        ("command", Align::Left),
+    history_table_fit(runs, terminal_width())
+}
+
+/// `osprobe history` in at most `width` columns: the command line wraps,
+/// the host goes first when space is short.
+pub fn history_table_fit(runs: &[RunSummary], width: usize) -> String {
+    let mut table = Table::with_columns(vec![
+        Column::new("run", Align::Left),
+        Column::new("started", Align::Left),
+        Column::new("profile", Align::Left),
+        Column::new("host", Align::Left).droppable(1),
+        Column::new("measurements", Align::Right),
+        Column::new("command", Align::Left).wrapping(),
     ]);
     for r in runs {
         table.row(vec![
@@ -357,7 +363,7 @@ pub fn history_table(runs: &[RunSummary]) -> String {
             r.command.clone(),
         ]);
     }
-    table.render()
+    table.render_fit(width)
 }
 
 /// `osprobe list`.
@@ -462,6 +468,26 @@ mod tests {
         assert!(!measurements_table_fit(std::slice::from_ref(&m), 200).contains("cycles"));
         m.cycles = Some(Summary::of(&[40_000.0]).unwrap());
         assert!(measurements_table_fit(&[m], 200).contains("cycles"));
+    }
+
+    #[test]
+    fn history_fits_by_wrapping_the_command_line() {
+        let run = RunSummary {
+            id: "01M89MJ2RVQJJ4FR1SEBXR78YH".into(),
+            started: "2026-11-25T15:17:47.158Z".into(),
+            ended: String::new(),
+            profile: "quick".into(),
+            command: "run --only cpu.*,proc.*,mem.* --profile quick --db /var/tmp/results.db"
+                .into(),
+            hostname: "a-rather-long-host-name.example.org".into(),
+            osprobe_version: "0.1.0".into(),
+            measurements: 12,
+        };
+        let out = history_table_fit(std::slice::from_ref(&run), 100);
+        assert!(out.lines().all(|l| l.chars().count() <= 100), "{out}");
+        assert!(out.contains("--profile quick"), "{out}");
+        let wide = history_table_fit(&[run], 250);
+        assert!(wide.contains("a-rather-long-host-name") && wide.lines().count() == 3);
     }
 
     #[test]
