@@ -261,6 +261,9 @@ pub struct ProfileArgs {
     /// smoke: seconds, checks structure; quick: about a minute; full: thorough, about 20 minutes as root
     #[arg(long, default_value = "quick", value_parser = ["smoke", "quick", "full"])]
     pub profile: String,
+    /// One line per experiment (its headline measurement) instead of the full table
+    #[arg(long, conflicts_with = "json")]
+    pub brief: bool,
     /// Print the run as JSON (schema/osprobe.schema.json) instead of a table
     #[arg(long)]
     pub json: bool,

@@ -180,7 +180,7 @@ fn measure(
     if let Some(warning) = crate::version::debug_build_warning() {
         eprintln!("{warning}");
     }
-    if !opts.json {
+    if !opts.json && !opts.brief {
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
     }
@@ -236,8 +236,12 @@ fn measure(
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     } else {
-        print!("{}", osprobe_report::measurements_table(&run.measurements));
-        print!("{}", osprobe_report::skipped_block(&run.skipped));
+        let width = osprobe_report::terminal_width();
+        if opts.brief {
+            print!("{}", osprobe_report::brief_results(&run, width));
+        } else {
+            print!("{}", osprobe_report::run_results(&run, width));
+        }
         if let Some(store) = &store {
             println!(
                 "\nstored as run {} in {} (osprobe show {})",
@@ -331,8 +335,10 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
         println!("command: osprobe {}\n", run.command);
         print!("{}", osprobe_report::environment_block(&run.environment));
         println!();
-        print!("{}", osprobe_report::measurements_table(&run.measurements));
-        print!("{}", osprobe_report::skipped_block(&run.skipped));
+        print!(
+            "{}",
+            osprobe_report::run_results(&run, osprobe_report::terminal_width())
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

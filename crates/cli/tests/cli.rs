@@ -210,7 +210,9 @@ fn the_run_is_stored_and_shown_again() {
     assert_eq!(shown["measurements"], smoke.json["measurements"]);
     assert_eq!(shown["environment"], smoke.json["environment"]);
 
+    // Wide enough that no column gives way (tables fit the terminal).
     let out = osprobe(&smoke.db)
+        .env("COLUMNS", "250")
         .args(["show", "latest"])
         .output()
         .unwrap();

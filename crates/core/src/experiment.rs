@@ -18,6 +18,15 @@ pub trait Experiment: Send + Sync {
     fn requirements(&self) -> Requirements {
         Requirements::default()
     }
+    /// Whether the measured operation runs on this CPU from start to end
+    /// (instructions, system calls, page faults, process creation), so that
+    /// its time in TSC cycles means something. False (the default) for
+    /// network round trips, I/O, sleeps and timers: the CPU waits there, and
+    /// a cycle count would be the time in another unit. The runner drops
+    /// the cycles of experiments that are not CPU-bound.
+    fn cpu_bound(&self) -> bool {
+        false
+    }
     /// The parameters a user may set with `--param`, with what is accepted.
     fn params(&self) -> &'static [ParamSpec] {
         &[]

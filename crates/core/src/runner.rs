@@ -82,7 +82,14 @@ pub fn execute(
             };
             observer.point_finished();
             match result {
-                Ok(ms) => out.measurements.extend(ms),
+                Ok(mut ms) => {
+                    if !exp.cpu_bound() {
+                        for m in &mut ms {
+                            m.cycles = None;
+                        }
+                    }
+                    out.measurements.extend(ms)
+                }
                 Err(ExperimentError::Interrupted) => return Err(Interrupted),
                 Err(ExperimentError::Unsupported(reason)) => out.skipped.push(Skipped {
                     experiment: exp.id().to_string(),
@@ -101,4 +108,64 @@ pub fn execute(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Unit;
+    use crate::stats::Summary;
+
+    /// Returns one time measurement carrying cycles, as the harness makes
+    /// them when the clock is the TSC.
+    struct Timed {
+        id: &'static str,
+        cpu_bound: bool,
+    }
+
+    impl Experiment for Timed {
+        fn id(&self) -> &'static str {
+            self.id
+        }
+        fn description(&self) -> &'static str {
+            "a timed operation"
+        }
+        fn cpu_bound(&self) -> bool {
+            self.cpu_bound
+        }
+        fn grid(&self, _: Profile) -> Vec<Params> {
+            vec![Params::new()]
+        }
+        fn run(&self, _: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+            let summary = Summary::of(&[100.0, 110.0]).unwrap();
+            let mut m = Measurement::new(self.id, "op", params.clone(), Unit::Nanoseconds, summary);
+            m.cycles = Some(m.summary.scaled(2.0));
+            Ok(vec![m])
+        }
+    }
+
+    #[test]
+    fn cycles_are_kept_only_for_cpu_bound_experiments() {
+        let syscall = Timed {
+            id: "test.syscall",
+            cpu_bound: true,
+        };
+        let round_trip = Timed {
+            id: "test.round_trip",
+            cpu_bound: false,
+        };
+        let plan = Plan::new(vec![&syscall, &round_trip], Profile::Smoke, &[]).unwrap();
+        let ctx = Context::for_tests(Profile::Smoke);
+        let out = execute(&plan, &ctx, &mut Silent).unwrap();
+        let cycles = |id: &str| {
+            out.measurements
+                .iter()
+                .find(|m| m.experiment == id)
+                .unwrap()
+                .cycles
+                .is_some()
+        };
+        assert!(cycles("test.syscall"));
+        assert!(!cycles("test.round_trip"), "a round trip has no cycles");
+    }
 }

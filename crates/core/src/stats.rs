@@ -19,7 +19,8 @@ pub struct Summary {
     pub stddev: f64,
     /// 95% confidence interval of the median, from order statistics.
     pub ci95: [f64; 2],
-    /// Samples whose modified z-score (0.6745 |x - median| / MAD) exceeds 3.5.
+    /// Samples whose modified z-score (0.6745 |x - median| / MAD) exceeds 3.5
+    /// and that lie more than [`OUTLIER_MIN_RELATIVE`] from the median.
     pub outliers: usize,
     /// Coefficient of variation of the samples that are not outliers.
     pub cv: f64,
@@ -32,6 +33,11 @@ pub const NOISY_CV: f64 = 0.10;
 /// Threshold of the modified z-score beyond which a sample is an outlier
 /// (Iglewicz and Hoaglin's recommendation).
 const OUTLIER_Z: f64 = 3.5;
+
+/// A sample closer than this (relative) to the median is never an outlier,
+/// whatever its z-score: on a tight distribution the MAD is tiny and the
+/// z-score alone flags half the samples when p99 is within 2% of the median.
+pub const OUTLIER_MIN_RELATIVE: f64 = 0.05;
 
 impl Summary {
     /// Summarise `samples`; `None` when there are none or any is not finite.
@@ -123,18 +129,25 @@ pub fn mad(values: &[f64], median: f64) -> f64 {
     percentile_sorted(&dev, 50.0)
 }
 
-/// Which samples are outliers by the modified z-score. With a MAD of zero
-/// (more than half the samples identical) any sample off the median is one.
+/// Which samples are outliers: a modified z-score above 3.5 (with a MAD of
+/// zero, more than half the samples identical, any sample off the median
+/// qualifies) and a distance from the median above [`OUTLIER_MIN_RELATIVE`]
+/// of it, so that the spread of the whole set is taken into account.
 fn outliers_sorted(sorted: &[f64], median: f64) -> Vec<bool> {
     let mad = mad(sorted, median);
+    // With a median of zero there is no scale to be relative to: the
+    // z-score decides alone.
+    let min_distance = OUTLIER_MIN_RELATIVE * median.abs();
     sorted
         .iter()
         .map(|&x| {
-            if mad == 0.0 {
-                x != median
+            let distance = (x - median).abs();
+            let far_by_z = if mad == 0.0 {
+                distance > 0.0
             } else {
-                0.6745 * (x - median).abs() / mad > OUTLIER_Z
-            }
+                0.6745 * distance / mad > OUTLIER_Z
+            };
+            far_by_z && distance > min_distance
         })
         .collect()
 }
@@ -269,6 +282,31 @@ mod tests {
         assert!(close(s.cv, kept_sd / 10.0));
         assert!(!s.is_noisy());
         assert_eq!(count_outliers(&[1.0, 2.0, 3.0, 4.0, 5.0]), 0);
+    }
+
+    #[test]
+    fn a_tight_distribution_has_no_outliers() {
+        // 100 samples within 2% of the median, most identical: the MAD is
+        // zero or tiny, so the z-score alone would flag every sample off the
+        // median (the old rule flagged 46 of these).
+        let mut data = vec![1000.0; 51];
+        data.extend((0..49).map(|i| 1000.0 + f64::from(i % 20)));
+        assert!(Summary::of(&data).unwrap().p99 <= 1020.0);
+        assert_eq!(count_outliers(&data), 0);
+        assert_eq!(Summary::of(&data).unwrap().outliers, 0);
+        // The same set with one sample three times the median: that one is.
+        data.push(3000.0);
+        assert_eq!(count_outliers(&data), 1);
+    }
+
+    #[test]
+    fn outliers_need_both_a_high_z_score_and_a_real_distance() {
+        // MAD 1 around 100: 104 has a z-score of 2.7 (kept), 106 of 4.0
+        // and 6% away (flagged), 95 of 3.4 (kept).
+        let data = [99.0, 100.0, 100.0, 101.0, 99.0, 101.0, 104.0, 106.0, 95.0];
+        assert_eq!(count_outliers(&data), 1);
+        // Around a median of zero only the z-score counts.
+        assert_eq!(count_outliers(&[0.0, 0.0, 0.0, 1.0]), 1);
     }
 
     #[test]

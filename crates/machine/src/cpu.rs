@@ -17,6 +17,9 @@ impl Experiment for TimerOverhead {
     fn id(&self) -> &'static str {
         "cpu.timer_overhead"
     }
+    fn cpu_bound(&self) -> bool {
+        true
+    }
     fn description(&self) -> &'static str {
         "cost of reading the clock: the difference of two back-to-back reads (rdtsc, fenced rdtsc, rdtscp, clock_gettime via vDSO)"
     }
@@ -90,6 +93,9 @@ pub fn empty_loop(n: u64) {
 impl Experiment for LoopOverhead {
     fn id(&self) -> &'static str {
         "cpu.loop_overhead"
+    }
+    fn cpu_bound(&self) -> bool {
+        true
     }
     fn description(&self) -> &'static str {
         "per-iteration cost of an empty counted loop that the compiler cannot remove, for N iterations per timed interval"
@@ -202,6 +208,9 @@ impl Experiment for CallOverhead {
     fn id(&self) -> &'static str {
         "cpu.call_overhead"
     }
+    fn cpu_bound(&self) -> bool {
+        true
+    }
     fn description(&self) -> &'static str {
         "procedure call with 0..7 integer arguments, not inlined, loop cost subtracted"
     }
@@ -244,6 +253,9 @@ const SYSCALLS: &[&str] = &["getppid", "getuid"];
 impl Experiment for Syscall {
     fn id(&self) -> &'static str {
         "cpu.syscall"
+    }
+    fn cpu_bound(&self) -> bool {
+        true
     }
     fn description(&self) -> &'static str {
         "a trivial system call through raw syscall(2), never a libc cache: getppid, and getuid for contrast"

@@ -192,6 +192,9 @@ impl Experiment for ContextSwitch {
     fn id(&self) -> &'static str {
         "proc.ctx_switch"
     }
+    fn cpu_bound(&self) -> bool {
+        true
+    }
     fn description(&self) -> &'static str {
         "context switch between processes, threads (pipe ping-pong pinned to one CPU, pipe cost subtracted) and user-level coroutines"
     }

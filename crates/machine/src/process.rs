@@ -45,6 +45,9 @@ impl Experiment for Fork {
     fn id(&self) -> &'static str {
         "proc.fork"
     }
+    fn cpu_bound(&self) -> bool {
+        true
+    }
     fn description(&self) -> &'static str {
         "fork + child _exit + parent waitpid"
     }
@@ -84,6 +87,9 @@ const DYNAMIC_TRUE: &[&str] = &["/bin/true", "/usr/bin/true"];
 impl Experiment for Spawn {
     fn id(&self) -> &'static str {
         "proc.spawn"
+    }
+    fn cpu_bound(&self) -> bool {
+        true
     }
     fn description(&self) -> &'static str {
         "posix_spawn and fork+exec of a minimal static ELF written by osprobe and of the dynamic /bin/true, until the child has exited"
@@ -232,6 +238,9 @@ extern "C" fn thread_body(_: *mut libc::c_void) -> *mut libc::c_void {
 impl Experiment for ThreadCreate {
     fn id(&self) -> &'static str {
         "proc.thread_create"
+    }
+    fn cpu_bound(&self) -> bool {
+        true
     }
     fn description(&self) -> &'static str {
         "pthread_create + pthread_join of a thread that returns at once (and std::thread::spawn for contrast)"

@@ -8,6 +8,7 @@ pub mod csv;
 pub mod html;
 pub mod human;
 pub mod markdown;
+pub mod notes;
 pub mod overview;
 pub mod plot;
 pub mod reproduce;
@@ -15,7 +16,10 @@ pub mod studies;
 pub mod svg;
 pub mod table;
 pub mod terminal;
+pub mod width;
 
 pub use terminal::{
-    environment_block, history_table, list_table, measurements_table, skipped_block,
+    brief_results, environment_block, environment_block_fit, history_table, list_table,
+    measurements_table, measurements_table_fit, run_results, skipped_block, summary_line,
 };
+pub use width::terminal_width;

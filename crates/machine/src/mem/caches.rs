@@ -224,6 +224,9 @@ impl Experiment for Caches {
     fn id(&self) -> &'static str {
         "mem.caches"
     }
+    fn cpu_bound(&self) -> bool {
+        true
+    }
 
     fn description(&self) -> &'static str {
         "cache sizes, line size and per-level latency inferred from pointer-chase latency curves (change points), beside sysfs"

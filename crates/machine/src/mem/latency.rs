@@ -359,6 +359,9 @@ impl Experiment for Latency {
     fn id(&self) -> &'static str {
         "mem.latency"
     }
+    fn cpu_bound(&self) -> bool {
+        true
+    }
 
     fn description(&self) -> &'static str {
         "back-to-back load latency by pointer chasing: random chains (across and within pages, with and without huge pages) and stride chains, 4 KiB to 512 MiB"

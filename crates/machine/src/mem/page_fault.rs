@@ -85,6 +85,9 @@ impl Experiment for PageFault {
     fn id(&self) -> &'static str {
         "mem.page_fault"
     }
+    fn cpu_bound(&self) -> bool {
+        true
+    }
     fn description(&self) -> &'static str {
         "page-fault service time: minor (first write to fresh anonymous memory, THP off) and major (mmap of a file evicted from the page cache), sequential and random page order"
     }
