@@ -134,3 +134,49 @@ fn license_files_are_at_the_root_and_in_every_crate() {
         }
     }
 }
+/// The lines of one `[section]` of the workspace manifest, up to the next.
+fn manifest_section(section: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(workspace_root().join("Cargo.toml")).expect("Cargo.toml");
+    let header = format!("[{section}]");
+    text.lines()
+        .skip_while(|l| l.trim() != header)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(|l| l.split('#').next().unwrap_or("").trim().replace(' ', ""))
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn release_builds_without_debug_info_and_profiling_keeps_it() {
+    // The release binary was 49 MB with line tables; it ships without them.
+    let release = manifest_section("profile.release");
+    assert!(
+        release.iter().any(|l| l == "debug=0" || l == "debug=false"),
+        "[profile.release] must set debug = 0, has {release:?}"
+    );
+    assert!(
+        release
+            .iter()
+            .any(|l| l == "strip=\"debuginfo\"" || l == "strip=\"symbols\"" || l == "strip=true"),
+        "[profile.release] must strip debug info (also the standard library's), has {release:?}"
+    );
+    // perf needs symbols and line tables: a profile keeps them.
+    let profiling = manifest_section("profile.profiling");
+    assert!(
+        profiling.iter().any(|l| l == "inherits=\"release\""),
+        "[profile.profiling] must inherit release, has {profiling:?}"
+    );
+    assert!(
+        profiling
+            .iter()
+            .any(|l| l.starts_with("debug=") && l != "debug=0" && l != "debug=false"),
+        "[profile.profiling] must keep debug info, has {profiling:?}"
+    );
+    assert!(
+        profiling
+            .iter()
+            .any(|l| l == "strip=\"none\"" || l == "strip=false"),
+        "[profile.profiling] must not strip, has {profiling:?}"
+    );
+}
