@@ -188,7 +188,7 @@ impl Realtime {
                 std::io::Error::last_os_error()
             ));
         }
-        let mut param = libc::sched_param { sched_priority: 0 };
+        let mut param = sched_param(0);
         // SAFETY: param is a valid sched_param to fill.
         if unsafe { libc::sched_getparam(0, &mut param) } != 0 {
             return Err(format!(
@@ -201,9 +201,7 @@ impl Realtime {
         if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
             return Err(format!("mlockall: {}", std::io::Error::last_os_error()));
         }
-        let fifo = libc::sched_param {
-            sched_priority: priority,
-        };
+        let fifo = sched_param(priority);
         // SAFETY: a valid sched_param; 0 is the calling thread only.
         if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) } != 0 {
             let err = std::io::Error::last_os_error();
@@ -711,6 +709,15 @@ impl Experiment for Timers {
         out.push(m);
         Ok(out)
     }
+}
+
+/// A `sched_param` of this priority. musl's has more fields than glibc's
+/// (the sporadic server's), so it starts from zero rather than a literal.
+fn sched_param(priority: libc::c_int) -> libc::sched_param {
+    // SAFETY: sched_param is plain integers; all zeros is a valid value.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = priority;
+    param
 }
 
 #[cfg(test)]
