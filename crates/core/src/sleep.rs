@@ -94,7 +94,7 @@ pub fn spin_until(deadline_ns: u64) {
 
 fn timespec(ns: u64) -> libc::timespec {
     libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_sec: (ns / 1_000_000_000) as _, // the field's time_t (musl's libc deprecates the name)
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     }
 }

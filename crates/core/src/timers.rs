@@ -514,7 +514,7 @@ fn wait(shared: &Shared, deadline: Option<u64>, generation: u32) {
 /// what it waits for.
 fn futex_wait(word: &AtomicU32, expected: u32, deadline_ns: Option<u64>) {
     let timeout = deadline_ns.map(|ns| libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_sec: (ns / 1_000_000_000) as _, // the field's time_t (musl's libc deprecates the name)
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     });
     let timeout_ptr = timeout

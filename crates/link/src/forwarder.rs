@@ -121,7 +121,11 @@ impl Default for ForwarderResult {
 /// above every normal thread, below anything that chose a real-time
 /// priority on purpose.
 fn enter_fifo() -> Result<bool, String> {
-    let param = libc::sched_param { sched_priority: 1 };
+    // musl's sched_param has more fields than glibc's (the sporadic
+    // server's): start from zero and set the one that matters.
+    // SAFETY: sched_param is plain integers; all zeros is a valid value.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 1;
     // SAFETY: pthread_self is always valid; `param` lives for the call.
     let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
     if rc == 0 {

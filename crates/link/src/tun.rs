@@ -14,9 +14,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 // From linux/if_tun.h.
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
-const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+// libc::Ioctl: the request's type differs by C library (unsigned long in
+// glibc, int in musl); these values fit both.
+const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
+const TUNSETOFFLOAD: libc::Ioctl = 0x4004_54d0;
+const TUNSETVNETHDRSZ: libc::Ioctl = 0x4004_54d8;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -148,7 +150,7 @@ pub fn wait_readable(fd: RawFd, timeout_ns: u64) -> io::Result<bool> {
         revents: 0,
     };
     let ts = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_sec: (timeout_ns / 1_000_000_000) as _, // the field's time_t (musl's libc deprecates the name)
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
     };
     // SAFETY: one valid pollfd, a valid timespec, no signal mask change.

@@ -179,34 +179,15 @@ struct Realtime {
 
 impl Realtime {
     fn enter(priority: libc::c_int) -> Result<Realtime, String> {
-        // SAFETY: 0 is the calling thread; sched_getscheduler takes no
-        // pointer.
-        let policy = unsafe { libc::sched_getscheduler(0) };
-        if policy < 0 {
-            return Err(format!(
-                "sched_getscheduler: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let mut param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: param is a valid sched_param to fill.
-        if unsafe { libc::sched_getparam(0, &mut param) } != 0 {
-            return Err(format!(
-                "sched_getparam: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        let policy = sched::policy().map_err(|e| format!("sched_getscheduler: {e}"))?;
+        let param = sched::param().map_err(|e| format!("sched_getparam: {e}"))?;
         // Locked first, so that no page fault happens once real-time.
         // SAFETY: mlockall takes flags only.
         if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
             return Err(format!("mlockall: {}", std::io::Error::last_os_error()));
         }
-        let fifo = libc::sched_param {
-            sched_priority: priority,
-        };
-        // SAFETY: a valid sched_param; 0 is the calling thread only.
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) } != 0 {
-            let err = std::io::Error::last_os_error();
+        let fifo = sched_param(priority);
+        if let Err(err) = sched::set(libc::SCHED_FIFO, &fifo) {
             // SAFETY: undoes the mlockall above.
             unsafe { libc::munlockall() };
             return Err(format!("sched_setscheduler(SCHED_FIFO, {priority}): {err}"));
@@ -217,12 +198,11 @@ impl Realtime {
 
 impl Drop for Realtime {
     fn drop(&mut self) {
-        // SAFETY: restores what sched_getscheduler/sched_getparam read for
-        // this same thread; munlockall takes no arguments.
-        unsafe {
-            libc::sched_setscheduler(0, self.policy, &self.param);
-            libc::munlockall();
-        }
+        // Restores what sched::policy and sched::param read for this same
+        // thread; nothing more can be done if the kernel refuses.
+        let _ = sched::set(self.policy, &self.param);
+        // SAFETY: munlockall takes no arguments.
+        unsafe { libc::munlockall() };
     }
 }
 
@@ -721,6 +701,69 @@ impl Experiment for Timers {
     }
 }
 
+/// A `sched_param` of this priority. musl's has more fields than glibc's
+/// (the sporadic server's), so it starts from zero rather than a literal.
+fn sched_param(priority: libc::c_int) -> libc::sched_param {
+    // SAFETY: sched_param is plain integers; all zeros is a valid value.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = priority;
+    param
+}
+
+/// The scheduling policy of the calling thread, as raw system calls:
+/// musl's sched_getscheduler, sched_getparam and sched_setscheduler return
+/// ENOSYS by design (POSIX defines them per process, Linux applies them per
+/// thread), so a static musl build could not enter SCHED_FIFO through them.
+mod sched {
+    use std::io;
+
+    /// The calling thread's policy (SCHED_OTHER, SCHED_FIFO, ...).
+    pub(super) fn policy() -> io::Result<libc::c_int> {
+        // SAFETY: pid 0 is the calling thread; no pointer is passed.
+        let rc = unsafe { libc::syscall(libc::SYS_sched_getscheduler, 0) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(rc as libc::c_int)
+    }
+
+    /// The calling thread's scheduling parameters.
+    pub(super) fn param() -> io::Result<libc::sched_param> {
+        let mut param = super::sched_param(0);
+        // SAFETY: pid 0 is the calling thread; `param` is a valid
+        // sched_param the kernel fills (it writes the priority only).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_sched_getparam,
+                0,
+                &mut param as *mut libc::sched_param,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(param)
+    }
+
+    /// Set the calling thread's policy and parameters.
+    pub(super) fn set(policy: libc::c_int, param: &libc::sched_param) -> io::Result<()> {
+        // SAFETY: pid 0 is the calling thread; `param` lives for the call
+        // and the kernel only reads it.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_sched_setscheduler,
+                0,
+                policy,
+                param as *const libc::sched_param,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -796,8 +839,7 @@ mod tests {
     #[test]
     fn fifo_restores_the_policy_or_is_unsupported() {
         let ctx = Context::for_tests(Profile::Smoke);
-        // SAFETY: reads this thread's policy.
-        let before = unsafe { libc::sched_getscheduler(0) };
+        let before = sched::policy().unwrap();
         let p = Params::new()
             .with("strategy", "clock_nanosleep_abs")
             .with("requested", 50)
@@ -809,8 +851,17 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         }
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::sched_getscheduler(0) }, before);
+        assert_eq!(sched::policy().unwrap(), before);
+    }
+
+    #[test]
+    fn this_threads_policy_is_readable_and_settable_with_any_c_library() {
+        // musl's sched_getscheduler and sched_setscheduler fail with ENOSYS:
+        // the static build must still read and restore the policy.
+        let policy = sched::policy().expect("sched_getscheduler");
+        let param = sched::param().expect("sched_getparam");
+        sched::set(policy, &param).expect("setting the same policy back");
+        assert_eq!(sched::policy().unwrap(), policy);
     }
 
     #[test]

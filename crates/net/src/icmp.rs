@@ -382,7 +382,7 @@ impl Pinger {
             revents: 0,
         };
         let timeout = libc::timespec {
-            tv_sec: remaining.as_secs() as libc::time_t,
+            tv_sec: remaining.as_secs() as _, // the field's time_t (musl's libc deprecates the name)
             tv_nsec: remaining.subsec_nanos() as libc::c_long,
         };
         // SAFETY: one valid pollfd and a valid timespec; no signal mask.

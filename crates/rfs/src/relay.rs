@@ -204,7 +204,7 @@ fn run(
             })
             .collect();
         let ts = libc::timespec {
-            tv_sec: wait.as_secs() as libc::time_t,
+            tv_sec: wait.as_secs() as _, // the field's time_t (musl's libc deprecates the name)
             tv_nsec: wait.subsec_nanos() as libc::c_long,
         };
         // SAFETY: `fds` holds `fds.len()` valid pollfd entries and `ts` a
