@@ -16,7 +16,7 @@ pub struct ReproduceArgs {
     #[arg(default_value = "latest")]
     pub run: String,
     /// Only the figures of one reference study: 000, 001, 002, 003 or 004 (see docs/references.md)
-    #[arg(long, value_name = "SEED")]
+    #[arg(long = "study", alias = "seed", value_name = "STUDY")]
     pub seed: Option<String>,
     /// Print the rows as JSON
     #[arg(long, conflicts_with = "csv")]
@@ -31,7 +31,7 @@ pub fn run(args: ReproduceArgs, db: Option<PathBuf>) -> Result<ExitCode> {
         None => None,
         Some(s) => Some(parse_seed(s).ok_or_else(|| {
             UsageError(format!(
-                "--seed '{s}': expected one of 000, 001, 002, 003, 004 (the reference studies, docs/references.md)"
+                "--study '{s}': expected one of 000, 001, 002, 003, 004 (the reference studies, docs/references.md)"
             ))
         })?),
     };

@@ -174,7 +174,7 @@ fn bad_input_exits_2_with_a_message() {
             &["compare", "latest", "latest", "--threshold", "150"],
             "write 150% for a percentage",
         ),
-        (&["reproduce", "--seed", "9"], "--seed '9'"),
+        (&["reproduce", "--study", "9"], "--study '9'"),
         (&["reproduce", "NOPE"], "no run matches 'NOPE'"),
     ];
     for (args, expected) in cases {

@@ -140,7 +140,7 @@ impl Reference {
 
     fn validate(&self) -> Result<(), String> {
         if !SEEDS.contains(&self.seed.as_str()) {
-            return Err(format!("seed '{}' is not one of 000..004", self.seed));
+            return Err(format!("study '{}' is not one of 000..004", self.seed));
         }
         for (name, text) in [
             ("source", &self.source),
@@ -219,7 +219,7 @@ pub fn parse_references(text: &str) -> Result<Vec<Reference>, ReferenceError> {
     for (i, r) in file.rows.iter().enumerate() {
         r.validate().map_err(|reason| ReferenceError::Invalid {
             row: i + 1,
-            what: format!("seed {} {}", r.seed, r.what),
+            what: format!("study {} {}", r.seed, r.what),
             reason,
         })?;
     }
