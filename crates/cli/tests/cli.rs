@@ -58,13 +58,24 @@ fn smoke_run() -> &'static SmokeRun {
 }
 
 /// The median of a measurement; `param` picks the grid point, if any.
-fn median(run: &Value, experiment: &str, metric: &str, param: Option<(&str, &str)>) -> f64 {
+fn summary_field(
+    run: &Value,
+    experiment: &str,
+    metric: &str,
+    param: Option<(&str, &str)>,
+    field: &str,
+) -> f64 {
     measurements(run, experiment)
         .into_iter()
         .find(|m| m["metric"] == metric && param.is_none_or(|(k, v)| m["params"][k] == v))
-        .unwrap_or_else(|| panic!("{experiment} {metric} {param:?} missing"))["summary"]["p50"]
+        .unwrap_or_else(|| panic!("{experiment} {metric} {param:?} missing"))["summary"][field]
         .as_f64()
         .unwrap()
+}
+
+/// The fastest sample: the operation's own cost with the least disturbance.
+fn fastest(run: &Value, experiment: &str, metric: &str, param: Option<(&str, &str)>) -> f64 {
+    summary_field(run, experiment, metric, param, "min")
 }
 
 #[test]
@@ -135,22 +146,28 @@ fn version_contains_the_commit_and_profile() {
 
 #[test]
 fn relations_that_hold_on_any_machine() {
+    // Compared by their fastest samples, not their medians: the smoke run
+    // measures while the other tests of this binary run beside it (and CI
+    // machines are shared), which once put a thread creation's median at
+    // 2 ms against fork's 0.27 ms; the fastest sample of each is its own
+    // cost, and the relations hold by wide margins there (thread creation
+    // about 8 us against fork's 65 us).
     let run = &smoke_run().json;
-    let syscall = median(run, "cpu.syscall", "getppid", Some(("call", "getppid")));
-    let fork = median(run, "proc.fork", "fork_exit_wait", None);
-    let thread = median(
+    let syscall = fastest(run, "cpu.syscall", "getppid", Some(("call", "getppid")));
+    let fork = fastest(run, "proc.fork", "fork_exit_wait", None);
+    let thread = fastest(
         run,
         "proc.thread_create",
         "create_join",
         Some(("api", "pthread")),
     );
-    let coroutine = median(
+    let coroutine = fastest(
         run,
         "proc.ctx_switch",
         "switch",
         Some(("kind", "coroutine")),
     );
-    let process_switch = median(
+    let process_switch = fastest(
         run,
         "proc.ctx_switch",
         "round_trip",
