@@ -342,6 +342,20 @@ pub struct Run {
     pub skipped: Vec<Skipped>,
 }
 
+impl Run {
+    /// The experiments this run measured, each once, in order of id.
+    pub fn measured_experiments(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = self
+            .measurements
+            .iter()
+            .map(|m| m.experiment.as_str())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
 /// A grid point that was not measured, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {

@@ -70,13 +70,7 @@ pub fn overview(
     references: &[ReproduceRow],
     studies: &dyn Fn(&str) -> String,
 ) -> Overview {
-    let mut experiments: Vec<&str> = run
-        .measurements
-        .iter()
-        .map(|m| m.experiment.as_str())
-        .collect();
-    experiments.sort_unstable();
-    experiments.dedup();
+    let experiments = run.measured_experiments();
     let mut standings = Vec::new();
     let mut disagreements = 0;
     for m in &run.measurements {

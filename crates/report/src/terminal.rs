@@ -191,13 +191,7 @@ pub fn brief_results(run: &Run, width: usize) -> String {
 
 /// `N experiments, M measurements; K points skipped: reason (count), ...`.
 pub fn summary_line(run: &Run, width: usize) -> String {
-    let mut experiments: Vec<&str> = run
-        .measurements
-        .iter()
-        .map(|m| m.experiment.as_str())
-        .collect();
-    experiments.sort_unstable();
-    experiments.dedup();
+    let experiments = run.measured_experiments();
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let mut line = format!(
