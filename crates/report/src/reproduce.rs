@@ -954,7 +954,7 @@ mod tests {
         assert!(bad(&format!(
             r#"{{"seed": "007", {base}, "value": 1, "unit": "ns"}}"#
         ))
-        .contains("seed '007'"));
+        .contains("study '007'"));
         assert!(bad(&format!(
             r#"{{"seed": "004", {base}, "value": 1, "unit": "furlongs"}}"#
         ))
