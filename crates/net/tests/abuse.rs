@@ -598,6 +598,12 @@ fn a_backed_off_client_is_not_evicted_by_a_flood_from_its_address() {
     // share, so some pending connection must go, but not the one that has
     // said all it had to say.
     let mut client = open_with("s3cret");
+    // Give the server's connection thread time to read the Open: only a
+    // message the server has read marks the connection as waiting rather
+    // than slow (CI, running this beside other suites, once flooded the
+    // source before the thread got to it). The back-off still has over a
+    // second to run when the flood arrives.
+    std::thread::sleep(Duration::from_millis(300));
     let flood: Vec<TcpStream> = (0..100)
         .filter_map(|_| connect_from(shared, server.addr).ok())
         .collect();
