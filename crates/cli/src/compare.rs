@@ -72,17 +72,7 @@ pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {
 /// Why two runs have no metric in common, in words: an empty run, no
 /// experiment in common, or the same experiments at other parameters.
 fn nothing_in_common(a: &Run, b: &Run) -> String {
-    fn experiments(run: &Run) -> Vec<&str> {
-        let mut ids: Vec<&str> = run
-            .measurements
-            .iter()
-            .map(|m| m.experiment.as_str())
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
-    }
-    let (in_a, in_b) = (experiments(a), experiments(b));
+    let (in_a, in_b) = (a.measured_experiments(), b.measured_experiments());
     for (run, ids) in [(a, &in_a), (b, &in_b)] {
         if ids.is_empty() {
             return format!("nothing compared: run {} has no measurements", run.id);

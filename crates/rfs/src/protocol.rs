@@ -762,6 +762,19 @@ fn put_u16(out: &mut Vec<u8>, v: u16) {
     out.extend_from_slice(&v.to_be_bytes());
 }
 
+/// A create mode: permission bits only (no setuid, setgid or sticky).
+fn put_create_mode(out: &mut Vec<u8>, mode: u32) -> Result<(), EncodeError> {
+    if mode > MAX_CREATE_MODE {
+        return Err(EncodeError::BadValue {
+            what: "create mode",
+            value: u64::from(mode),
+            accepted: "permission bits 0..=0o777",
+        });
+    }
+    put_u32(out, mode);
+    Ok(())
+}
+
 fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_be_bytes());
 }
@@ -865,16 +878,9 @@ fn encode_request_inner(
             put_name(out, name)?;
         }
         Request::PutBegin { dir, name, mode } => {
-            if *mode > MAX_CREATE_MODE {
-                return Err(EncodeError::BadValue {
-                    what: "create mode",
-                    value: u64::from(*mode),
-                    accepted: "permission bits 0..=0o777",
-                });
-            }
             out.extend_from_slice(&dir.0);
             put_name(out, name)?;
-            put_u32(out, *mode);
+            put_create_mode(out, *mode)?;
         }
         Request::PutCommit { upload: h } | Request::PutAbort { upload: h } => {
             out.extend_from_slice(&h.0)
@@ -885,16 +891,9 @@ fn encode_request_inner(
             mode,
             how,
         } => {
-            if *mode > MAX_CREATE_MODE {
-                return Err(EncodeError::BadValue {
-                    what: "create mode",
-                    value: u64::from(*mode),
-                    accepted: "permission bits 0..=0o777",
-                });
-            }
             out.extend_from_slice(&dir.0);
             put_name(out, name)?;
-            put_u32(out, *mode);
+            put_create_mode(out, *mode)?;
             out.push(*how as u8);
         }
         Request::Read {

@@ -224,28 +224,11 @@ fn wrong_tokens_back_off() {
 fn a_hostile_servers_text_is_escaped_on_the_client() {
     // A "server" that answers the first hello with an error whose detail
     // tries to clear the screen and forge a line.
-    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
-    fake.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let addr = fake.local_addr().unwrap();
-    let answer = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 70_000];
-        let Ok((n, from)) = fake.recv_from(&mut buf) else {
-            return;
-        };
-        let xid = u64::from_be_bytes(buf[16..24].try_into().unwrap());
-        let _ = n;
-        let e = osprobe_rfs::protocol::RemoteError::new(
-            ErrorCode::Io,
-            "\x1b[2J\x1b[Hdone\nosprobe: all good\u{202e}",
-        );
-        let mut out = Vec::new();
-        encode_error_reply_as(osprobe_rfs::protocol::VERSION, 0, xid, 1, &e, &mut out);
-        let _ = fake.send_to(&out, from);
-    });
-    let e = Client::connect(addr, options(Transport::Udp, 1, 1024))
-        .err()
-        .unwrap();
-    answer.join().unwrap();
+    let e = refused_by_fake_server(
+        osprobe_rfs::protocol::VERSION,
+        ErrorCode::Io,
+        "\x1b[2J\x1b[Hdone\nosprobe: all good\u{202e}",
+    );
     assert!(matches!(e, ClientError::Remote { .. }), "{e}");
     let text = e.to_string();
     assert!(!text.contains('\x1b'), "{text:?}");
@@ -474,6 +457,18 @@ fn a_new_client_displaces_a_silent_connection_when_the_slots_are_full() {
 #[test]
 fn a_server_of_another_version_is_named_as_such() {
     // An old (version 1) server refuses our hello in its own header.
+    let e = refused_by_fake_server(
+        1,
+        ErrorCode::Protocol,
+        "protocol version 2 is not supported (this side speaks version 1)",
+    );
+    assert!(matches!(e, ClientError::Version { theirs: 1, .. }), "{e}");
+    assert!(e.to_string().contains("version 1"), "{e}");
+}
+
+/// Connect over UDP to a fake server that answers the first hello with
+/// `code` and `detail` in a header of protocol `version`; the client's error.
+fn refused_by_fake_server(version: u8, code: ErrorCode, detail: &'static str) -> ClientError {
     let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
     fake.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let addr = fake.local_addr().unwrap();
@@ -483,18 +478,14 @@ fn a_server_of_another_version_is_named_as_such() {
             return;
         };
         let xid = u64::from_be_bytes(buf[16..24].try_into().unwrap());
-        let e = osprobe_rfs::protocol::RemoteError::new(
-            ErrorCode::Protocol,
-            "protocol version 2 is not supported (this side speaks version 1)",
-        );
+        let e = osprobe_rfs::protocol::RemoteError::new(code, detail);
         let mut out = Vec::new();
-        encode_error_reply_as(1, 0, xid, 1, &e, &mut out);
+        encode_error_reply_as(version, 0, xid, 1, &e, &mut out);
         let _ = fake.send_to(&out, from);
     });
     let e = Client::connect(addr, options(Transport::Udp, 1, 1024))
         .err()
         .unwrap();
     answer.join().unwrap();
-    assert!(matches!(e, ClientError::Version { theirs: 1, .. }), "{e}");
-    assert!(e.to_string().contains("version 1"), "{e}");
+    e
 }
