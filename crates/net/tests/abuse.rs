@@ -492,19 +492,7 @@ fn wrong_tokens_are_backed_off_and_a_right_one_still_gets_in() {
     let guesser = ip("127.0.0.2");
     let guess = |token: &str| -> Result<(), String> {
         let s = connect_from(guesser, server.addr).map_err(|e| e.to_string())?;
-        let (mut s, nonce) = greeted_stream(s);
-        let spec = sink(1);
-        let purpose = Purpose::Open {
-            test: &spec,
-            duration_s: 5,
-        };
-        let open = Message::Open {
-            version: PROTOCOL_VERSION,
-            proof: Some(auth::proof(token, &nonce, purpose)),
-            duration_s: 5,
-            test: spec.clone(),
-        };
-        protocol::write_message(&mut s, &open).unwrap();
+        let mut s = send_signed_open(s, token);
         match protocol::read_message(&mut s) {
             Ok(Message::Opened { .. }) => Ok(()),
             Ok(Message::Error { message, .. }) => Err(message),
@@ -572,21 +560,7 @@ fn a_backed_off_client_is_not_evicted_by_a_flood_from_its_address() {
     let server = TestServer::start(token_config());
     let shared = ip("127.0.0.2");
     let open_with = |token: &str| -> TcpStream {
-        let s = connect_from(shared, server.addr).unwrap();
-        let (mut s, nonce) = greeted_stream(s);
-        let spec = sink(1);
-        let purpose = Purpose::Open {
-            test: &spec,
-            duration_s: 5,
-        };
-        let open = Message::Open {
-            version: PROTOCOL_VERSION,
-            proof: Some(auth::proof(token, &nonce, purpose)),
-            duration_s: 5,
-            test: spec.clone(),
-        };
-        protocol::write_message(&mut s, &open).unwrap();
-        s
+        send_signed_open(connect_from(shared, server.addr).unwrap(), token)
     };
     // A guesser behind the same address: the next proof waits 1.6 s.
     for i in 0..5 {
@@ -641,4 +615,23 @@ fn a_client_meeting_an_old_server_is_told_both_versions() {
         "{text}"
     );
     old_server.join().unwrap();
+}
+
+/// Greet on `s`, then send an Open of a 1-stream sink test signed with
+/// `token`; the stream, for the answer.
+fn send_signed_open(s: TcpStream, token: &str) -> TcpStream {
+    let (mut s, nonce) = greeted_stream(s);
+    let spec = sink(1);
+    let purpose = Purpose::Open {
+        test: &spec,
+        duration_s: 5,
+    };
+    let open = Message::Open {
+        version: PROTOCOL_VERSION,
+        proof: Some(auth::proof(token, &nonce, purpose)),
+        duration_s: 5,
+        test: spec.clone(),
+    };
+    protocol::write_message(&mut s, &open).unwrap();
+    s
 }
