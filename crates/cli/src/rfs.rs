@@ -187,6 +187,12 @@ fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         eprintln!("{warning}");
     }
     interrupt::install();
+    // Up to --max-clients sessions and 256 pending connections over TCP,
+    // each pending one holding a second descriptor (to shut it down when
+    // evicted): more than the usual soft limit of 1024 can hold with room.
+    if let Err(e) = osprobe_net::sock::raise_fd_limit() {
+        eprintln!("osprobe rfs serve: cannot raise the open-file limit: {e}");
+    }
     let server = Server::bind_with_events(bind, transports, &args.dir, options, Some(events))?;
     if !quiet {
         let mut what = vec![match (transports.udp, transports.tcp) {
