@@ -220,6 +220,7 @@ fn measure(
         environment,
         measurements,
         skipped: outcome.skipped,
+        labels: Default::default(),
     };
     if let Some(store) = &mut store {
         store.save_run(&run).context("storing the run")?;

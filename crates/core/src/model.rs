@@ -340,6 +340,12 @@ pub struct Run {
     /// Grid points that could not run here, with the reason.
     #[serde(default)]
     pub skipped: Vec<Skipped>,
+    /// Labels a fleet run attaches: `host` (the inventory name), `groups`
+    /// (comma-separated inventory groups), `pair` (`src -> dst` for a
+    /// network result between two hosts), or any `k=v` a user adds. Empty
+    /// for a run on this machine alone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Run {

@@ -509,6 +509,7 @@ mod tests {
             environment: Environment::default(),
             measurements: ms,
             skipped: Vec::new(),
+            labels: Default::default(),
         }
     }
 

@@ -761,6 +761,7 @@ mod tests {
             environment: Environment::default(),
             measurements: ms,
             skipped: Vec::new(),
+            labels: Default::default(),
         }
     }
 

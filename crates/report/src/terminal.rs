@@ -486,6 +486,7 @@ mod tests {
             hostname: "a-rather-long-host-name.example.org".into(),
             osprobe_version: "0.1.0".into(),
             measurements: 12,
+            labels: Default::default(),
         };
         let out = history_table_fit(std::slice::from_ref(&run), 100);
         assert!(out.lines().all(|l| l.chars().count() <= 100), "{out}");
@@ -524,6 +525,7 @@ mod tests {
             environment: Environment::default(),
             measurements: vec![],
             skipped,
+            labels: Default::default(),
         };
         assert_eq!(
             summary_line(&run, 200),

@@ -98,6 +98,7 @@ fn synthetic_run() -> Run {
                 "rdtsc needs an invariant TSC (the kernel marked the TSC unstable)",
             ),
         ],
+        labels: Default::default(),
     }
 }
 

@@ -56,6 +56,7 @@ fn run(measurements: Vec<Measurement>) -> Run {
             params: Params::new().with("path", "netns"),
             reason: "needs root".into(),
         }],
+        labels: Default::default(),
     }
 }
 

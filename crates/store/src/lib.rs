@@ -40,6 +40,9 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, seq)
      );
      CREATE INDEX measurements_by_metric ON measurements(experiment, metric);",
+    // 1 -> 2: a run's labels (host, groups, pair, user k=v) as a JSON object,
+    // so runs of many hosts can share one store.
+    "ALTER TABLE runs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';",
 ];
 
 /// The schema version this build writes.
@@ -116,6 +119,9 @@ pub struct RunSummary {
     pub hostname: String,
     pub osprobe_version: String,
     pub measurements: usize,
+    /// The run's labels (`host`, `groups`, `pair`, ...); empty for most runs.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 pub struct Store {
@@ -288,7 +294,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT r.id, r.started, r.ended, r.profile, r.command, r.hostname, r.osprobe_version,
-                        (SELECT count(*) FROM measurements m WHERE m.run_id = r.id)
+                        (SELECT count(*) FROM measurements m WHERE m.run_id = r.id), r.labels
                  FROM runs r ORDER BY r.started, r.id",
             )
             .map_err(|e| self.classify(e))?;
@@ -303,6 +309,7 @@ impl Store {
                     hostname: r.get(5)?,
                     osprobe_version: r.get(6)?,
                     measurements: r.get::<_, i64>(7)? as usize,
+                    labels: parse_labels(&r.get::<_, String>(8)?),
                 })
             })
             .map_err(|e| self.classify(e))?;
@@ -367,15 +374,25 @@ impl Store {
             id: id.clone(),
             reason,
         };
-        type RunRow = (String, String, String, String, String, String, String);
-        let (started, ended, version, profile, command, environment, skipped): RunRow = self
+        type RunRow = (
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+        );
+        let (started, ended, version, profile, command, environment, skipped, labels): RunRow = self
             .conn
             .query_row(
-                "SELECT started, ended, osprobe_version, profile, command, environment, skipped FROM runs WHERE id = ?1",
+                "SELECT started, ended, osprobe_version, profile, command, environment, skipped, labels FROM runs WHERE id = ?1",
                 [&id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
             )
             .map_err(|e| self.classify(e))?;
+        let labels = serde_json::from_str(&labels).map_err(|e| corrupt(format!("labels: {e}")))?;
         let skipped =
             serde_json::from_str(&skipped).map_err(|e| corrupt(format!("skipped: {e}")))?;
         let environment: Environment =
@@ -408,6 +425,7 @@ impl Store {
             environment,
             measurements,
             skipped,
+            labels,
         })
     }
 }
@@ -457,8 +475,8 @@ fn insert_run<'a>(
     measurements: impl IntoIterator<Item = &'a Measurement>,
 ) -> rusqlite::Result<()> {
     tx.execute(
-        "INSERT INTO runs (id, started, ended, osprobe_version, profile, command, hostname, environment, skipped)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO runs (id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             run.id,
             run.started,
@@ -468,7 +486,8 @@ fn insert_run<'a>(
             run.command,
             run.environment.hostname,
             to_json(&run.environment),
-            to_json(&run.skipped)
+            to_json(&run.skipped),
+            to_json(&run.labels)
         ],
     )?;
     let mut stmt = tx.prepare(
@@ -490,6 +509,12 @@ fn insert_run<'a>(
         ])?;
     }
     Ok(())
+}
+
+/// A summary line survives a labels column it cannot read (it is only
+/// shown); `load_run` reports the same column as corrupt.
+fn parse_labels(json: &str) -> std::collections::BTreeMap<String, String> {
+    serde_json::from_str(json).unwrap_or_default()
 }
 
 /// Serialising the model cannot fail: it has no maps with non-string keys,

@@ -37,6 +37,7 @@ fn sample_run(id: &str, n: usize) -> Run {
             params: Params::new(),
             reason: "test".into(),
         }],
+        labels: Default::default(),
     }
 }
 
@@ -61,6 +62,18 @@ fn round_trip_of_a_run() {
     let list = store.list_runs().unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].measurements, 3);
+}
+
+#[test]
+fn labels_round_trip_and_show_in_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("r.db"), Access::Write).unwrap();
+    let mut run = sample_run("01BBBBBBBBBBBBBBBBBBBBBBBB", 1);
+    run.labels.insert("host".into(), "web-1".into());
+    run.labels.insert("pair".into(), "web-1 -> db-1".into());
+    store.save_run(&run).unwrap();
+    assert_eq!(store.load_run("latest").unwrap().labels, run.labels);
+    assert_eq!(store.list_runs().unwrap()[0].labels, run.labels);
 }
 
 #[test]

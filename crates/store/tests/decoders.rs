@@ -41,6 +41,7 @@ fn sample_run() -> Run {
             params: Params::new(),
             reason: "test".into(),
         }],
+        labels: Default::default(),
     }
 }
 
