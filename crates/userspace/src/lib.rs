@@ -1,0 +1,11 @@
+//! User-space network stacks under a clock osprobe controls.
+//!
+//! Seed 001 (the LKL talk, `docs/references.md`) found that a user-space
+//! TCP's throughput with BBR depends on the resolution of the clock the
+//! stack sees: with 10 ms jiffies its RTT samples collapse to zero and
+//! BBR's model breaks. The stacks here are sans-IO (the caller passes `now`
+//! into every call), so osprobe decides what time they see: see `clock`.
+
+pub mod clock;
+
+pub use clock::{ClockMode, StackClock};
