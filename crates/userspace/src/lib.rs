@@ -7,5 +7,7 @@
 //! into every call), so osprobe decides what time they see: see `clock`.
 
 pub mod clock;
+pub mod outcome;
 
 pub use clock::{ClockMode, StackClock};
+pub use outcome::{PathConfig, TransferConfig, TransferOutcome};
