@@ -8,6 +8,7 @@ mod commands;
 mod compare;
 mod docs;
 mod export;
+mod fleet;
 mod leftovers;
 mod link;
 mod net;
