@@ -110,6 +110,7 @@ impl Inventory {
         builder.finish()
     }
 
+    #[cfg(test)]
     pub fn host(&self, name: &str) -> Option<&Host> {
         self.hosts.iter().find(|h| h.name == name)
     }
