@@ -77,7 +77,7 @@ impl Finished {
         self.status.code() == Some(SSH_FAILED)
     }
 
-    /// The last lines of stderr, trimmed: the reason to show for a failure.
+    /// The last lines of stderr (up to 30), trimmed: the reason to show for a failure.
     pub fn reason(&self) -> String {
         let lines: Vec<&str> = self
             .stderr
@@ -85,7 +85,8 @@ impl Finished {
             .map(str::trim_end)
             .filter(|l| !l.is_empty())
             .collect();
-        let tail = &lines[lines.len().saturating_sub(12)..];
+        // ssh's host-key warning is about 18 lines; keep it whole.
+        let tail = &lines[lines.len().saturating_sub(30)..];
         if tail.is_empty() {
             match self.status.code() {
                 Some(code) => format!("exit status {code}, nothing on stderr"),
