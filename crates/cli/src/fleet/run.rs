@@ -536,13 +536,15 @@ impl Summary<'_> {
             };
             let _ = writeln!(out, "  {:<width$}  {status}", name(o.index));
             if !stages.is_empty() {
-                let copy = if o.copied {
-                    format!(
-                        "; copied osprobe ({:.1} MB)",
-                        self.binary_bytes as f64 / 1e6
-                    )
-                } else {
-                    "; osprobe already there".into()
+                let copy = match (o.copied, &o.binary) {
+                    (true, _) => {
+                        format!(
+                            "; copied osprobe ({:.1} MB)",
+                            self.binary_bytes as f64 / 1e6
+                        )
+                    }
+                    (false, Some(_)) => "; osprobe already there".into(),
+                    (false, None) => String::new(),
                 };
                 let _ = writeln!(out, "  {:<width$}    {}{copy}", "", stages.join(", "));
             }
