@@ -158,13 +158,14 @@ impl Ssh {
         if let Some(config) = &self.config {
             cmd.arg("-F").arg(config);
         }
-        // The user's -o options first: ssh keeps the first value it sees,
-        // so theirs win over the defaults below (BatchMode excepted).
+        // ssh keeps the first value it sees: BatchMode before the user's
+        // options (a prompt nobody sees would hang the run), theirs before
+        // the other defaults (so they can change those).
+        cmd.args(["-o", "BatchMode=yes"]);
         for option in &self.options {
             cmd.arg("-o").arg(option);
         }
-        cmd.args(["-o", "BatchMode=yes"])
-            .args(["-o", "ControlMaster=auto"])
+        cmd.args(["-o", "ControlMaster=auto"])
             .arg("-o")
             .arg(format!("ControlPath={}/%C", self.control.path().display()))
             .arg("-o")
