@@ -1,4 +1,6 @@
 use super::*;
+use crate::Store;
+use osprobe_core::{Profile, SCHEMA_VERSION};
 use osprobe_core::{ClockInfo, Params, Summary, Unit};
 
 fn sample_run(id: &str, n: usize) -> Run {
@@ -230,7 +232,7 @@ fn a_write_interrupted_by_death_leaves_no_partial_run() {
     let status = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "tests::child_writes_then_dies",
+            "sqlite::tests::child_writes_then_dies",
             "--ignored",
             "--test-threads=1",
         ])
@@ -348,7 +350,7 @@ fn concurrent_first_writers_in_processes_all_store_their_runs() {
                 std::process::Command::new(std::env::current_exe().unwrap())
                     .args([
                         "--exact",
-                        "tests::child_first_writer",
+                        "sqlite::tests::child_first_writer",
                         "--ignored",
                         "--nocapture",
                         "--test-threads=1",
