@@ -76,14 +76,14 @@ pub(crate) fn decode_run(row: RunRow, bodies: Vec<(i64, String)>) -> Result<Run,
     let labels = serde_json::from_str(&row.labels).map_err(|e| corrupt(format!("labels: {e}")))?;
     let skipped =
         serde_json::from_str(&row.skipped).map_err(|e| corrupt(format!("skipped: {e}")))?;
-    let environment: Environment = serde_json::from_str(&row.environment)
-        .map_err(|e| corrupt(format!("environment: {e}")))?;
+    let environment: Environment =
+        serde_json::from_str(&row.environment).map_err(|e| corrupt(format!("environment: {e}")))?;
     let profile = Profile::parse(&row.profile)
         .ok_or_else(|| corrupt(format!("unknown profile '{}'", row.profile)))?;
     let mut measurements = Vec::with_capacity(bodies.len());
     for (seq, body) in bodies {
-        let m: Measurement = serde_json::from_str(&body)
-            .map_err(|e| corrupt(format!("measurement {seq}: {e}")))?;
+        let m: Measurement =
+            serde_json::from_str(&body).map_err(|e| corrupt(format!("measurement {seq}: {e}")))?;
         measurements.push(m);
     }
     Ok(Run {

@@ -139,9 +139,7 @@ fn parse_line(text: &str) -> Result<Run, String> {
 /// first at most 7 (48 bits of time).
 pub fn is_ulid(id: &str) -> bool {
     const CROCKFORD: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-    id.len() == 26
-        && id.chars().all(|c| CROCKFORD.contains(c))
-        && id.as_bytes()[0] <= b'7'
+    id.len() == 26 && id.chars().all(|c| CROCKFORD.contains(c)) && id.as_bytes()[0] <= b'7'
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ pub enum StoreError {
     NoDefaultPath,
     #[error("--db {url}: {reason}; expected postgres://USER[:PASSWORD]@HOST[:PORT]/DB, optionally ?host=/socket/dir")]
     BadUrl { url: String, reason: String },
-    #[error("cannot reach results database {url}: {reason}")]
+    #[error("cannot connect to results database {url}: {reason}")]
     Unreachable { url: String, reason: String },
     #[error("results database {url}: {reason}")]
     Postgres { url: String, reason: String },

@@ -222,8 +222,14 @@ mod tests {
             redact("postgres://alice:s3cr@t@db:5433/runs?host=/tmp&password=x"),
             "postgres://alice:***@db:5433/runs?host=/tmp&password=***"
         );
-        assert_eq!(redact("postgres://alice@db/runs"), "postgres://alice@db/runs");
-        assert_eq!(redact("postgres:///runs?host=/s"), "postgres:///runs?host=/s");
+        assert_eq!(
+            redact("postgres://alice@db/runs"),
+            "postgres://alice@db/runs"
+        );
+        assert_eq!(
+            redact("postgres:///runs?host=/s"),
+            "postgres:///runs?host=/s"
+        );
         let url = PgUrl::parse("postgresql://bob:hunter2@localhost/r").unwrap();
         assert!(!format!("{url} {url:?}").contains("hunter2"));
         let err = PgUrl::parse("postgres://bob:hunter2@localhost:notaport/r")

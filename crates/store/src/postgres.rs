@@ -15,9 +15,7 @@
 //! SSH tunnel.
 
 use crate::codec::{self, MeasurementRow, RunRow};
-use crate::{
-    schema_version, Access, Imported, Location, PgUrl, RunStore, RunSummary, StoreError,
-};
+use crate::{schema_version, Access, Imported, Location, PgUrl, RunStore, RunSummary, StoreError};
 use osprobe_core::{Measurement, Run};
 use postgres::config::Host;
 use postgres::{Client, NoTls, Transaction};
@@ -82,7 +80,7 @@ impl PostgresStore {
         let config = connection_config(url)?;
         let client = config.connect(NoTls).map_err(|e| StoreError::Unreachable {
             url: url.to_string(),
-            reason: error_text(&e),
+            reason: missing_socket(&config).unwrap_or_else(|| error_text(&e)),
         })?;
         let mut store = PostgresStore {
             client: RefCell::new(client),
@@ -422,7 +420,12 @@ fn password_from_file(config: &postgres::Config) -> Option<String> {
             }
         }
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
     let user = config.get_user()?.to_string();
     let db = config
         .get_dbname()
@@ -467,6 +470,24 @@ fn split_pgpass(line: &str) -> Vec<String> {
     fields
 }
 
+/// For a Unix-socket URL whose socket file is absent, what the user should
+/// check (the client's own words are a bare "No such file or directory").
+fn missing_socket(config: &postgres::Config) -> Option<String> {
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    config.get_hosts().iter().find_map(|h| match h {
+        Host::Unix(dir) => {
+            let socket = dir.join(format!(".s.PGSQL.{port}"));
+            (!socket.exists()).then(|| {
+                format!(
+                    "no server socket {} (is PostgreSQL running there, on port {port}?)",
+                    socket.display()
+                )
+            })
+        }
+        Host::Tcp(_) => None,
+    })
+}
+
 /// A client error as one line: the server's message when it sent one.
 fn error_text(e: &postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
@@ -491,7 +512,9 @@ fn read_version(tx: &mut Transaction) -> Result<Option<u32>, postgres::Error> {
         return Ok(None);
     }
     let row = tx.query_opt("SELECT version FROM osprobe_schema", &[])?;
-    Ok(Some(row.map(|r| r.get::<_, i32>(0).max(0) as u32).unwrap_or(0)))
+    Ok(Some(
+        row.map(|r| r.get::<_, i32>(0).max(0) as u32).unwrap_or(0),
+    ))
 }
 
 /// Whether a table of this name is visible on the search path.

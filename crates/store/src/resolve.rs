@@ -22,7 +22,9 @@ pub(crate) fn resolve(
     if let Some(back) = id.strip_prefix("latest~") {
         let n: usize = back.parse().map_err(|_| StoreError::UnknownRun {
             id: id.to_string(),
-            hint: "write latest~N with N a whole number, e.g. latest~1 for the run before the latest".into(),
+            hint:
+                "write latest~N with N a whole number, e.g. latest~1 for the run before the latest"
+                    .into(),
         })?;
         return match runs.len().checked_sub(n + 1) {
             Some(i) => Ok(runs[i].id.clone()),

@@ -388,7 +388,6 @@ fn classify(path: &Path, e: rusqlite::Error) -> StoreError {
     }
 }
 
-
 fn has_run(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
     conn.query_row("SELECT 1 FROM runs WHERE id = ?1", [id], |_| Ok(()))
         .optional()
@@ -431,7 +430,9 @@ fn insert_run<'a>(
             p50,
             body,
         } = m;
-        stmt.execute(params![run.id, seq, experiment, metric, params, unit, p50, body])?;
+        stmt.execute(params![
+            run.id, seq, experiment, metric, params, unit, p50, body
+        ])?;
     }
     Ok(())
 }
