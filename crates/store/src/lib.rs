@@ -27,7 +27,7 @@ pub mod sqlite;
 pub mod testing;
 
 pub use import::{parse_jsonl, ImportError, Imported};
-pub use location::{default_location, Location, PgUrl};
+pub use location::{default_location, redact_arg, Location, PgUrl};
 pub use sqlite::{SqliteStore, MIGRATIONS};
 
 /// The SQLite store under its historical name.
@@ -129,6 +129,32 @@ pub trait RunStore: Send {
     /// Store those of `runs` whose ids are not stored yet, all in one
     /// transaction: either every new run is stored or none is.
     fn import_runs(&mut self, runs: &[Run]) -> Result<Imported, StoreError>;
+}
+
+/// A boxed store is a store: `&Box<dyn RunStore>` goes where `&dyn
+/// RunStore` or `&impl RunStore` is expected.
+impl<S: RunStore + ?Sized> RunStore for Box<S> {
+    fn location(&self) -> &Location {
+        (**self).location()
+    }
+    fn save_run(&mut self, run: &Run) -> Result<(), StoreError> {
+        (**self).save_run(run)
+    }
+    fn list_runs(&self) -> Result<Vec<RunSummary>, StoreError> {
+        (**self).list_runs()
+    }
+    fn resolve_id(&self, id: &str) -> Result<String, StoreError> {
+        (**self).resolve_id(id)
+    }
+    fn load_run(&self, id: &str) -> Result<Run, StoreError> {
+        (**self).load_run(id)
+    }
+    fn has_run(&self, id: &str) -> Result<bool, StoreError> {
+        (**self).has_run(id)
+    }
+    fn import_runs(&mut self, runs: &[Run]) -> Result<Imported, StoreError> {
+        (**self).import_runs(runs)
+    }
 }
 
 /// Open the store at `location` (a file, or a PostgreSQL database).

@@ -64,6 +64,22 @@ impl fmt::Debug for Location {
     }
 }
 
+/// A command-line argument with the password of any PostgreSQL URL in it
+/// (`URL` or `--db=URL`) replaced by `***`; other arguments unchanged.
+pub fn redact_arg(arg: &str) -> String {
+    let (flag, value) = match arg.split_once('=') {
+        Some((flag, value)) if flag.starts_with("--") => (Some(flag), value),
+        _ => (None, arg),
+    };
+    if !is_postgres_url(value) {
+        return arg.to_string();
+    }
+    match flag {
+        Some(flag) => format!("{flag}={}", redact(value)),
+        None => redact(value),
+    }
+}
+
 fn is_postgres_url(s: &str) -> bool {
     let lower = s.get(..13).unwrap_or(s).to_ascii_lowercase();
     lower.starts_with("postgres://") || lower.starts_with("postgresql://")
@@ -237,6 +253,14 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(!err.contains("hunter2") && err.contains("--db"), "{err}");
+    }
+
+    #[test]
+    fn command_line_arguments_lose_their_passwords() {
+        assert_eq!(redact_arg("postgres://a:pw@h/d"), "postgres://a:***@h/d");
+        assert_eq!(redact_arg("--db=postgres://a:pw@h/d"), "--db=postgres://a:***@h/d");
+        assert_eq!(redact_arg("--to=a:pw@h"), "--to=a:pw@h");
+        assert_eq!(redact_arg("cpu.*"), "cpu.*");
     }
 
     #[test]
