@@ -8,6 +8,8 @@
 
 pub mod clock;
 pub mod outcome;
+pub mod path;
 
 pub use clock::{ClockMode, StackClock};
 pub use outcome::{PathConfig, TransferConfig, TransferOutcome};
+pub use path::{EmulatedPath, PathError};
