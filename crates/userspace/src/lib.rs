@@ -8,6 +8,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod kernel_tcp;
 pub mod outcome;
 pub mod path;
 pub mod payload;
