@@ -8,6 +8,7 @@
 
 pub mod clock;
 pub mod outcome;
+pub mod quic;
 
 pub use clock::{ClockMode, StackClock};
 pub use outcome::{PathConfig, TransferConfig, TransferOutcome};
