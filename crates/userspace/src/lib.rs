@@ -12,6 +12,7 @@ pub mod kernel_tcp;
 pub mod outcome;
 pub mod path;
 pub mod payload;
+pub mod quic;
 pub mod receiver;
 pub mod sampler;
 pub mod smoltcp_tcp;
