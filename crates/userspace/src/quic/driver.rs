@@ -98,10 +98,8 @@ pub fn run<A: App>(
                     app.on_connected(conn)?;
                 }
                 Event::Stream(e) => app.on_stream_event(conn, e)?,
-                Event::ConnectionLost { reason } => {
-                    if !app.done() {
-                        return Err(format!("the connection was lost: {reason}"));
-                    }
+                Event::ConnectionLost { reason } if !app.done() => {
+                    return Err(format!("the connection was lost: {reason}"));
                 }
                 _ => {}
             }
