@@ -12,7 +12,7 @@ use crate::fleet::ssh::{ExecError, Input, Ssh, Target};
 use crate::fleet::FleetRunArgs;
 use anyhow::Result;
 use osprobe_core::Run;
-use osprobe_store::{Access, Store};
+use osprobe_store::RunStore;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,7 +68,7 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
         }
     }
     // The store first: a bad --db fails before minutes of remote work.
-    let mut store = Store::open(&crate::commands::db_path(db)?, Access::Write)?;
+    let mut store = crate::store::open_for_writing(db)?;
     let binary = LocalBinary::this().map_err(anyhow::Error::msg)?;
     let ssh = Ssh::new(args.ssh_config.clone(), args.ssh_option.clone()).map_err(UsageError)?;
     osprobe_core::interrupt::install();
@@ -148,7 +148,7 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
                 (s, d),
                 &args,
                 &fleet_id,
-                &mut store,
+                &mut *store,
                 &mut progress,
             );
             pair_reports.push(report);
@@ -395,7 +395,7 @@ fn one_pair(
     (s, d): (usize, usize),
     args: &FleetRunArgs,
     fleet_id: &str,
-    store: &mut Store,
+    store: &mut dyn RunStore,
     progress: &mut Progress,
 ) -> PairReport {
     let (src, dst) = (&inventory.hosts[s], &inventory.hosts[d]);
