@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest)
+    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest); HOST:REF counts among one host's runs (e.g. web-1:latest, the same experiment on two machines)
     pub a: String,
     /// The run compared with it (same forms)
     pub b: String,
@@ -37,7 +37,23 @@ pub fn open_store(db: Option<PathBuf>) -> Result<Store> {
 }
 
 /// Load a run; an unknown, ambiguous or absent id is a usage error.
+/// `HOST:REF` (e.g. `web-1:latest`) counts among that host's runs
+/// ([`crate::hostref`]); a note on stderr says when the hostname stood in
+/// for a `host` label.
 pub fn load_run(store: &Store, id: &str) -> Result<Run> {
+    let resolved = match crate::hostref::split(id) {
+        Some(_) => crate::hostref::resolve(&store.list_runs()?, id).map_err(UsageError)?,
+        None => None,
+    };
+    let id = match &resolved {
+        Some(r) => {
+            if let Some(note) = &r.note {
+                eprintln!("osprobe: note: {note}");
+            }
+            r.id.as_str()
+        }
+        None => id,
+    };
     store.load_run(id).map_err(|e| match e {
         StoreError::UnknownRun { .. } | StoreError::AmbiguousRun { .. } => {
             anyhow::Error::new(UsageError(e.to_string()))

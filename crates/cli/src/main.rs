@@ -8,6 +8,8 @@ mod commands;
 mod compare;
 mod docs;
 mod export;
+mod hostref;
+mod labels;
 mod leftovers;
 mod link;
 mod net;
