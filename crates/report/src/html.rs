@@ -112,7 +112,7 @@ impl<'a> Report<'a> {
     }
 }
 
-const STYLE: &str = "
+pub(crate) const STYLE: &str = "
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1500px;padding:0 24px 40px;color:#222;background:#fff}
 h1{font-size:1.6em;margin:24px 0 4px}h2{border-bottom:2px solid #0072b2;padding-bottom:3px;margin-top:36px}
 h3{margin:24px 0 8px;font-family:ui-monospace,monospace}
