@@ -145,6 +145,16 @@ fn header(out: &mut String, run: &Run, sections: &[Section], references: bool) {
         escape(&run.environment.hostname),
         escape(&run.command)
     );
+    if let Some(line) = crate::terminal::labels_line(&run.labels) {
+        let _ = writeln!(out, "<p class=\"meta\">{}</p>", escape(&line));
+    }
+    if let Some(fleet) = run.labels.get("fleet") {
+        let _ = writeln!(
+            out,
+            "<p class=\"meta\">One run of fleet <code>{0}</code>: <code>osprobe report --fleet {0}</code> writes the page that sets it beside the fleet's other hosts.</p>",
+            escape(fleet)
+        );
+    }
     let older = run
         .measurements
         .iter()

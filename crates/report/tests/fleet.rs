@@ -229,9 +229,12 @@ fn check_heatmap(svg: &str, hosts: usize, measured: usize) {
             .collect()
     };
     let (cells, missing, legend) = (class("cell"), class("missing"), class("legend"));
+    let own = class("self");
     assert_eq!(cells.len(), measured);
+    // A host with itself: the diagonal.
+    assert_eq!(own.len(), hosts);
     // Every other pair, and one swatch in the legend.
-    assert_eq!(missing.len(), hosts * hosts - measured + 1);
+    assert_eq!(missing.len(), hosts * hosts - hosts - measured + 1);
     assert_eq!(legend.len(), 40);
     // Every cell says which pair and run it is when hovered.
     for c in &cells {
@@ -248,6 +251,7 @@ fn check_heatmap(svg: &str, hosts: usize, measured: usize) {
     let boxes: Vec<(f64, f64, f64, f64)> = cells
         .iter()
         .chain(&missing)
+        .chain(&own)
         .chain(&legend)
         .map(|r| {
             let n = |a| number_attr(*r, a);

@@ -32,6 +32,9 @@ const STOPS: [(f64, f64, f64); 5] = [
     (68.0, 1.0, 84.0),
 ];
 
+/// The style of a host's cell with itself (no path to measure).
+pub const SELF_STYLE: &str = r##"class="self" fill="#fff" stroke="#ddd" stroke-width="1""##;
+
 /// The style of a pair that was not measured.
 pub const MISSING_STYLE: &str =
     r##"class="missing" fill="#f7f7f7" stroke="#999" stroke-width="1" stroke-dasharray="4 3""##;
@@ -146,14 +149,8 @@ pub fn render(matrix: &Matrix, title: &str) -> Option<String> {
     let mut svg = Svg::new(width, legend_top + 64.0);
 
     svg.text(8.0, 20.0, 14.0, Anchor::Start, title);
-    svg.text(
-        left + grid / 2.0,
-        42.0,
-        FONT,
-        Anchor::Middle,
-        "destination →",
-    );
-    svg.vertical_text(16.0, top + grid / 2.0, FONT, "source →");
+    svg.text(left + grid / 2.0, 42.0, FONT, Anchor::Middle, "destination");
+    svg.vertical_text(16.0, top + grid / 2.0, FONT, "source");
     for (i, host) in matrix.hosts.iter().enumerate() {
         let centre = i as f64 * CELL + CELL / 2.0;
         // Row labels end left of the grid; column labels rise above it.
@@ -191,17 +188,17 @@ pub fn render(matrix: &Matrix, title: &str) -> Option<String> {
                     }
                 }
                 None => {
-                    let why = if src == dst {
-                        "the same host"
+                    let (style, why) = if src == dst {
+                        (SELF_STYLE, "the same host")
                     } else {
-                        "not measured"
+                        (MISSING_STYLE, "not measured")
                     };
                     svg.rect(
                         x + 0.5,
                         y + 0.5,
                         side - 1.0,
                         side - 1.0,
-                        MISSING_STYLE,
+                        style,
                         Some(&format!("{src} -> {dst}: {why}")),
                     );
                 }
