@@ -8,6 +8,7 @@ mod commands;
 mod compare;
 mod docs;
 mod export;
+mod fleetref;
 mod hostref;
 mod labels;
 mod leftovers;

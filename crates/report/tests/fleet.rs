@@ -349,9 +349,15 @@ fn a_fleet_without_pairs_or_hosts_says_so_in_words() {
 }
 
 #[test]
-fn later_runs_replace_earlier_ones_and_unlabelled_runs_are_listed() {
+fn each_figure_comes_from_the_latest_run_that_measured_it() {
     let mut runs = fleet_runs();
+    // web-1 measured again: its syscall column shows the later value.
     runs.push(host_run("15", "web-1", 105.0, 10e9));
+    // web-2 -> db-1 measured again, round trip only: the bandwidth of the
+    // earlier run stays.
+    let mut again = pair_run("23", "web-2", "db-1", 70_000.0, 1.0);
+    again.measurements.retain(|m| m.experiment == "net.rtt");
+    runs.push(again);
     runs.push(run(
         "16",
         "2026-01-01T00:02:00Z",
@@ -365,8 +371,16 @@ fn later_runs_replace_earlier_ones_and_unlabelled_runs_are_listed() {
         vec![],
     ));
     let v = view("F1", &runs);
-    let web1 = v.hosts.iter().find(|h| h.name == "web-1").unwrap();
-    assert_eq!(web1.run, "15");
+    let web1 = v.hosts.iter().position(|h| h.name == "web-1").unwrap();
+    assert_eq!(v.hosts[web1].runs, ["10", "15"]);
+    let cell = v.columns[0].cells[web1].as_ref().unwrap();
+    assert_eq!((cell.value, cell.run.as_str()), (105.0, "15"));
+    let rtt = v.rtt.values[3][0].as_ref().unwrap();
+    assert_eq!((rtt.0, rtt.1.as_str()), (70_000.0, "23"));
+    let bandwidth = v.bandwidth.values[3][0].as_ref().unwrap();
+    assert_eq!((bandwidth.0, bandwidth.1.as_str()), (0.9e9, "21"));
+    assert_eq!(v.pair_count(), 3);
+    assert_eq!(v.pairs.len(), 4);
     let reasons: Vec<String> = v
         .not_shown
         .iter()
@@ -375,7 +389,6 @@ fn later_runs_replace_earlier_ones_and_unlabelled_runs_are_listed() {
     assert_eq!(
         reasons,
         [
-            "10: host web-1: a later run replaces it",
             "16: it has neither a host nor a pair label",
             "17: its pair label 'web-1 to web-2' is not of the form SRC -> DST",
         ]
@@ -383,4 +396,5 @@ fn later_runs_replace_earlier_ones_and_unlabelled_runs_are_listed() {
     let html = fleet::page("F1 <&>", &runs);
     parse_page(&html);
     assert!(html.contains("osprobe fleet <code>F1 &lt;&amp;&gt;</code>"));
+    assert!(html.contains("5 hosts · 3 pairs between hosts"), "{html}");
 }

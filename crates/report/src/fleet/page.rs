@@ -34,8 +34,8 @@ pub fn render(view: &FleetView) -> String {
         escape(&view.fleet),
         view.hosts.len(),
         plural(view.hosts.len()),
-        view.pairs.len(),
-        plural(view.pairs.len()),
+        view.pair_count(),
+        plural(view.pair_count()),
         escape(&view.span.0),
         escape(&view.span.1),
     );
@@ -115,9 +115,8 @@ fn hosts(out: &mut String, view: &FleetView) {
     for (i, host) in view.hosts.iter().enumerate() {
         let _ = write!(
             out,
-            "<tr><td title=\"hostname {}, run {}\">{}</td><td>{}</td>",
+            "<tr><td title=\"hostname {}\">{}</td><td>{}</td>",
             escape(&host.hostname),
-            escape(&host.run),
             escape(&host.name),
             escape(&host.groups)
         );
@@ -164,7 +163,10 @@ fn cell(c: &MetricColumn, s: &Scale, host: usize) -> String {
     };
     let value = number(h.value / s.divisor);
     let (Some(side), Some(f)) = (h.outlier, c.fences) else {
-        return format!("<td class=\"num\">{value}</td>");
+        return format!(
+            "<td class=\"num\" title=\"run {}\">{value}</td>",
+            escape(&h.run)
+        );
     };
     let better = Better::of(c.point.unit);
     let (arrow, word, fence) = match side {
@@ -191,9 +193,10 @@ fn cell(c: &MetricColumn, s: &Scale, host: usize) -> String {
         (Better::Neither, _) => "",
     };
     let hover = format!(
-        "outlier: {fence} (Q1 {}, Q3 {})",
+        "outlier: {fence} (Q1 {}, Q3 {}); run {}",
         number(f.q1 / s.divisor),
-        number(f.q3 / s.divisor)
+        number(f.q3 / s.divisor),
+        h.run
     );
     format!(
         "<td class=\"num outlier\" title=\"{}\">{value} <span class=\"flag\">{arrow} {word}{judgement}</span></td>",
@@ -247,14 +250,15 @@ fn figure(out: &mut String, matrix: &Matrix, what: &str) {
 fn runs(out: &mut String, view: &FleetView) {
     out.push_str("<section id=\"runs\">\n<h2>Runs</h2>\n<p>Every figure above comes from one of these stored runs (<code>osprobe show ID</code>, <code>osprobe report ID</code>).</p>\n<table>\n<thead><tr><th>host or pair</th><th>run</th></tr></thead>\n<tbody>\n");
     for h in &view.hosts {
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td><code>{}</code> ({} profile, hostname {})</td></tr>",
-            escape(&h.name),
-            escape(&h.run),
-            escape(&h.profile),
-            escape(&h.hostname)
-        );
+        for run in &h.runs {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td><code>{}</code> (hostname {})</td></tr>",
+                escape(&h.name),
+                escape(run),
+                escape(&h.hostname)
+            );
+        }
     }
     for (src, dst, run) in &view.pairs {
         let _ = writeln!(

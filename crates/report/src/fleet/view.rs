@@ -5,8 +5,9 @@
 //!
 //! Which run is what: a run labelled `pair=SRC -> DST` is a network result
 //! between two hosts; otherwise a run labelled `host=NAME` is that host's
-//! run. A host or pair with several runs shows its latest. Any other run
-//! is listed as not shown, with the reason.
+//! run. A host or pair may have several runs (one per experiment, or a
+//! run repeated): each figure comes from the latest run that measured it.
+//! Any other run is listed as not shown, with the reason.
 
 use super::outliers::{Fences, Side};
 use crate::human::params_label;
@@ -28,7 +29,7 @@ pub struct FleetView {
     pub columns: Vec<MetricColumn>,
     pub rtt: Matrix,
     pub bandwidth: Matrix,
-    /// The pair runs shown, as (source, destination, run id).
+    /// The pair runs, as (source, destination, run id), by pair and time.
     pub pairs: Vec<(String, String, String)>,
     /// Runs of the fleet that are not on the page, with the reason.
     pub not_shown: Vec<(String, String)>,
@@ -36,14 +37,15 @@ pub struct FleetView {
     pub span: (String, String),
 }
 
-/// One host: its inventory name and the run its row shows.
+/// One host: its inventory name and its runs (the latest run's groups and
+/// hostname).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostRow {
     pub name: String,
     pub groups: String,
     pub hostname: String,
-    pub run: String,
-    pub profile: String,
+    /// Its runs' ids, oldest first.
+    pub runs: Vec<String>,
 }
 
 /// What a headline measurement is: metric, parameters (peer left out) and
@@ -93,6 +95,8 @@ pub struct MetricColumn {
 pub struct HostCell {
     pub value: f64,
     pub outlier: Option<Side>,
+    /// The run the value comes from.
+    pub run: String,
 }
 
 /// A source x destination matrix of one network experiment's headline.
@@ -105,6 +109,19 @@ pub struct Matrix {
     pub hosts: Vec<String>,
     /// `values[src][dst]`: the median and the run it comes from.
     pub values: Vec<Vec<Option<(f64, String)>>>,
+}
+
+impl FleetView {
+    /// How many source -> destination pairs have a run.
+    pub fn pair_count(&self) -> usize {
+        let mut pairs: Vec<(&str, &str)> = self
+            .pairs
+            .iter()
+            .map(|(s, d, _)| (s.as_str(), d.as_str()))
+            .collect();
+        pairs.dedup();
+        pairs.len()
+    }
 }
 
 impl Matrix {
@@ -130,33 +147,20 @@ pub fn view(fleet: &str, runs: &[Run]) -> FleetView {
     let mut sorted: Vec<&Run> = runs.iter().collect();
     sorted.sort_by(|a, b| (&a.started, &a.id).cmp(&(&b.started, &b.id)));
 
-    // Later runs replace earlier ones of the same host or pair.
-    let mut host_runs: BTreeMap<String, &Run> = BTreeMap::new();
-    let mut pair_runs: BTreeMap<(String, String), &Run> = BTreeMap::new();
+    let mut host_runs: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
+    let mut pair_runs: BTreeMap<(String, String), Vec<&Run>> = BTreeMap::new();
     let mut not_shown = Vec::new();
     for run in &sorted {
         if let Some(pair) = run.labels.get("pair") {
             match parse_pair(pair) {
-                Some(key) => {
-                    if let Some(old) = pair_runs.insert(key, run) {
-                        not_shown.push((
-                            old.id.clone(),
-                            format!("pair {pair}: a later run replaces it"),
-                        ));
-                    }
-                }
+                Some(key) => pair_runs.entry(key).or_default().push(run),
                 None => not_shown.push((
                     run.id.clone(),
                     format!("its pair label '{pair}' is not of the form SRC -> DST"),
                 )),
             }
         } else if let Some(host) = run.labels.get("host") {
-            if let Some(old) = host_runs.insert(host.clone(), run) {
-                not_shown.push((
-                    old.id.clone(),
-                    format!("host {host}: a later run replaces it"),
-                ));
-            }
+            host_runs.entry(host.clone()).or_default().push(run);
         } else {
             not_shown.push((
                 run.id.clone(),
@@ -167,15 +171,17 @@ pub fn view(fleet: &str, runs: &[Run]) -> FleetView {
 
     let hosts: Vec<HostRow> = host_runs
         .iter()
-        .map(|(name, run)| HostRow {
-            name: name.clone(),
-            groups: run.labels.get("groups").cloned().unwrap_or_default(),
-            hostname: run.environment.hostname.clone(),
-            run: run.id.clone(),
-            profile: run.profile.to_string(),
+        .map(|(name, runs)| {
+            let latest = runs[runs.len() - 1];
+            HostRow {
+                name: name.clone(),
+                groups: latest.labels.get("groups").cloned().unwrap_or_default(),
+                hostname: latest.environment.hostname.clone(),
+                runs: runs.iter().map(|r| r.id.clone()).collect(),
+            }
         })
         .collect();
-    let host_list: Vec<&Run> = host_runs.values().copied().collect();
+    let host_list: Vec<&[&Run]> = host_runs.values().map(Vec::as_slice).collect();
     let columns = columns(&host_list);
 
     // Matrix rows and columns: every host the fleet names, from its own
@@ -210,7 +216,10 @@ pub fn view(fleet: &str, runs: &[Run]) -> FleetView {
         bandwidth,
         pairs: pair_runs
             .iter()
-            .map(|((s, d), r)| (s.clone(), d.clone(), r.id.clone()))
+            .flat_map(|((s, d), runs)| {
+                runs.iter()
+                    .map(move |r| (s.clone(), d.clone(), r.id.clone()))
+            })
             .collect(),
         not_shown,
         span,
@@ -222,12 +231,23 @@ fn headline<'a>(run: &'a Run, experiment: &str) -> Option<&'a Measurement> {
     run.measurements.iter().find(|m| m.experiment == experiment)
 }
 
-/// The point most runs have as the headline of `experiment` (the first
-/// seen among equals), so that one host measuring another point first does
-/// not change the column.
-fn common_point<'a>(runs: impl Iterator<Item = &'a Run>, experiment: &str) -> Option<Point> {
+/// The latest of `runs` (oldest first) that measured `experiment`.
+fn latest_with<'a>(runs: &[&'a Run], experiment: &str) -> Option<&'a Run> {
+    runs.iter()
+        .rev()
+        .find(|r| headline(r, experiment).is_some())
+        .copied()
+}
+
+/// The point most hosts or pairs have as the headline of `experiment` in
+/// their latest run of it (the first seen among equals), so that one
+/// measuring another point first does not change the column.
+fn common_point<'a, 'r: 'a>(
+    groups: impl Iterator<Item = &'a [&'r Run]>,
+    experiment: &str,
+) -> Option<Point> {
     let mut counts: Vec<(Point, usize)> = Vec::new();
-    for m in runs.filter_map(|r| headline(r, experiment)) {
+    for m in groups.filter_map(|runs| headline(latest_with(runs, experiment)?, experiment)) {
         let point = Point::of(m);
         match counts.iter_mut().find(|(p, _)| *p == point) {
             Some((_, n)) => *n += 1,
@@ -238,17 +258,21 @@ fn common_point<'a>(runs: impl Iterator<Item = &'a Run>, experiment: &str) -> Op
     counts.into_iter().find(|(_, n)| *n == best).map(|(p, _)| p)
 }
 
-/// The median of `point` of `experiment` in `run`, wherever it stands.
-fn value_at(run: &Run, experiment: &str, point: &Point) -> Option<f64> {
-    run.measurements
-        .iter()
-        .find(|m| m.experiment == experiment && Point::of(m) == *point)
-        .map(|m| m.summary.p50)
+/// The median of `point` of `experiment` in the latest of `runs` that
+/// measured it, wherever it stands in that run, and the run's id.
+fn value_at(runs: &[&Run], experiment: &str, point: &Point) -> Option<(f64, String)> {
+    runs.iter().rev().find_map(|run| {
+        run.measurements
+            .iter()
+            .find(|m| m.experiment == experiment && Point::of(m) == *point)
+            .map(|m| (m.summary.p50, run.id.clone()))
+    })
 }
 
-fn columns(runs: &[&Run]) -> Vec<MetricColumn> {
-    let mut experiments: Vec<&str> = runs
+fn columns(hosts: &[&[&Run]]) -> Vec<MetricColumn> {
+    let mut experiments: Vec<&str> = hosts
         .iter()
+        .flat_map(|runs| runs.iter())
         .flat_map(|r| r.measurements.iter().map(|m| m.experiment.as_str()))
         .collect();
     experiments.sort_unstable();
@@ -256,19 +280,20 @@ fn columns(runs: &[&Run]) -> Vec<MetricColumn> {
     experiments
         .into_iter()
         .filter_map(|experiment| {
-            let point = common_point(runs.iter().copied(), experiment)?;
-            let values: Vec<Option<f64>> = runs
+            let point = common_point(hosts.iter().copied(), experiment)?;
+            let values: Vec<Option<(f64, String)>> = hosts
                 .iter()
-                .map(|r| value_at(r, experiment, &point))
+                .map(|runs| value_at(runs, experiment, &point))
                 .collect();
-            let present: Vec<f64> = values.iter().flatten().copied().collect();
+            let present: Vec<f64> = values.iter().flatten().map(|(v, _)| *v).collect();
             let fences = Fences::of(&present);
             let cells = values
                 .into_iter()
                 .map(|v| {
-                    v.map(|value| HostCell {
+                    v.map(|(value, run)| HostCell {
                         value,
                         outlier: fences.and_then(|f| f.side(value)),
+                        run,
                     })
                 })
                 .collect();
@@ -285,18 +310,17 @@ fn columns(runs: &[&Run]) -> Vec<MetricColumn> {
 fn matrix(
     experiment: &'static str,
     names: &[String],
-    pairs: &BTreeMap<(String, String), &Run>,
+    pairs: &BTreeMap<(String, String), Vec<&Run>>,
 ) -> Matrix {
-    let point = common_point(pairs.values().copied(), experiment);
+    let point = common_point(pairs.values().map(Vec::as_slice), experiment);
     let values = names
         .iter()
         .map(|src| {
             names
                 .iter()
                 .map(|dst| {
-                    let run = pairs.get(&(src.clone(), dst.clone()))?;
-                    let v = value_at(run, experiment, point.as_ref()?)?;
-                    Some((v, run.id.clone()))
+                    let runs = pairs.get(&(src.clone(), dst.clone()))?;
+                    value_at(runs, experiment, point.as_ref()?)
                 })
                 .collect()
         })
