@@ -333,6 +333,13 @@ fn long_host_names_and_one_pair_still_fit() {
 
 #[test]
 fn a_fleet_without_pairs_or_hosts_says_so_in_words() {
+    let three: Vec<Run> = fleet_runs().into_iter().take(3).collect();
+    let html = fleet::page("F1", &three);
+    assert!(
+        html.contains("No column was measured by 4 hosts or more"),
+        "{html}"
+    );
+    assert!(!html.contains("outlier\""), "{html}");
     let hosts_only: Vec<Run> = fleet_runs().into_iter().take(5).collect();
     let html = fleet::page("F1", &hosts_only);
     parse_page(&html);

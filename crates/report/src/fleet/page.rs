@@ -146,12 +146,19 @@ fn hosts(out: &mut String, view: &FleetView) {
                 .count()
         })
         .sum();
-    let _ = writeln!(
-        out,
-        "<p>{outliers} value{} marked as outlier{}.</p>",
-        plural(outliers),
-        plural(outliers)
-    );
+    if view.columns.iter().all(|c| c.fences.is_none()) {
+        let _ = writeln!(
+            out,
+            "<p>No column was measured by {MIN_HOSTS} hosts or more: too few values to call one an outlier, none is marked.</p>"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "<p>{outliers} value{} marked as outlier{}.</p>",
+            plural(outliers),
+            plural(outliers)
+        );
+    }
     out.push_str("</section>\n");
 }
 
