@@ -21,9 +21,10 @@ pub struct Resolved {
 }
 
 /// `Some((host, rest))` when `reference` has the `HOST:REF` form. Run ids
-/// and `latest~N` never hold a colon, so a colon is what marks it.
+/// and `latest~N` never hold a colon, so a colon is what marks it, and the
+/// last one ends the host (a label value may hold a colon, REF never does).
 pub fn split(reference: &str) -> Option<(&str, &str)> {
-    reference.split_once(':')
+    reference.rsplit_once(':')
 }
 
 /// Resolve `HOST:REF` among `runs` (oldest first, as `list_runs` returns
@@ -32,7 +33,7 @@ pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Option<Resolved>,
     let Some((host, rest)) = split(reference) else {
         return Ok(None);
     };
-    if host.is_empty() || rest.is_empty() || rest.contains(':') {
+    if host.is_empty() || rest.is_empty() {
         return Err(format!(
             "run reference '{reference}': expected HOST:REF, e.g. web-1:latest, with REF latest, latest~N or a run id prefix"
         ));
@@ -217,8 +218,17 @@ mod tests {
     }
 
     #[test]
+    fn a_host_name_may_hold_a_colon() {
+        let runs = vec![run("01AAA", "m", &[("host", "db:5432")])];
+        assert_eq!(
+            resolve(&runs, "db:5432:latest").unwrap().unwrap().id,
+            "01AAA"
+        );
+    }
+
+    #[test]
     fn malformed_host_references_say_the_form() {
-        for bad in [":latest", "web-1:", "a:b:c"] {
+        for bad in [":latest", "web-1:", "web-1::"] {
             let err = resolve(&store(), bad).unwrap_err();
             assert!(err.contains("expected HOST:REF"), "{bad}: {err}");
         }

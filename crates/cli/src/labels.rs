@@ -22,6 +22,14 @@ pub fn parse_label(raw: &str) -> Result<(String, String), String> {
     };
     check_key(key).map_err(|why| format!("'{}': {why}", shown(raw)))?;
     check_value(value).map_err(|why| format!("'{}': {why}", shown(raw)))?;
+    // A pair label is read back by the fleet page: refuse one it could
+    // not read rather than store a run it must leave out.
+    if key == "pair" && osprobe_report::fleet::view::parse_pair(value).is_none() {
+        return Err(format!(
+            "'{}': a pair label is SRC -> DST, e.g. pair=web-1 -> web-2",
+            shown(raw)
+        ));
+    }
     Ok((key.to_string(), value.to_string()))
 }
 
@@ -149,6 +157,8 @@ mod tests {
             ("team=", "the value is empty"),
             ("team=a\u{1b}[31m", "control character"),
             ("team= db", "white space"),
+            ("pair=web-1", "SRC -> DST"),
+            ("pair=a -> b -> c", "SRC -> DST"),
         ] {
             let err = parse_label(raw).unwrap_err();
             assert!(err.contains(why), "{raw}: {err}");
