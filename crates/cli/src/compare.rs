@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest)
+    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest); HOST:REF counts among one host's runs (e.g. web-1:latest, the same experiment on two machines)
     pub a: String,
     /// The run compared with it (same forms)
     pub b: String,

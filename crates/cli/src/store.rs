@@ -41,7 +41,23 @@ pub fn open_if_exists(location: &Location) -> Result<Option<Box<dyn RunStore>>> 
 }
 
 /// Load a run; an unknown, ambiguous or absent id is a usage error.
+/// `HOST:REF` (e.g. `web-1:latest`) counts among that host's runs
+/// ([`crate::hostref`]); a note on stderr says when the hostname stood in
+/// for a `host` label.
 pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
+    let resolved = match crate::hostref::split(id) {
+        Some(_) => crate::hostref::resolve(&store.list_runs()?, id).map_err(UsageError)?,
+        None => None,
+    };
+    let id = match &resolved {
+        Some(r) => {
+            if let Some(note) = &r.note {
+                eprintln!("osprobe: note: {note}");
+            }
+            r.id.as_str()
+        }
+        None => id,
+    };
     store.load_run(id).map_err(usage_if_input)
 }
 
