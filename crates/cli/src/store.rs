@@ -24,8 +24,8 @@ pub fn open_for_writing(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
     Ok(osprobe_store::open(&location(db)?, Access::Write)?)
 }
 
-/// Open the store for reading; a store that does not exist yet is the
-/// user's to fix (exit 2).
+/// Open the store for reading; a store that does not exist yet is a
+/// failure (exit 1) that says to run something first.
 pub fn open_for_reading(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
     osprobe_store::open(&location(db)?, Access::Read).map_err(usage_if_input)
 }
@@ -65,8 +65,7 @@ pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
 /// the others (unreachable, corrupt, too new) are failures (exit 1).
 fn usage_if_input(e: StoreError) -> anyhow::Error {
     match e {
-        StoreError::Missing(_)
-        | StoreError::BadUrl { .. }
+        StoreError::BadUrl { .. }
         | StoreError::UnknownRun { .. }
         | StoreError::AmbiguousRun { .. } => UsageError(e.to_string()).into(),
         other => other.into(),
