@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use osprobe_core::Run;
 use osprobe_report::compare::{compare, parse_threshold, render};
-use osprobe_store::RunStore;
+use osprobe_store::{RunStore, StoreError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,7 +30,11 @@ pub struct CompareArgs {
 /// Open the store for reading (either backend); a missing store is the
 /// user's to fix (exit 2).
 pub fn open_store(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
-    crate::store::open_for_reading(db)
+    let location = crate::store::location(db)?;
+    osprobe_store::open(&location, osprobe_store::Access::Read).map_err(|e| match e {
+        StoreError::Missing(_) => UsageError(e.to_string()).into(),
+        other => crate::store::classify(other),
+    })
 }
 
 /// Load a run; an unknown, ambiguous or absent id is a usage error.

@@ -15,7 +15,7 @@ pub fn location(db: Option<PathBuf>) -> Result<Location> {
         Some(p) => Location::parse(p.as_os_str()),
         None => osprobe_store::default_location(),
     };
-    location.map_err(usage_if_input)
+    location.map_err(classify)
 }
 
 /// Open the store for writing (created and migrated if needed): before
@@ -27,7 +27,7 @@ pub fn open_for_writing(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
 /// Open the store for reading; a store that does not exist yet is a
 /// failure (exit 1) that says to run something first.
 pub fn open_for_reading(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
-    osprobe_store::open(&location(db)?, Access::Read).map_err(usage_if_input)
+    osprobe_store::open(&location(db)?, Access::Read).map_err(classify)
 }
 
 /// Open the store for reading, or None when nothing was ever stored there
@@ -58,12 +58,12 @@ pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
         }
         None => id,
     };
-    store.load_run(id).map_err(usage_if_input)
+    store.load_run(id).map_err(classify)
 }
 
 /// The store errors that name a mistake in what the user typed (exit 2);
 /// the others (unreachable, corrupt, too new) are failures (exit 1).
-fn usage_if_input(e: StoreError) -> anyhow::Error {
+pub fn classify(e: StoreError) -> anyhow::Error {
     match e {
         StoreError::BadUrl { .. }
         | StoreError::UnknownRun { .. }
