@@ -282,3 +282,77 @@ fn an_unreachable_store_is_one_line_and_nothing_is_measured() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("postgres://USER"));
 }
+
+/// Where the password comes from, as libpq users expect: the URL, else
+/// $PGPASSWORD, else the password file ($PGPASSFILE or ~/.pgpass), which
+/// is ignored when others may read it. Without one: one line, exit 1.
+#[test]
+fn passwords_from_the_url_pgpassword_or_the_password_file() {
+    use std::os::unix::fs::PermissionsExt;
+    const SECRET: &str = "s3cret-pw";
+    let pg = match PrivatePostgres::start_with_password(SECRET) {
+        Ok(pg) => pg,
+        Err(reason) => {
+            osprobe_core::testing::skip(format!("no private PostgreSQL: {reason}"));
+            return;
+        }
+    };
+    let url = pg.fresh_database().unwrap();
+    let url = url.secret().to_string();
+    let home = tempfile::tempdir().unwrap();
+    let history = |url: &str, env: &[(&str, &str)]| {
+        let mut cmd = osprobe();
+        cmd.env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            .env_remove("PGUSER")
+            .env("HOME", home.path())
+            .env("XDG_DATA_HOME", home.path());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.args(["--db", url, "history"]).output().unwrap()
+    };
+    // None given: refused by the server, one line, password not needed to say so.
+    let out = history(&url, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("osprobe: cannot connect to results database"),
+        "{err}"
+    );
+    assert!(err.contains("password"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // In the URL (and never echoed).
+    let with_pw = url.replacen("osprobe@", &format!("osprobe:{SECRET}@"), 1);
+    ok(&history(&with_pw, &[]));
+    let out = history(&with_pw.replace(SECRET, "wrong"), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("wrong") && err.contains("osprobe:***@"),
+        "{err}"
+    );
+    // $PGPASSWORD.
+    ok(&history(&url, &[("PGPASSWORD", SECRET)]));
+    // ~/.pgpass: matched on the socket directory, port, database and user.
+    let pgpass = home.path().join(".pgpass");
+    let socket = pg.socket_dir().display().to_string().replace(':', "\\:");
+    std::fs::write(
+        &pgpass,
+        format!("otherhost:*:*:*:nope\n{socket}:5432:*:osprobe:{SECRET}\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    ok(&history(&url, &[]));
+    // ... through $PGPASSFILE too,
+    let elsewhere = home.path().join("elsewhere");
+    std::fs::rename(&pgpass, &elsewhere).unwrap();
+    ok(&history(
+        &url,
+        &[("PGPASSFILE", elsewhere.to_str().unwrap())],
+    ));
+    // ... but not when others may read it (as libpq).
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = history(&url, &[("PGPASSFILE", elsewhere.to_str().unwrap())]);
+    assert_eq!(out.status.code(), Some(1));
+}
