@@ -62,6 +62,8 @@ pub enum Command {
     Export(crate::export_import::ExportArgs),
     /// Store the runs of a file `osprobe export` wrote (or - for stdin); runs already stored are skipped
     Import(crate::export_import::ImportArgs),
+    /// Characterize many hosts over ssh (an Ansible inventory) and the network between them: `fleet run --inventory hosts.ini`
+    Fleet(crate::fleet::FleetArgs),
 }
 
 #[derive(Debug, Clone, Args)]

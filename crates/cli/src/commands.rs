@@ -54,6 +54,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Docs(args) => crate::docs::run(args),
         Command::Export(args) => crate::export_import::export(args, db, cli.quiet),
         Command::Import(args) => crate::export_import::import(args, db),
+        Command::Fleet(args) => crate::fleet::fleet(args, db, cli.quiet),
     }
 }
 
@@ -133,7 +134,7 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         &overrides,
         db,
         quiet,
-        args.token.token,
+        args.token.secret()?,
         false,
     )
 }

@@ -9,6 +9,7 @@ mod compare;
 mod docs;
 mod export;
 mod export_import;
+mod fleet;
 mod leftovers;
 mod link;
 mod net;

@@ -252,7 +252,10 @@ mod tests {
             .err()
             .unwrap()
             .to_string();
-        assert!(!err.contains("hunter2") && err.contains("results store URL"), "{err}");
+        assert!(
+            !err.contains("hunter2") && err.contains("results store URL"),
+            "{err}"
+        );
     }
 
     #[test]
