@@ -33,9 +33,7 @@ pub fn export(args: ExportArgs, db: Option<PathBuf>, quiet: bool) -> Result<Exit
     } else {
         let mut ids: Vec<String> = Vec::new();
         for run in &args.runs {
-            let id = store
-                .resolve_id(run)
-                .map_err(|e| UsageError(e.to_string()))?;
+            let id = crate::store::resolve_id(&*store, run)?;
             if !ids.contains(&id) {
                 ids.push(id);
             }

@@ -40,6 +40,12 @@ pub fn open_if_exists(location: &Location) -> Result<Option<Box<dyn RunStore>>> 
     }
 }
 
+/// Resolve a run id as the user wrote it; an unknown or ambiguous one is a
+/// usage error.
+pub fn resolve_id(store: &dyn RunStore, id: &str) -> Result<String> {
+    store.resolve_id(id).map_err(usage_if_input)
+}
+
 /// Load a run; an unknown, ambiguous or absent id is a usage error.
 pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
     store.load_run(id).map_err(usage_if_input)
