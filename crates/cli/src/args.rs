@@ -9,11 +9,11 @@ use std::path::PathBuf;
     version = crate::version::TEXT,
     about = "A performance laboratory for Linux: measures this machine's OS primitives and stores every result",
     after_help = "Start with `osprobe run`: about a minute, a table of results, everything stored.\n\
-                  Results: --db PATH, else $OSPROBE_DB, else $XDG_DATA_HOME/osprobe/results.db, else ~/.local/share/osprobe/results.db."
+                  Results: --db PATH or postgres:// URL, else $OSPROBE_DB, else $XDG_DATA_HOME/osprobe/results.db, else ~/.local/share/osprobe/results.db."
 )]
 pub struct Cli {
-    /// Results database (default: $OSPROBE_DB, $XDG_DATA_HOME/osprobe/results.db or ~/.local/share/osprobe/results.db)
-    #[arg(long, global = true, value_name = "PATH")]
+    /// Results store: a SQLite file or a postgres://USER@HOST[:PORT]/DB URL (default: $OSPROBE_DB, $XDG_DATA_HOME/osprobe/results.db or ~/.local/share/osprobe/results.db)
+    #[arg(long, global = true, value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
     /// No progress bars or status lines on stderr
     #[arg(long, short, global = true)]
@@ -58,6 +58,10 @@ pub enum Command {
     Man,
     /// Print generated documentation: `docs experiments` (the experiment reference)
     Docs(crate::docs::DocsArgs),
+    /// Write stored runs as JSON Lines (one run per line) to standard output: `osprobe export > runs.jsonl`
+    Export(crate::export_import::ExportArgs),
+    /// Store the runs of a file `osprobe export` wrote (or - for stdin); runs already stored are skipped
+    Import(crate::export_import::ImportArgs),
     /// Characterize many hosts over ssh (an Ansible inventory) and the network between them: `fleet run --inventory hosts.ini`
     Fleet(crate::fleet::FleetArgs),
 }

@@ -52,6 +52,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Completions(args) => crate::shell::completions(args),
         Command::Man => crate::shell::man(),
         Command::Docs(args) => crate::docs::run(args),
+        Command::Export(args) => crate::export_import::export(args, db, cli.quiet),
+        Command::Import(args) => crate::export_import::import(args, db),
         Command::Fleet(args) => crate::fleet::fleet(args, db, cli.quiet),
     }
 }
@@ -315,7 +317,9 @@ fn history(db: Option<PathBuf>, args: HistoryArgs) -> Result<ExitCode> {
 }
 
 fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
-    let store = crate::store::open_for_reading(db)?;
+    // A store not created yet fails here with exit 1, as it always has
+    // (compare and report call it a usage error).
+    let store = osprobe_store::open(&crate::store::location(db)?, osprobe_store::Access::Read)?;
     let run = crate::store::load_run(&*store, &args.run)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&run)?);

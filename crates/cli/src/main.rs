@@ -8,6 +8,7 @@ mod commands;
 mod compare;
 mod docs;
 mod export;
+mod export_import;
 mod fleet;
 mod fleetref;
 mod hostref;

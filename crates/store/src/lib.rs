@@ -66,7 +66,7 @@ pub enum StoreError {
     },
     #[error("cannot find a place for the results database: neither $OSPROBE_DB, $XDG_DATA_HOME nor $HOME is set; pass --db PATH")]
     NoDefaultPath,
-    #[error("--db {url}: {reason}; expected postgres://USER[:PASSWORD]@HOST[:PORT]/DB, optionally ?host=/socket/dir")]
+    #[error("results store URL {url}: {reason}; expected postgres://USER[:PASSWORD]@HOST[:PORT]/DB, optionally ?host=/socket/dir")]
     BadUrl { url: String, reason: String },
     #[error("cannot connect to results database {url}: {reason}")]
     Unreachable { url: String, reason: String },

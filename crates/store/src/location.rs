@@ -126,7 +126,7 @@ impl PgUrl {
             .parse::<postgres::Config>()
             .map_err(|e| StoreError::BadUrl {
                 url: self.redacted.clone(),
-                reason: e.to_string(),
+                reason: crate::postgres::error_text(&e),
             })
     }
 }
@@ -252,7 +252,10 @@ mod tests {
             .err()
             .unwrap()
             .to_string();
-        assert!(!err.contains("hunter2") && err.contains("--db"), "{err}");
+        assert!(
+            !err.contains("hunter2") && err.contains("results store URL"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -489,7 +489,7 @@ fn missing_socket(config: &postgres::Config) -> Option<String> {
 }
 
 /// A client error as one line: the server's message when it sent one.
-fn error_text(e: &postgres::Error) -> String {
+pub(crate) fn error_text(e: &postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return db.message().to_string();
     }

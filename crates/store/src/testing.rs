@@ -24,6 +24,7 @@ const READY_WITHIN: Duration = Duration::from_secs(60);
 
 pub struct PrivatePostgres {
     server: Child,
+    password: Option<String>,
     socket_dir: PathBuf,
     log: PathBuf,
     databases: AtomicUsize,
@@ -35,6 +36,16 @@ impl PrivatePostgres {
     /// Start a server, or say why it cannot start here (no PostgreSQL
     /// binaries, no unprivileged user to run it as): the caller skips.
     pub fn start() -> Result<PrivatePostgres, String> {
+        Self::launch(None)
+    }
+
+    /// A server that asks every client for `password` (SCRAM), for tests
+    /// of where passwords come from; [`PrivatePostgres::url`] leaves it out.
+    pub fn start_with_password(password: &str) -> Result<PrivatePostgres, String> {
+        Self::launch(Some(password))
+    }
+
+    fn launch(password: Option<&str>) -> Result<PrivatePostgres, String> {
         let bin = binaries_dir().ok_or(
             "no PostgreSQL server binaries (initdb, postgres) under /usr/lib/postgresql/*/bin \
              or on PATH (apt-get install postgresql)",
@@ -54,8 +65,23 @@ impl PrivatePostgres {
         std::fs::write(&log, b"").map_err(|e| format!("{}: {e}", log.display()))?;
         chown(&log, uid, gid)?;
 
-        let initdb = Command::new(bin.join("initdb"))
-            .args(["--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C"])
+        let mut initdb = Command::new(bin.join("initdb"));
+        match password {
+            None => {
+                initdb.arg("--auth=trust");
+            }
+            Some(password) => {
+                let pwfile = dir.path().join("pwfile");
+                std::fs::write(&pwfile, format!("{password}\n"))
+                    .map_err(|e| format!("{}: {e}", pwfile.display()))?;
+                chown(&pwfile, uid, gid)?;
+                initdb
+                    .arg("--auth=scram-sha-256")
+                    .arg(format!("--pwfile={}", pwfile.display()));
+            }
+        }
+        let initdb = initdb
+            .args(["--no-sync", "--encoding=UTF8", "--locale=C"])
             .arg(format!("--username={ROLE}"))
             .arg("-D")
             .arg(&data)
@@ -117,6 +143,7 @@ impl PrivatePostgres {
             .map_err(|e| format!("cannot start {}: {e}", bin.join("postgres").display()))?;
         let mut pg = PrivatePostgres {
             server,
+            password: password.map(str::to_string),
             socket_dir,
             log,
             databases: AtomicUsize::new(0),
@@ -175,13 +202,17 @@ impl PrivatePostgres {
 
     /// A client connected to database `db`.
     pub fn connect(&self, db: &str) -> Result<postgres::Client, postgres::Error> {
-        postgres::Config::new()
+        let mut config = postgres::Config::new();
+        config
             .host_path(&self.socket_dir)
             .port(PORT)
             .user(ROLE)
             .dbname(db)
-            .connect_timeout(Duration::from_secs(5))
-            .connect(postgres::NoTls)
+            .connect_timeout(Duration::from_secs(5));
+        if let Some(password) = &self.password {
+            config.password(password);
+        }
+        config.connect(postgres::NoTls)
     }
 
     /// A new, empty database on this server, by its URL.

@@ -452,3 +452,92 @@ fn url_db(url: &osprobe_store::PgUrl) -> &str {
     let after = &s[s.find("@/").unwrap() + 2..];
     &after[..after.find('?').unwrap()]
 }
+
+/// Environment variable that turns [`child_dies_while_writing_to_postgres`]
+/// into the dying writer of [`a_writer_killed_mid_run_leaves_nothing_in_postgres`].
+const DYING_WRITER_URL: &str = "OSPROBE_TEST_DYING_WRITER_URL";
+
+/// The dying writer, in its own process: stores one run, then ends the
+/// process on the spot after two measurements of the second, its
+/// transaction open and its connection dropped without a word.
+#[test]
+#[ignore = "helper process of a_writer_killed_mid_run_leaves_nothing_in_postgres"]
+fn child_dies_while_writing_to_postgres() {
+    let url = std::env::var(DYING_WRITER_URL).expect("run by the parent test only");
+    let url = osprobe_store::PgUrl::parse(&url).unwrap();
+    let mut store = PostgresStore::open(&url, Access::Write).unwrap();
+    store.save_run(&sample_run(50, 2)).unwrap();
+    let partial = sample_run(51, 5);
+    let dying = partial.measurements.iter().enumerate().map(|(i, m)| {
+        if i == 2 {
+            // SAFETY: ends the process on the spot, mid-transaction.
+            unsafe { libc::_exit(0) };
+        }
+        m
+    });
+    let _ = store.save_run_from(&partial, dying);
+    // Reaching this line means the write was not interrupted: fail loudly.
+    std::process::exit(3);
+}
+
+/// A process that dies while storing a run (a kill, a crash) leaves no
+/// trace of it: the server rolls the open transaction back.
+#[test]
+fn a_writer_killed_mid_run_leaves_nothing_in_postgres() {
+    let Some(pg) = private_postgres() else { return };
+    let url = pg.fresh_database().unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_dies_while_writing_to_postgres",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(DYING_WRITER_URL, url.secret())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the dying writer must end by _exit(0) mid-write"
+    );
+    let partial = sample_run(51, 5);
+    let mut client = pg.connect(url_db(&url)).unwrap();
+    // The server notices the closed connection and rolls back; wait for
+    // its backend to end rather than for a fixed time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let open: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if open == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead writer's session never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let store = PostgresStore::open(&url, Access::Read).unwrap();
+    let ids: Vec<String> = store
+        .list_runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, vec![sample_run(50, 2).id]);
+    let orphans: i64 = client
+        .query_one(
+            "SELECT count(*) FROM measurements WHERE run_id = $1",
+            &[&partial.id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(orphans, 0);
+}

@@ -1,0 +1,116 @@
+//! `osprobe export [RUN...]` and `osprobe import FILE`: runs moved between
+//! stores (a laptop's SQLite file and a team's PostgreSQL, either way) as
+//! JSON Lines, one run per line in the JSON of schema/osprobe.schema.json.
+//! An import is all or nothing per file and idempotent (run ids are ULIDs).
+//! Wiring only: the format and its checks live in osprobe-store's import.
+
+use crate::commands::UsageError;
+use anyhow::{Context as _, Result};
+use clap::Args;
+use osprobe_store::RunStore;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Runs to export: ids, unique prefixes of ids, `latest` or `latest~N` (default: every stored run, oldest first)
+    #[arg(value_name = "RUN")]
+    pub runs: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A file of runs as `osprobe export` writes them (JSON Lines), or `-` for standard input
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+pub fn export(args: ExportArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
+    let store = crate::store::open_for_reading(db)?;
+    let ids = if args.runs.is_empty() {
+        store.list_runs()?.into_iter().map(|r| r.id).collect()
+    } else {
+        let mut ids: Vec<String> = Vec::new();
+        for run in &args.runs {
+            let id = crate::store::resolve_id(&*store, run)?;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        ids
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for id in &ids {
+        let run = crate::store::load_run(&*store, id)?;
+        let line = osprobe_store::import::run_line(&run);
+        if let Err(e) = writeln!(out, "{line}") {
+            return stdout_closed(e);
+        }
+    }
+    if let Err(e) = out.flush() {
+        return stdout_closed(e);
+    }
+    if !quiet {
+        eprintln!(
+            "osprobe: exported {} run{} from {}",
+            ids.len(),
+            plural(ids.len()),
+            store.location()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A reader of the export that went away (`| head`) ends the export
+/// quietly; any other write error is a failure.
+fn stdout_closed(e: std::io::Error) -> Result<ExitCode> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return Ok(ExitCode::SUCCESS);
+    }
+    Err(e).context("writing the export to standard output")
+}
+
+pub fn import(args: ImportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
+    let (name, input): (String, Box<dyn BufRead>) = if args.file.as_os_str() == "-" {
+        (
+            "standard input".into(),
+            Box::new(BufReader::new(std::io::stdin().lock())),
+        )
+    } else {
+        let file = std::fs::File::open(&args.file).map_err(|e| {
+            UsageError(format!(
+                "cannot read {}: {e}; give a file written by `osprobe export`, or - for standard input",
+                args.file.display()
+            ))
+        })?;
+        (
+            args.file.display().to_string(),
+            Box::new(BufReader::new(file)),
+        )
+    };
+    // Every line is read and checked before the store is touched: a bad
+    // file stores nothing.
+    let (runs, repeats) =
+        osprobe_store::parse_jsonl(input, &name).map_err(|e| UsageError(e.to_string()))?;
+    let mut store = crate::store::open_for_writing(db)?;
+    let done = store
+        .import_runs(&runs)
+        .with_context(|| format!("importing {name}; nothing was imported"))?;
+    println!(
+        "imported {} new run{} into {} ({} already there)",
+        done.new,
+        plural(done.new),
+        store.location(),
+        done.already_there + repeats
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
