@@ -16,6 +16,23 @@ use std::time::Duration;
 /// Two fast experiments: the fleet's work, not the measuring, is tested.
 const ONLY: &str = "cpu.syscall,proc.fork";
 
+/// The pair tests check that no token directory is left in /tmp, which
+/// another pair test running at the same time would have there.
+static PAIRS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn token_dirs() -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("osprobe-fleet.")
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 fn osprobe(db: &Path) -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
     cmd.env_remove("OSPROBE_TOKEN")
@@ -123,6 +140,7 @@ fn the_smoke_profile_runs_on_every_host_and_is_stored_with_labels() {
 
 #[test]
 fn a_pair_is_measured_between_two_hosts_and_cleaned_up() {
+    let _pairs = PAIRS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(fleet) = Fleet::start("fleet pair", 2) else {
         return;
     };
@@ -165,18 +183,74 @@ fn a_pair_is_measured_between_two_hosts_and_cleaned_up() {
     // The servers stopped and their token files are gone.
     let strays = fleet.stray_processes(Duration::from_secs(10));
     assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
-    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("osprobe-fleet.")
-        })
-        .collect();
+    let leftovers = token_dirs();
     assert!(
         leftovers.is_empty(),
         "token directories left: {leftovers:?}"
+    );
+}
+
+#[test]
+fn ctrl_c_during_a_pair_stops_the_server_and_removes_the_tokens() {
+    use std::io::{BufRead, BufReader};
+    let _pairs = PAIRS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(fleet) = Fleet::start("fleet pair interrupted", 2) else {
+        return;
+    };
+    let inv = fleet.path("hosts.ini");
+    std::fs::write(
+        &inv,
+        format!(
+            "[lab]\n{}\n{}\n",
+            fleet.host_line(0, ""),
+            fleet.host_line(1, "")
+        ),
+    )
+    .unwrap();
+    let mut child = osprobe(&fleet.path("results.db"))
+        .args(["fleet", "run", "--inventory"])
+        .arg(&inv)
+        .arg("-F")
+        .arg(fleet.ssh_config())
+        .args(["--profile", "smoke", "--only", ONLY, "--pairs", "all"])
+        .args(["--pair-tests", "bandwidth,bandwidth,bandwidth"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the first pair's client runs (its server is up).
+    let mut seen = Vec::new();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line.contains("pair h1 -> h2: net bandwidth") {
+            break;
+        }
+    }
+    // Keep reading, so that the rest of its stderr has somewhere to go.
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    assert!(
+        seen.last().is_some_and(|l| l.contains("net bandwidth")),
+        "the pair never started: {seen:?}"
+    );
+    let out = common::interrupt(child, "fleet run interrupted during a pair");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rest = drain.join().unwrap();
+    assert!(text.contains("h1 -> h2"), "{text}");
+    assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
+    // The hosts' runs, stored before the interrupt, are kept.
+    assert!(stored_count(&fleet) >= 2);
+    let strays = fleet.stray_processes(Duration::from_secs(10));
+    assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !token_dirs().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        token_dirs().is_empty(),
+        "token directories left: {:?}",
+        token_dirs()
     );
 }
 

@@ -183,7 +183,9 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
         print!("{}", summary.text());
     }
     if interrupted {
-        eprintln!(
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
             "osprobe: interrupted; the runs listed as stored are kept, nothing else was stored"
         );
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
