@@ -324,6 +324,38 @@ fn a_host_key_mismatch_shows_ssh_s_own_message() {
 }
 
 #[test]
+fn a_host_of_another_architecture_is_refused_clearly() {
+    let Some(mut fleet) = Fleet::start("fleet architecture mismatch", 1) else {
+        return;
+    };
+    // Sessions on h1 find a `uname` that says aarch64 first in PATH.
+    let bin = fleet.path("arm-bin");
+    std::fs::create_dir(&bin).unwrap();
+    let uname = bin.join("uname");
+    std::fs::write(&uname, "#!/bin/sh\necho aarch64\n").unwrap();
+    std::fs::set_permissions(&uname, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fleet.restart_sshd(0, &format!("SetEnv PATH={}:/usr/bin:/bin", bin.display()));
+    let (out, summary) = fleet_run(&fleet, &format!("{}\n", fleet.host_line(0, "")), &[]);
+    assert_eq!(out.status.code(), Some(1), "{summary}");
+    let why = host(&summary, "h1")["failure"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("no binary for aarch64"), "{why}");
+    assert!(why.contains(std::env::consts::ARCH), "{why}");
+    assert!(!fleet.path("cache-h1").exists(), "nothing was copied");
+    assert_eq!(stored_count_or_zero(&fleet), 0);
+}
+
+fn stored_count_or_zero(fleet: &Fleet) -> usize {
+    if fleet.path("results.db").exists() {
+        stored_count(fleet)
+    } else {
+        0
+    }
+}
+
+#[test]
 fn malformed_inventories_name_the_file_line_and_reason() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("results.db");

@@ -479,7 +479,11 @@ fn one_pair(
         Err(PairError::Failed(why)) => report.failures.push(why),
     }
     let word = if report.failures.is_empty() {
-        format!("stored {} runs", report.stored.len())
+        format!(
+            "stored {} run{}",
+            report.stored.len(),
+            if report.stored.len() == 1 { "" } else { "s" }
+        )
     } else {
         format!("FAILED: {}", first_line(&report.failures.join("; ")))
     };

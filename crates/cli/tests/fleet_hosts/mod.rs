@@ -172,7 +172,7 @@ impl Fleet {
             });
         }
         for i in 0..n {
-            fleet.start_sshd(i);
+            fleet.start_sshd(i, "");
         }
         fleet.write_client_config("known_hosts", None);
         Some(fleet)
@@ -182,7 +182,18 @@ impl Fleet {
         self.dir.path().join(name)
     }
 
-    fn start_sshd(&mut self, i: usize) {
+    /// Restart host `i`'s sshd with `extra` lines in its config (e.g.
+    /// `SetEnv PATH=...` to give its sessions other programs).
+    pub fn restart_sshd(&mut self, i: usize, extra: &str) {
+        if let Some(mut child) = self.hosts[i].sshd.take() {
+            // SAFETY: kill(2) of the process group we made for sshd.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+            let _ = child.wait();
+        }
+        self.start_sshd(i, extra);
+    }
+
+    fn start_sshd(&mut self, i: usize, extra: &str) {
         let host = &self.hosts[i];
         let config = self.path(&format!("{}_sshd_config", host.name));
         let dir = self.dir.path().display().to_string();
@@ -192,7 +203,7 @@ impl Fleet {
                 "ListenAddress {addr}\nPort 22\nHostKey {dir}/{name}_host_ed25519\n\
                  PidFile {dir}/{name}_sshd.pid\nAuthorizedKeysFile {dir}/authorized_keys\n\
                  StrictModes no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nUsePAM no\nPrintMotd no\nLogLevel ERROR\n",
+                 KbdInteractiveAuthentication no\nUsePAM no\nPrintMotd no\nLogLevel ERROR\n{extra}\n",
                 addr = host.addr,
                 name = host.name,
             ),
