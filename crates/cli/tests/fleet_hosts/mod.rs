@@ -338,8 +338,20 @@ impl Fleet {
         found
     }
 
-    /// Kill every process in the namespaces (sshd and its sessions).
+    /// Kill every process in the namespaces (sshd and its sessions):
+    /// SIGTERM first, so that a shell left by a failed test still runs its
+    /// exit trap (removing its temp files), then SIGKILL.
     fn kill_all(&self) {
+        for line in self.processes_in_namespaces(false) {
+            if let Some(pid) = line.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+                // SAFETY: kill(2) of a process found in our namespaces.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !self.processes_in_namespaces(false).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         for _ in 0..50 {
             let left = self.processes_in_namespaces(false);
             if left.is_empty() {
