@@ -16,23 +16,6 @@ use std::time::Duration;
 /// Two fast experiments: the fleet's work, not the measuring, is tested.
 const ONLY: &str = "cpu.syscall,proc.fork";
 
-/// The pair tests check that no token directory is left in /tmp, which
-/// another pair test running at the same time would have there.
-static PAIRS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn token_dirs() -> Vec<std::path::PathBuf> {
-    std::fs::read_dir("/tmp")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("osprobe-fleet.")
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
 fn osprobe(db: &Path) -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
     cmd.env_remove("OSPROBE_TOKEN")
@@ -140,7 +123,6 @@ fn the_smoke_profile_runs_on_every_host_and_is_stored_with_labels() {
 
 #[test]
 fn a_pair_is_measured_between_two_hosts_and_cleaned_up() {
-    let _pairs = PAIRS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(fleet) = Fleet::start("fleet pair", 2) else {
         return;
     };
@@ -183,7 +165,7 @@ fn a_pair_is_measured_between_two_hosts_and_cleaned_up() {
     // The servers stopped and their token files are gone.
     let strays = fleet.stray_processes(Duration::from_secs(30));
     assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
-    let leftovers = token_dirs();
+    let leftovers = fleet.tmp_leftovers();
     assert!(
         leftovers.is_empty(),
         "token directories left: {leftovers:?}"
@@ -193,7 +175,6 @@ fn a_pair_is_measured_between_two_hosts_and_cleaned_up() {
 #[test]
 fn ctrl_c_during_a_pair_stops_the_server_and_removes_the_tokens() {
     use std::io::{BufRead, BufReader};
-    let _pairs = PAIRS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(fleet) = Fleet::start("fleet pair interrupted", 2) else {
         return;
     };
@@ -245,13 +226,13 @@ fn ctrl_c_during_a_pair_stops_the_server_and_removes_the_tokens() {
     assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
     // Generous: on a loaded machine ssh's teardown can take seconds.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !token_dirs().is_empty() && std::time::Instant::now() < deadline {
+    while !fleet.tmp_leftovers().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
-        token_dirs().is_empty(),
+        fleet.tmp_leftovers().is_empty(),
         "token directories left: {:?}; processes on the hosts: {:?}",
-        token_dirs(),
+        fleet.tmp_leftovers(),
         fleet.stray_processes(Duration::ZERO)
     );
 }
@@ -332,7 +313,6 @@ fn a_host_key_mismatch_shows_ssh_s_own_message() {
 
 #[test]
 fn a_fleet_run_with_a_pair_and_an_unreachable_host_into_postgresql() {
-    let _pairs = PAIRS.lock().unwrap_or_else(|e| e.into_inner());
     let pg = match osprobe_store::testing::PrivatePostgres::start() {
         Ok(pg) => pg,
         Err(reason) => {
@@ -405,7 +385,7 @@ fn a_host_of_another_architecture_is_refused_clearly() {
     let uname = bin.join("uname");
     std::fs::write(&uname, "#!/bin/sh\necho aarch64\n").unwrap();
     std::fs::set_permissions(&uname, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    fleet.restart_sshd(0, &format!("SetEnv PATH={}:/usr/bin:/bin", bin.display()));
+    fleet.restart_sshd(0, &format!("PATH={}:/usr/bin:/bin", bin.display()));
     let (out, summary) = fleet_run(&fleet, &format!("{}\n", fleet.host_line(0, "")), &[]);
     assert_eq!(out.status.code(), Some(1), "{summary}");
     let why = host(&summary, "h1")["failure"]
