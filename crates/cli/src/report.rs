@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use osprobe_core::{Run, SCHEMA_VERSION};
 use osprobe_report::html::Report;
-use osprobe_store::Store;
+use osprobe_store::RunStore;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -30,7 +30,7 @@ pub struct ReportArgs {
 pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     let store = open_store(db)?;
     if let Some(fleet) = &args.fleet {
-        return fleet_page(&store, fleet, args.out);
+        return fleet_page(&*store, fleet, args.out);
     }
     let run = load_run(&store, &args.run)?;
     readable_schema(&run)?;
@@ -52,7 +52,7 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
 }
 
 /// `report --fleet ID`: load every run of the fleet and write its page.
-fn fleet_page(store: &Store, reference: &str, out: Option<PathBuf>) -> Result<ExitCode> {
+fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Result<ExitCode> {
     let fleet = crate::fleetref::resolve(&store.list_runs()?, reference).map_err(UsageError)?;
     let mut runs = Vec::with_capacity(fleet.runs.len());
     for id in &fleet.runs {
@@ -108,13 +108,10 @@ pub fn write(run: &Run, path: &Path) -> Result<usize> {
     Ok(html.len())
 }
 
-/// The report `osprobe run` keeps beside the store: `<dir of db>/reports/<id>.html`.
-pub fn write_beside_store(run: &Run, db: &Path) -> Result<PathBuf> {
-    let dir = db
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .join("reports");
+/// The report `osprobe run` keeps beside the store: `<dir of db>/reports/<id>.html`
+/// (for a PostgreSQL store, in the default data directory's `reports/`).
+pub fn write_beside_store(run: &Run, store: &osprobe_store::Location) -> Result<PathBuf> {
+    let dir = store.reports_dir()?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(format!("{}.html", run.id));
     write(run, &path)?;

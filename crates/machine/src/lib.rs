@@ -12,6 +12,7 @@ pub mod fs;
 pub mod mem;
 pub mod page_cache;
 pub mod process;
+pub mod stack_timer;
 pub mod time;
 pub mod tiny_elf;
 

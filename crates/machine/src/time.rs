@@ -259,6 +259,22 @@ impl Sleep {
         }
         points
     }
+
+    /// The grid points of the user-space stack's timers (policy other).
+    fn timer_points(requested: &[i64]) -> Vec<Params> {
+        let mut points = Vec::new();
+        for t in crate::stack_timer::TIMERS {
+            for &r in requested {
+                points.push(
+                    Params::new()
+                        .with("timer", *t)
+                        .with("requested", r)
+                        .with("policy", "other"),
+                );
+            }
+        }
+        points
+    }
 }
 
 /// The most sleeps one point keeps (16 MB of samples), also with
@@ -309,6 +325,11 @@ impl Experiment for Sleep {
                 },
             },
             ParamSpec {
+                name: "timer",
+                help: "instead of sleeping itself by `strategy`, wait on a user-space stack's timer: tokio (a current-thread runtime's sleep, 1 ms wheel), timerfd (a dedicated timer thread on a timerfd that wakes this one), hybrid (the tokio runtime woken by the timerfd thread); the metric is tokio_sleep, timerfd_thread or tokio_woken_by_timerfd",
+                kind: ParamKind::Choice(crate::stack_timer::TIMERS),
+            },
+            ParamSpec {
                 name: "duration_ms",
                 help: "sleep for this long per point instead of the profile's budget (for benchmarks)",
                 kind: ParamKind::Int {
@@ -323,6 +344,7 @@ impl Experiment for Sleep {
             Profile::Smoke => {
                 let mut points = Sleep::points(STRATEGIES, &[100], "other");
                 points.extend(Sleep::points(&["hybrid"], &[100], "fifo"));
+                points.extend(Sleep::timer_points(&[100]));
                 points
             }
             Profile::Quick => {
@@ -337,20 +359,30 @@ impl Experiment for Sleep {
                 for point in Sleep::points(&["clock_nanosleep_abs", "hybrid"], &[100], "other") {
                     points.push(point.with("slack_ns", 1));
                 }
+                // A user-space stack's timers beside the strategies (seed 001).
+                points.extend(Sleep::timer_points(&[100, 1_000, 10_000]));
                 points
             }
             Profile::Full => {
                 let requested = [1, 3, 10, 30, 100, 300, 1_000, 3_000, 10_000];
                 let mut points = Sleep::points(STRATEGIES, &requested, "other");
                 points.extend(Sleep::points(STRATEGIES, &requested, "fifo"));
+                points.extend(Sleep::timer_points(&requested));
                 points
             }
         }
     }
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
-        let name = params.text("strategy").unwrap_or("hybrid");
+        let mut name = params.text("strategy").unwrap_or("hybrid");
         let strategy = strategy_named(name)
             .ok_or_else(|| bad_param("strategy", name, &STRATEGIES.join(", ")))?;
+        let stack_timer = match params.text("timer") {
+            None => None,
+            Some(t) => Some(
+                crate::stack_timer::StackTimer::named(t)
+                    .ok_or_else(|| bad_param("timer", t, &crate::stack_timer::TIMERS.join(", ")))?,
+            ),
+        };
         let requested_us = params.int("requested").unwrap_or(100);
         if !(1..=1_000_000).contains(&requested_us) {
             return Err(bad_param(
@@ -398,19 +430,36 @@ impl Experiment for Sleep {
                 .max_samples(MAX_SLEEPS);
         }
 
+        let mut rig = match stack_timer {
+            None => None,
+            Some(kind) => {
+                name = kind.metric();
+                let slack = timer_slack().map(|s| s.as_nanos() as u64);
+                Some(
+                    crate::stack_timer::Rig::new(kind, slack)
+                        .map_err(|e| ExperimentError::io(format!("setting up {name}"), e))?,
+                )
+            }
+        };
+
         let wall_start = monotonic_ns();
         let cpu_start = thread_cpu_ns();
+        let process_cpu_start = process_cpu_ns();
         let samples = harness.each_reported(|| {
             let deadline = monotonic_ns() + requested_ns;
-            let woke = sleep_until(strategy, deadline)
-                .map_err(|e| ExperimentError::io(format!("sleeping with {name}"), e))?;
+            let woke = match rig.as_mut() {
+                Some(rig) => rig.sleep_until(deadline),
+                None => sleep_until(strategy, deadline),
+            }
+            .map_err(|e| ExperimentError::io(format!("sleeping with {name}"), e))?;
             // Signed: a negative error (an early wake-up) must show.
             Ok((woke as i64 - deadline as i64) as f64)
         })?;
         // Clamped: the two clocks are read at slightly different moments.
-        let cpu_share = ((thread_cpu_ns() - cpu_start) as f64
-            / (monotonic_ns() - wall_start).max(1) as f64)
-            .min(1.0);
+        let wall = (monotonic_ns() - wall_start).max(1) as f64;
+        let cpu_share = ((thread_cpu_ns() - cpu_start) as f64 / wall).min(1.0);
+        let process_cpu_share = (process_cpu_ns() - process_cpu_start) as f64 / wall;
+        drop(rig);
         let scheduling = if realtime.is_some() {
             format!("scheduling: SCHED_FIFO priority {FIFO_PRIORITY}, memory locked (mlockall), as cyclictest -p {FIFO_PRIORITY} -m; restored afterwards")
         } else {
@@ -428,7 +477,16 @@ impl Experiment for Sleep {
             "wake-up error of {} sleeps of {requested_us} us: clock when the sleep returned minus its deadline (clock before the sleep + requested), CLOCK_MONOTONIC",
             samples.ns.len()
         ));
-        m.notes.push(strategy_note(strategy));
+        match stack_timer {
+            Some(kind) => {
+                m.notes.push(kind.note().to_string());
+                m.notes.push(format!(
+                    "CPU time of the whole process (this thread, the runtime and any timer thread): {:.0}% of one CPU",
+                    process_cpu_share * 100.0
+                ));
+            }
+            None => m.notes.push(strategy_note(strategy)),
+        }
         m.notes.extend(zero_note(&samples.ns));
         m.notes.push(slack_note);
         m.notes.push(scheduling);
@@ -895,6 +953,40 @@ mod tests {
         assert!(late.summary.min >= 0.0);
         assert_eq!(late.summary.n % 50, 0);
         assert!(metric(&ms, "register").summary.n >= 50);
+    }
+
+    #[test]
+    fn a_stack_timer_row_has_its_metric_histogram_and_notes() {
+        let ctx = Context::for_tests(Profile::Smoke);
+        for (timer, metric_name) in [
+            ("tokio", "tokio_sleep"),
+            ("timerfd", "timerfd_thread"),
+            ("hybrid", "tokio_woken_by_timerfd"),
+        ] {
+            let params = Params::new()
+                .with("timer", timer)
+                .with("requested", 200)
+                .with("policy", "other");
+            let ms = Sleep.run(&ctx, &params).unwrap();
+            let m = metric(&ms, metric_name);
+            assert_eq!(m.unit, Unit::Nanoseconds);
+            assert!(m.summary.n > 0);
+            assert!(m.summary.min >= 0.0, "{timer} woke early: {:?}", m.summary);
+            assert!(m.histogram.is_some(), "{timer}");
+            assert!(
+                m.notes
+                    .iter()
+                    .any(|n| n.starts_with(&format!("timer={timer}"))),
+                "{:?}",
+                m.notes
+            );
+        }
+        let p = Params::new().with("timer", "wheel");
+        let e = Sleep.run(&ctx, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("'wheel'") && e.contains("tokio, timerfd, hybrid"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,0 +1,228 @@
+//! The two applications on the QUIC connection: the client sends
+//! `duration` worth of pseudo-random bytes on one unidirectional stream and
+//! hashes what the stream accepted; the server reads the stream in order,
+//! hashes it and counts the bytes per interval.
+
+use osprobe_core::random::SplitMix64;
+use quinn_proto::{Connection, Dir, StreamEvent, StreamId, VarInt, WriteError};
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::Xxh3;
+
+/// The payload repeats a block of this size (large enough that no stream
+/// pattern lines up with packet sizes).
+const BLOCK: usize = 1 << 20;
+/// The seed of the payload.
+const PAYLOAD_SEED: u64 = 0x05f1_0c0d_e15e_ed01;
+
+/// What the connection's event loop asks of an application.
+pub trait App {
+    /// One event the connection emitted for the application.
+    fn on_stream_event(&mut self, conn: &mut Connection, event: StreamEvent) -> Result<(), String>;
+    /// The connection is established.
+    fn on_connected(&mut self, conn: &mut Connection) -> Result<(), String>;
+    /// Write or read as much as the connection takes now.
+    fn pump(&mut self, conn: &mut Connection) -> Result<(), String>;
+    /// The application's part is over (the sender's data acknowledged, the
+    /// receiver's stream read to its end).
+    fn done(&self) -> bool;
+}
+
+/// The client's side.
+pub struct Sender {
+    block: Vec<u8>,
+    position: usize,
+    duration: Duration,
+    stream: Option<StreamId>,
+    hasher: Xxh3,
+    pub written: u64,
+    pub started: Option<Instant>,
+    finishing: bool,
+    /// When the peer acknowledged the whole stream.
+    pub acknowledged: Option<Instant>,
+}
+
+impl Sender {
+    pub fn new(duration: Duration) -> Sender {
+        let mut block = vec![0u8; BLOCK];
+        SplitMix64::new(PAYLOAD_SEED).fill(&mut block);
+        Sender {
+            block,
+            position: 0,
+            duration,
+            stream: None,
+            hasher: Xxh3::new(),
+            written: 0,
+            started: None,
+            finishing: false,
+            acknowledged: None,
+        }
+    }
+
+    pub fn hash(&self) -> u128 {
+        self.hasher.digest128()
+    }
+}
+
+impl App for Sender {
+    fn on_connected(&mut self, conn: &mut Connection) -> Result<(), String> {
+        let id = conn
+            .streams()
+            .open(Dir::Uni)
+            .ok_or("the server allowed no unidirectional stream")?;
+        self.stream = Some(id);
+        self.started = Some(Instant::now());
+        Ok(())
+    }
+
+    fn on_stream_event(
+        &mut self,
+        _conn: &mut Connection,
+        event: StreamEvent,
+    ) -> Result<(), String> {
+        match event {
+            StreamEvent::Finished { id } if Some(id) == self.stream => {
+                self.acknowledged = Some(Instant::now());
+            }
+            StreamEvent::Stopped { error_code, .. } => {
+                return Err(format!("the server stopped the stream (code {error_code})"))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn pump(&mut self, conn: &mut Connection) -> Result<(), String> {
+        let (Some(id), Some(started)) = (self.stream, self.started) else {
+            return Ok(());
+        };
+        if self.finishing {
+            return Ok(());
+        }
+        if started.elapsed() >= self.duration {
+            self.finishing = true;
+            return conn
+                .send_stream(id)
+                .finish()
+                .map_err(|e| format!("finishing the stream: {e}"));
+        }
+        let mut stream = conn.send_stream(id);
+        loop {
+            let chunk = &self.block[self.position..];
+            match stream.write(chunk) {
+                Ok(0) | Err(WriteError::Blocked) => return Ok(()),
+                Ok(n) => {
+                    self.hasher.update(&chunk[..n]);
+                    self.written += n as u64;
+                    self.position = (self.position + n) % self.block.len();
+                }
+                Err(e) => return Err(format!("writing the stream: {e}")),
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.acknowledged.is_some()
+    }
+}
+
+/// The server's side.
+pub struct Receiver {
+    interval: Duration,
+    stream: Option<StreamId>,
+    hasher: Xxh3,
+    pub received: u64,
+    pub first_byte: Option<Instant>,
+    pub last_byte: Option<Instant>,
+    /// Bytes read per interval since the first byte.
+    pub per_interval: Vec<u64>,
+    finished: bool,
+}
+
+impl Receiver {
+    pub fn new(interval: Duration) -> Receiver {
+        Receiver {
+            interval,
+            stream: None,
+            hasher: Xxh3::new(),
+            received: 0,
+            first_byte: None,
+            last_byte: None,
+            per_interval: Vec::new(),
+            finished: false,
+        }
+    }
+
+    pub fn hash(&self) -> u128 {
+        self.hasher.digest128()
+    }
+
+    fn count(&mut self, bytes: usize) {
+        let now = Instant::now();
+        let first = *self.first_byte.get_or_insert(now);
+        self.last_byte = Some(now);
+        let slot = (now.duration_since(first).as_nanos() / self.interval.as_nanos()) as usize;
+        if self.per_interval.len() <= slot {
+            self.per_interval.resize(slot + 1, 0);
+        }
+        self.per_interval[slot] += bytes as u64;
+    }
+}
+
+impl App for Receiver {
+    fn on_connected(&mut self, _conn: &mut Connection) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn on_stream_event(&mut self, conn: &mut Connection, event: StreamEvent) -> Result<(), String> {
+        if let StreamEvent::Opened { dir: Dir::Uni } = event {
+            if self.stream.is_none() {
+                self.stream = conn.streams().accept(Dir::Uni);
+            }
+        }
+        Ok(())
+    }
+
+    fn pump(&mut self, conn: &mut Connection) -> Result<(), String> {
+        let Some(id) = self.stream else {
+            return Ok(());
+        };
+        if self.finished {
+            return Ok(());
+        }
+        let mut stream = conn.recv_stream(id);
+        let mut chunks = stream
+            .read(true)
+            .map_err(|e| format!("reading the stream: {e}"))?;
+        let mut outcome = Ok(());
+        loop {
+            match chunks.next(usize::MAX) {
+                Ok(Some(chunk)) => {
+                    self.hasher.update(&chunk.bytes);
+                    self.received += chunk.bytes.len() as u64;
+                    self.count(chunk.bytes.len());
+                }
+                Ok(None) => {
+                    self.finished = true;
+                    break;
+                }
+                Err(quinn_proto::ReadError::Blocked) => break,
+                Err(e) => {
+                    outcome = Err(format!("reading the stream: {e}"));
+                    break;
+                }
+            }
+        }
+        // Frees flow-control credit (the peer learns it with the next
+        // packet); the return value only says whether to transmit soon,
+        // which the driver does every round anyway.
+        let _ = chunks.finalize();
+        outcome
+    }
+
+    fn done(&self) -> bool {
+        self.finished
+    }
+}
+
+/// The application error code of a clean close.
+pub const CLOSE_DONE: VarInt = VarInt::from_u32(0);

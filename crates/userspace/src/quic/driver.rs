@@ -1,0 +1,336 @@
+//! One QUIC endpoint's event loop on its own thread: a quinn-proto
+//! `Endpoint` and its one `Connection` over a nonblocking UDP socket.
+//!
+//! Every `now` quinn-proto is given comes from `StackClock::now_instant()`,
+//! so on a tick clock the library sees time move in ticks. The loop's only
+//! wait is a ppoll on the socket until the connection's next timer, mapped
+//! through `StackClock::fires_at_instant` (on a tick clock a timer fires at
+//! the first tick boundary at or after its deadline, as a jiffies timer).
+
+use super::app::{App, CLOSE_DONE};
+use super::udp::{Udp, GSO_SEGMENTS};
+use crate::clock::StackClock;
+use bytes::{Bytes, BytesMut};
+use quinn_proto::{
+    ClientConfig, Connection, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event,
+    ServerConfig,
+};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which end this thread is.
+pub enum Role {
+    Client {
+        server: SocketAddr,
+        config: ClientConfig,
+    },
+    Server {
+        config: Arc<ServerConfig>,
+    },
+}
+
+/// How long the client keeps answering after it closed, so that its close
+/// reaches the server even if the first copy is lost.
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// What one endpoint's loop leaves behind.
+pub struct Finished<A> {
+    pub app: A,
+    /// The connection's final statistics (None: it never existed).
+    pub stats: Option<quinn_proto::ConnectionStats>,
+    pub srtt: Option<Duration>,
+    pub min_rtt: Option<Duration>,
+    /// CPU time of this thread (user + system).
+    pub cpu: Duration,
+}
+
+/// Runs the endpoint until the application is done and the connection
+/// closed, the deadline passes, or `abort` is set by the other thread.
+pub fn run<A: App>(
+    udp: Udp,
+    role: Role,
+    clock: StackClock,
+    mut app: A,
+    deadline: Instant,
+    abort: &AtomicBool,
+) -> Result<Finished<A>, String> {
+    let cpu_start = thread_cpu();
+    let mut driver = Driver::new(udp, &role, clock)?;
+    if let Role::Client { server, config } = role {
+        let now = clock.now_instant();
+        let (handle, conn) = driver
+            .endpoint
+            .connect(now, config, server, super::tls::SERVER_NAME)
+            .map_err(|e| format!("connecting to {server}: {e}"))?;
+        driver.conn = Some((handle, conn));
+    }
+    let mut closed_at: Option<Instant> = None;
+    let mut connected = false;
+    loop {
+        if abort.load(Ordering::Relaxed) {
+            return Err("stopped: the other endpoint failed".into());
+        }
+        if Instant::now() >= deadline {
+            return Err("the deadline passed".into());
+        }
+        driver.receive()?;
+        let now = clock.now_instant();
+        let Some((handle, conn)) = driver.conn.as_mut() else {
+            driver.wait(None, deadline)?;
+            continue;
+        };
+        let handle = *handle;
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        while let Some(event) = conn.poll_endpoint_events() {
+            if let Some(reply) = driver.endpoint.handle_event(handle, event) {
+                conn.handle_event(reply);
+            }
+        }
+        while let Some(event) = conn.poll() {
+            match event {
+                Event::Connected => {
+                    connected = true;
+                    app.on_connected(conn)?;
+                }
+                Event::Stream(e) => app.on_stream_event(conn, e)?,
+                Event::ConnectionLost { reason } if !app.done() => {
+                    return Err(format!("the connection was lost: {reason}"));
+                }
+                _ => {}
+            }
+        }
+        if connected {
+            app.pump(conn)?;
+        }
+        if app.done() && closed_at.is_none() && driver.is_client {
+            conn.close(clock.now_instant(), CLOSE_DONE, Bytes::from_static(b"done"));
+            closed_at = Some(Instant::now());
+        }
+        driver.transmit()?;
+        let (_, conn) = driver.conn.as_mut().expect("checked above");
+        let over = if driver.is_client {
+            conn.is_drained() || closed_at.is_some_and(|t| t.elapsed() >= CLOSE_LINGER)
+        } else {
+            app.done() && (conn.is_closed() || conn.is_drained())
+        };
+        if over {
+            break;
+        }
+        let timer = conn.poll_timeout();
+        driver.wait(timer, deadline)?;
+    }
+    let (_, conn) = driver
+        .conn
+        .as_ref()
+        .expect("the loop ends with a connection");
+    let path = conn.stats().path;
+    Ok(Finished {
+        app,
+        stats: Some(conn.stats()),
+        srtt: Some(path.rtt),
+        min_rtt: Some(conn.min_rtt()),
+        cpu: thread_cpu().saturating_sub(cpu_start),
+    })
+}
+
+struct Driver {
+    udp: Udp,
+    endpoint: Endpoint,
+    conn: Option<(ConnectionHandle, Connection)>,
+    clock: StackClock,
+    is_client: bool,
+    server_config: Option<Arc<ServerConfig>>,
+    recv_buf: BytesMut,
+    send_buf: Vec<u8>,
+    /// A transmit the socket refused for now (EAGAIN): its destination,
+    /// segment size and bytes are kept until the socket is writable.
+    pending: Option<(SocketAddr, Option<usize>, Vec<u8>)>,
+    scratch: Vec<u8>,
+}
+
+impl Driver {
+    fn new(udp: Udp, role: &Role, clock: StackClock) -> Result<Driver, String> {
+        let (server_config, is_client) = match role {
+            Role::Client { .. } => (None, true),
+            Role::Server { config } => (Some(config.clone()), false),
+        };
+        let endpoint = Endpoint::new(
+            Arc::new(EndpointConfig::default()),
+            server_config.clone(),
+            true,
+            None,
+        );
+        Ok(Driver {
+            udp,
+            endpoint,
+            conn: None,
+            clock,
+            is_client,
+            server_config,
+            recv_buf: BytesMut::with_capacity(super::udp::RECV_BUFFER),
+            send_buf: Vec::new(),
+            pending: None,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Hand every datagram waiting on the socket to the endpoint.
+    fn receive(&mut self) -> Result<(), String> {
+        // Bounded, so that a flood of input cannot starve the timers and
+        // the sending side of this loop.
+        for _ in 0..256 {
+            let (from, segment) = match self.udp.recv(&mut self.recv_buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // An ICMP error reported on the socket (the peer's port
+                // not open yet): not fatal for UDP.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(format!("receiving on the UDP socket: {e}")),
+            };
+            let mut batch = self.recv_buf.split();
+            let size = segment.unwrap_or(batch.len()).max(1);
+            let now = self.clock.now_instant();
+            while !batch.is_empty() {
+                let datagram = batch.split_to(size.min(batch.len()));
+                self.handle_datagram(now, from, datagram)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: BytesMut,
+    ) -> Result<(), String> {
+        self.scratch.clear();
+        match self
+            .endpoint
+            .handle(now, from, None, None, datagram, &mut self.scratch)
+        {
+            Some(DatagramEvent::ConnectionEvent(handle, event)) => {
+                if let Some((h, conn)) = self.conn.as_mut() {
+                    if *h == handle {
+                        conn.handle_event(event);
+                    }
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                if self.conn.is_some() || self.is_client {
+                    // One transfer, one connection: anything else is refused.
+                    let t = self.endpoint.refuse(incoming, &mut self.scratch);
+                    self.send_now(t.destination, None, t.size);
+                    return Ok(());
+                }
+                self.scratch.clear();
+                match self.endpoint.accept(
+                    incoming,
+                    now,
+                    &mut self.scratch,
+                    self.server_config.clone(),
+                ) {
+                    Ok((handle, conn)) => self.conn = Some((handle, conn)),
+                    Err(e) => {
+                        if let Some(t) = e.response {
+                            self.send_now(t.destination, None, t.size);
+                        }
+                        return Err(format!("accepting the connection: {}", e.cause));
+                    }
+                }
+            }
+            Some(DatagramEvent::Response(t)) => self.send_now(t.destination, None, t.size),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Send what the endpoint wrote into `scratch` (stateless replies);
+    /// lost if the socket is full, as any datagram may be.
+    fn send_now(&self, to: SocketAddr, segment: Option<usize>, size: usize) {
+        let _ = self.udp.send(to, &self.scratch[..size], segment);
+    }
+
+    /// Send everything the connection has to send now.
+    fn transmit(&mut self) -> Result<(), String> {
+        if !self.flush_pending()? {
+            return Ok(());
+        }
+        let max_datagrams = if self.udp.gso { GSO_SEGMENTS } else { 1 };
+        let Some((_, conn)) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        loop {
+            self.send_buf.clear();
+            let now = self.clock.now_instant();
+            let Some(t) = conn.poll_transmit(now, max_datagrams, &mut self.send_buf) else {
+                return Ok(());
+            };
+            match self
+                .udp
+                .send(t.destination, &self.send_buf[..t.size], t.segment_size)
+            {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.pending = Some((
+                        t.destination,
+                        t.segment_size,
+                        self.send_buf[..t.size].to_vec(),
+                    ));
+                    return Ok(());
+                }
+                // EIO: the device cannot segment; send one by one from now on.
+                Err(e) if e.raw_os_error() == Some(libc::EIO) && t.segment_size.is_some() => {
+                    self.udp.gso = false;
+                    let segment = t.segment_size.expect("checked");
+                    for piece in self.send_buf[..t.size].chunks(segment) {
+                        self.udp
+                            .send(t.destination, piece, None)
+                            .map_err(|e| format!("sending a datagram: {e}"))?;
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(format!("sending on the UDP socket: {e}")),
+            }
+        }
+    }
+
+    /// Retry the transmit the socket refused; true when nothing is pending.
+    fn flush_pending(&mut self) -> Result<bool, String> {
+        let Some((to, segment, data)) = self.pending.take() else {
+            return Ok(true);
+        };
+        match self.udp.send(to, &data, segment) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.pending = Some((to, segment, data));
+                Ok(false)
+            }
+            Err(e) => Err(format!("sending on the UDP socket: {e}")),
+        }
+    }
+
+    /// Sleep until input, the socket's room for a pending transmit, the
+    /// connection's next timer on the stack's clock, or the deadline.
+    fn wait(&self, timer: Option<Instant>, deadline: Instant) -> Result<(), String> {
+        let fires = timer.map(|t| self.clock.fires_at_instant(t));
+        let until = fires.map_or(deadline, |f| f.min(deadline));
+        if until <= Instant::now() {
+            return Ok(());
+        }
+        self.udp
+            .wait(Some(until), self.pending.is_some())
+            .map_err(|e| format!("waiting on the UDP socket: {e}"))
+    }
+}
+
+/// CPU time (user + system) of the calling thread.
+pub fn thread_cpu() -> Duration {
+    Duration::from_nanos(osprobe_core::clock::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+}

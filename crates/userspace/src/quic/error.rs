@@ -1,0 +1,38 @@
+//! Why a QUIC transfer failed.
+
+use std::io;
+
+/// A QUIC transfer's failure: a bad parameter, the sockets, the TLS set-up,
+/// the connection, or a transfer whose bytes did not arrive intact.
+#[derive(Debug, thiserror::Error)]
+pub enum QuicError {
+    /// A parameter osprobe does not accept (the message names it and what
+    /// is accepted).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("setting up TLS for QUIC: {0}")]
+    Tls(String),
+    #[error("the QUIC connection failed: {0}")]
+    Connection(String),
+    #[error("the QUIC transfer did not finish within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("the emulated path: {0}")]
+    Path(String),
+    #[error("a QUIC endpoint thread panicked ({0})")]
+    Panicked(&'static str),
+}
+
+impl QuicError {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> QuicError {
+        QuicError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! QUIC with quinn-proto, both endpoints in user space, each on its own
+//! thread (`driver`), on the clock osprobe chooses (`crate::clock`).
+//!
+//! The client sends `duration` worth of pseudo-random bytes on one
+//! unidirectional stream; the server reads it in order and hashes it (xxh3,
+//! as net does); the two hashes must match. Congestion control is
+//! quinn-proto's NewReno, Cubic or BBR behind a thin observing wrapper
+//! (`cc`, which says where the `+floor` patch can and cannot reach).
+
+mod app;
+pub mod cc;
+mod driver;
+mod error;
+mod tls;
+pub mod udp;
+
+pub use cc::{CcKind, CC_VALUES};
+pub use error::QuicError;
+
+use crate::outcome::{TransferConfig, TransferOutcome};
+use app::{Receiver, Sender};
+use cc::{ObservingFactory, SampleRecord};
+use driver::{Finished, Role};
+use quinn_proto::{IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use udp::Udp;
+
+/// Flow-control windows: above the bandwidth-delay product of the largest
+/// path osprobe emulates (1 Gbit/s x 100 ms = 12.5 MB), so that the window
+/// never limits what congestion control would send.
+const FLOW_WINDOW: u32 = 64 << 20;
+/// The largest UDP payload on the emulated path (TUN MTU 1500 - IPv4 and
+/// UDP headers); path MTU discovery climbs to it from quinn's 1200.
+const MAX_UDP_PAYLOAD: u16 = 1472;
+/// Beyond the transfer's own duration, how long both ends may take to set
+/// up, drain and close (generous: a bound on a stuck transfer, not a
+/// timing target).
+const GRACE: Duration = Duration::from_secs(30);
+
+/// Where the two endpoints run.
+#[derive(Debug, Clone, Copy)]
+pub enum Placement {
+    /// Both on 127.0.0.1 in this namespace, no emulated path.
+    Loopback,
+}
+
+/// Run one transfer across the emulated path of `config.path`.
+///
+/// Until the emulated path is wired in, the endpoints meet on loopback and
+/// the outcome's notes say so.
+pub fn run_transfer(config: &TransferConfig) -> Result<TransferOutcome, QuicError> {
+    run_transfer_on(config, Placement::Loopback)
+}
+
+/// Run one transfer with the endpoints placed as asked.
+pub fn run_transfer_on(
+    config: &TransferConfig,
+    placement: Placement,
+) -> Result<TransferOutcome, QuicError> {
+    let kind = CcKind::parse(&config.cc).map_err(QuicError::Invalid)?;
+    check_times(config)?;
+    let clock = crate::clock::StackClock::new(config.clock);
+    let record = Arc::new(SampleRecord::new());
+    let transport = Arc::new(transport_config(kind, clock, record.clone()));
+    let pair = tls::make_pair()?;
+    let mut server_config = pair.server;
+    server_config.transport_config(transport.clone());
+    let mut client_config = pair.client;
+    client_config.transport_config(transport);
+
+    let (server_udp, client_udp) = match placement {
+        Placement::Loopback => {
+            let any: SocketAddr = "127.0.0.1:0".parse().expect("a literal address");
+            let server = Udp::bind(any)
+                .map_err(|e| QuicError::io("binding the server's UDP socket on 127.0.0.1", e))?;
+            let client = Udp::bind(any)
+                .map_err(|e| QuicError::io("binding the client's UDP socket on 127.0.0.1", e))?;
+            (server, client)
+        }
+    };
+    let server_addr = server_udp
+        .local_addr()
+        .map_err(|e| QuicError::io("reading the server's address", e))?;
+    let offload = format!(
+        "UDP offloads: GSO {} (up to {} datagrams per send), GRO {}",
+        on_off(client_udp.gso),
+        udp::GSO_SEGMENTS,
+        on_off(server_udp.gro)
+    );
+
+    let deadline = Instant::now() + config.duration + GRACE;
+    let abort = Arc::new(AtomicBool::new(false));
+    let server = {
+        let abort = abort.clone();
+        let receiver = Receiver::new(config.interval);
+        let role = Role::Server {
+            config: Arc::new(server_config),
+        };
+        spawn("osprobe-quic-server", move || {
+            let r = driver::run(server_udp, role, clock, receiver, deadline, &abort);
+            if r.is_err() {
+                abort.store(true, Ordering::Relaxed);
+            }
+            r
+        })?
+    };
+    let client = {
+        let abort = abort.clone();
+        let sender = Sender::new(config.duration);
+        let role = Role::Client {
+            server: server_addr,
+            config: client_config,
+        };
+        spawn("osprobe-quic-client", move || {
+            let r = driver::run(client_udp, role, clock, sender, deadline, &abort);
+            if r.is_err() {
+                abort.store(true, Ordering::Relaxed);
+            }
+            r
+        })?
+    };
+    let client = client.join().map_err(|_| QuicError::Panicked("client"))?;
+    let server = server.join().map_err(|_| QuicError::Panicked("server"))?;
+    let (client, server) = match (client, server) {
+        (Ok(c), Ok(s)) => (c, s),
+        (Err(e), _) | (_, Err(e)) if e.contains("deadline") => {
+            return Err(QuicError::Timeout(config.duration + GRACE))
+        }
+        (Err(e), Ok(_)) => return Err(QuicError::Connection(format!("client: {e}"))),
+        (Ok(_), Err(e)) => return Err(QuicError::Connection(format!("server: {e}"))),
+        (Err(c), Err(s)) => return Err(QuicError::Connection(format!("client: {c}; server: {s}"))),
+    };
+    let mut outcome = outcome_of(config, &client, &server);
+    outcome
+        .notes
+        .extend(cc::notes(&clock, kind, record.counts()));
+    outcome.notes.push(offload);
+    outcome.notes.push(match placement {
+        Placement::Loopback => "endpoints on 127.0.0.1 (no emulated path: the path's delay, loss and rate were not applied)".into(),
+    });
+    outcome.notes.push(
+        "each endpoint's thread waits in ppoll(2) on its socket until the connection's next timer on the stack's clock (an hrtimer, subject to the thread's timer slack)".into(),
+    );
+    Ok(outcome)
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+fn check_times(config: &TransferConfig) -> Result<(), QuicError> {
+    if config.duration.is_zero() || config.duration > Duration::from_secs(3600) {
+        return Err(QuicError::Invalid(format!(
+            "duration {:?}: expected above 0 and at most 1 h",
+            config.duration
+        )));
+    }
+    if config.interval.is_zero() || config.interval > config.duration {
+        return Err(QuicError::Invalid(format!(
+            "interval {:?}: expected above 0 and at most the duration ({:?})",
+            config.interval, config.duration
+        )));
+    }
+    Ok(())
+}
+
+fn transport_config(
+    kind: CcKind,
+    clock: crate::clock::StackClock,
+    record: Arc<SampleRecord>,
+) -> TransportConfig {
+    let mut transport = TransportConfig::default();
+    transport
+        .congestion_controller_factory(Arc::new(ObservingFactory {
+            kind,
+            clock,
+            record,
+        }))
+        .stream_receive_window(VarInt::from_u32(FLOW_WINDOW))
+        .receive_window(VarInt::from_u32(FLOW_WINDOW))
+        .send_window(u64::from(FLOW_WINDOW))
+        .max_idle_timeout(Some(IdleTimeout::from(VarInt::from_u32(10_000))))
+        .enable_segmentation_offload(true);
+    let mut mtu = MtuDiscoveryConfig::default();
+    mtu.upper_bound(MAX_UDP_PAYLOAD);
+    transport.mtu_discovery_config(Some(mtu));
+    transport
+}
+
+fn spawn<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<thread::JoinHandle<T>, QuicError> {
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| QuicError::io(format!("starting the {name} thread"), e))
+}
+
+/// The outcome from what both ends saw: the sender's bytes, acknowledgement
+/// time, RTT and losses; the receiver's per-interval counts and hash.
+fn outcome_of(
+    config: &TransferConfig,
+    client: &Finished<Sender>,
+    server: &Finished<Receiver>,
+) -> TransferOutcome {
+    let sender = &client.app;
+    let receiver = &server.app;
+    let elapsed = match (sender.started, sender.acknowledged) {
+        (Some(s), Some(a)) => a.duration_since(s),
+        _ => Duration::ZERO,
+    };
+    let seconds = config.interval.as_secs_f64();
+    let full_intervals = receiver
+        .first_byte
+        .zip(receiver.last_byte)
+        .map_or(0, |(f, l)| {
+            (l.duration_since(f).as_nanos() / config.interval.as_nanos()) as usize
+        });
+    let mut throughput_bps: Vec<f64> = receiver
+        .per_interval
+        .iter()
+        .take(full_intervals)
+        .map(|&b| b as f64 * 8.0 / seconds)
+        .collect();
+    if throughput_bps.is_empty() && !elapsed.is_zero() {
+        // Shorter than one interval: one sample over the whole transfer.
+        throughput_bps.push(receiver.received as f64 * 8.0 / elapsed.as_secs_f64());
+    }
+    let lost = client.stats.map_or(0, |s| s.path.lost_packets);
+    let verified = sender.written == receiver.received && sender.hash() == receiver.hash();
+    let mut notes = vec![
+        "throughput: bytes the server read in order per interval of real time (quinn-proto does not report acknowledged stream bytes to the sender; in-order delivery at the receiver precedes its acknowledgement by half an RTT)".to_string(),
+        format!(
+            "srtt and min_rtt: the client's quinn-proto RttEstimator at the end, on the stack's clock ({})",
+            config.clock
+        ),
+        "retransmits: packets the client's quinn-proto declared lost (their frames are sent again in new packets)".to_string(),
+    ];
+    if !verified {
+        notes.push(format!(
+            "NOT VERIFIED: the client wrote {} bytes, the server read {}; the hashes {}",
+            sender.written,
+            receiver.received,
+            if sender.hash() == receiver.hash() {
+                "matched"
+            } else {
+                "differ"
+            }
+        ));
+    }
+    TransferOutcome {
+        bytes: receiver.received.min(sender.written),
+        elapsed,
+        throughput_bps,
+        min_rtt: client.min_rtt,
+        srtt: client.srtt,
+        retransmits: lost,
+        cpu_time: client.cpu + server.cpu,
+        verified,
+        notes,
+    }
+}
