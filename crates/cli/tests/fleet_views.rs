@@ -116,7 +116,6 @@ fn views_over_labelled_runs_in_postgres() {
 /// Everything the views do, on the store `db`; files go to `dir`.
 fn views(db: &OsStr, dir: &Path) {
     fill_like_a_fleet(db);
-    let db = db;
 
     // history: the labels are stored and shown, the filters AND.
     let all = history(db, &[]);
