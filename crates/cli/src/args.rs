@@ -58,6 +58,8 @@ pub enum Command {
     Man,
     /// Print generated documentation: `docs experiments` (the experiment reference)
     Docs(crate::docs::DocsArgs),
+    /// Characterize many hosts over ssh (an Ansible inventory) and the network between them: `fleet run --inventory hosts.ini`
+    Fleet(crate::fleet::FleetArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -52,6 +52,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Completions(args) => crate::shell::completions(args),
         Command::Man => crate::shell::man(),
         Command::Docs(args) => crate::docs::run(args),
+        Command::Fleet(args) => crate::fleet::fleet(args, db, cli.quiet),
     }
 }
 
@@ -131,7 +132,7 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         &overrides,
         db,
         quiet,
-        args.token.token,
+        args.token.secret()?,
         false,
     )
 }

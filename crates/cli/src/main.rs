@@ -8,6 +8,7 @@ mod commands;
 mod compare;
 mod docs;
 mod export;
+mod fleet;
 mod fleetref;
 mod hostref;
 mod labels;

@@ -1,0 +1,338 @@
+//! The network between hosts: which ordered pairs `--pairs` names, and one
+//! pair measured: `osprobe serve` on dst over ssh with a fresh one-time
+//! token (sent on stdin into a 0600 file there, never on a command line),
+//! the client on src with `--to`, the server stopped afterwards.
+
+use crate::fleet::inventory::Inventory;
+use crate::fleet::remote;
+use crate::fleet::ssh::{ExecError, Input, Ssh, Target};
+use osprobe_core::Run;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Child;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The network tests a pair runs, and what `--pair-tests` accepts.
+pub const TESTS: [&str; 3] = ["rtt", "connect", "bandwidth"];
+/// How long dst's server may take to say where it listens.
+const SERVER_START: Duration = Duration::from_secs(30);
+
+/// Ordered (src, dst) pairs, as indexes into `inventory.hosts`.
+pub fn plan(spec: &str, inventory: &Inventory) -> Result<Vec<(usize, usize)>, String> {
+    let all: Vec<usize> = (0..inventory.hosts.len()).collect();
+    let every_ordered = |members: &[usize]| {
+        let mut out = Vec::new();
+        for &a in members {
+            for &b in members {
+                if a != b {
+                    out.push((a, b));
+                }
+            }
+        }
+        out
+    };
+    let pairs = match spec {
+        "all" => every_ordered(&all),
+        "ring" => {
+            let n = all.len();
+            match n {
+                0 | 1 => Vec::new(),
+                2 => vec![(0, 1), (1, 0)],
+                _ => (0..n).map(|i| (i, (i + 1) % n)).collect(),
+            }
+        }
+        other => {
+            let Some(group) = other.strip_prefix("group:") else {
+                return Err(format!(
+                    "--pairs '{other}': expected all, ring or group:NAME"
+                ));
+            };
+            let Some(members) = inventory.groups.get(group) else {
+                let known: Vec<&str> = inventory.groups.keys().map(String::as_str).collect();
+                return Err(format!(
+                    "--pairs group:{group}: no such group in {}; its groups: {}",
+                    inventory.path.display(),
+                    known.join(", ")
+                ));
+            };
+            let indexes: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&i| members.contains(&inventory.hosts[i].name))
+                .collect();
+            every_ordered(&indexes)
+        }
+    };
+    if pairs.is_empty() {
+        return Err(format!(
+            "--pairs {spec}: names no pair of two hosts; a pair needs at least two"
+        ));
+    }
+    Ok(pairs)
+}
+
+/// One end of a pair: how to reach it and its osprobe binary there.
+pub struct End<'a> {
+    pub target: &'a Target,
+    pub binary: &'a str,
+    /// The address src connects to (`osprobe_address`, else the ssh
+    /// destination) and the one dst's server binds (that address when it
+    /// is an IP literal, else every address: the token guards it).
+    pub connect: String,
+    pub bind: String,
+}
+
+/// One test of one pair: the run, or why there is none.
+pub struct PairResult {
+    pub test: String,
+    pub run: Result<Run, String>,
+    /// The run exists but the client reported a failure too.
+    pub warning: Option<String>,
+}
+
+/// Measure `tests` from `src` to `dst`. `Err` when no test could run (the
+/// server did not start) or when interrupted.
+pub fn measure(
+    ssh: &Ssh,
+    src: &End<'_>,
+    dst: &End<'_>,
+    profile: &str,
+    tests: &[String],
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<PairResult>, PairError> {
+    let token = token()?;
+    progress(&format!("starting osprobe serve on {}", dst.target.name));
+    let mut server = Server::start(ssh, dst, &token)?;
+    let to = match server.address.rsplit_once(':') {
+        Some((_, port)) if dst.connect.contains(':') => format!("[{}]:{port}", dst.connect),
+        Some((_, port)) => format!("{}:{port}", dst.connect),
+        None => server.address.clone(),
+    };
+    let mut results = Vec::new();
+    for test in tests {
+        if osprobe_core::interrupt::requested() {
+            return Err(PairError::Interrupted);
+        }
+        progress(&format!("net {test} --to {to}"));
+        let command = remote::words(&[
+            src.binary,
+            "net",
+            test,
+            "--to",
+            &to,
+            "--json",
+            "--no-store",
+            "--profile",
+            profile,
+            "-q",
+        ]) + " --token-file \"$d/token\"";
+        let script = remote::with_token_file(&remote::guarded(&command));
+        let line = format!("{token}\n");
+        let finished = match ssh.exec(src.target, &script, Input::Hold(line.as_bytes())) {
+            Ok(f) => f,
+            Err(ExecError::Interrupted) => return Err(PairError::Interrupted),
+            Err(ExecError::Local(e)) => return Err(PairError::Failed(e)),
+        };
+        let run = serde_json::from_slice::<Run>(&finished.stdout);
+        results.push(match run {
+            Ok(run) => PairResult {
+                test: test.clone(),
+                warning: (!finished.ok()).then(|| finished.reason()),
+                run: Ok(run),
+            },
+            Err(_) => PairResult {
+                test: test.clone(),
+                run: Err(finished.reason()),
+                warning: None,
+            },
+        });
+        // The server may have died under the test: say so rather than run
+        // the next tests against nothing.
+        if let Some(why) = server.exited() {
+            return Err(PairError::Failed(format!(
+                "osprobe serve on {} stopped: {why}",
+                dst.target.name
+            )));
+        }
+    }
+    server.stop();
+    Ok(results)
+}
+
+#[derive(Debug)]
+pub enum PairError {
+    Interrupted,
+    Failed(String),
+}
+
+/// A fresh secret for one pair: 128 random bits, hex.
+fn token() -> Result<String, PairError> {
+    let bytes = osprobe_core::random::os_random_bytes::<16>()
+        .map_err(|e| PairError::Failed(format!("no random bytes for a token: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `osprobe serve` running on dst through an ssh session; it stops when
+/// the session's stdin closes (dropping this), and removes its token file.
+struct Server {
+    child: Option<Child>,
+    address: String,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Server {
+    fn start(ssh: &Ssh, dst: &End<'_>, token: &str) -> Result<Server, PairError> {
+        let mut child = ssh
+            .spawn(dst.target, &remote::serve(dst.binary, &dst.bind))
+            .map_err(PairError::Failed)?;
+        let mut stdin = child.stdin.take();
+        if let Some(pipe) = stdin.as_mut() {
+            let _ = pipe.write_all(format!("{token}\n").as_bytes());
+            let _ = pipe.flush();
+        }
+        // Stdout: the listening line, then the server's log (drained).
+        let (lines_tx, lines_rx) = mpsc::channel();
+        if let Some(stdout) = child.stdout.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if lines_tx.send(line).is_err() {
+                        // Nobody listens any more; keep draining.
+                        continue;
+                    }
+                }
+            });
+        }
+        let stderr = child.stderr.take().map(|mut pipe| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+                text
+            })
+        });
+        // Keep stdin inside the child handle's place: it is the guard.
+        child.stdin = stdin;
+        let mut server = Server {
+            child: Some(child),
+            address: String::new(),
+            stderr,
+        };
+        let deadline = Instant::now() + SERVER_START;
+        loop {
+            if osprobe_core::interrupt::requested() {
+                return Err(PairError::Interrupted);
+            }
+            match lines_rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    if let Some(addr) = remote::parse_listening(&line) {
+                        server.address = addr;
+                        return Ok(server);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let why = server.finish();
+                    return Err(PairError::Failed(format!(
+                        "osprobe serve on {} did not start: {why}",
+                        dst.target.name
+                    )));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() > deadline => {
+                    let why = server.finish();
+                    return Err(PairError::Failed(format!(
+                        "osprobe serve on {} said nothing within {} s: {why}",
+                        dst.target.name,
+                        SERVER_START.as_secs()
+                    )));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Why the server's session ended, if it has.
+    fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(_)) => Some(self.finish()),
+            _ => None,
+        }
+    }
+
+    fn stop(mut self) {
+        self.finish();
+    }
+
+    /// Close stdin (the server stops and cleans up), wait a little, kill
+    /// the ssh session if it lingers; the server's stderr.
+    fn finish(&mut self) -> String {
+        let Some(mut child) = self.child.take() else {
+            return String::new();
+        };
+        drop(child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = child.kill();
+                    break child.wait().ok();
+                }
+            }
+        };
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let last: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        match (last.last(), status.and_then(|s| s.code())) {
+            (Some(_), _) => last[last.len().saturating_sub(6)..].join("\n"),
+            (None, Some(code)) => format!("exit status {code}"),
+            (None, None) => "killed".into(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn inventory() -> Inventory {
+        Inventory::parse(Path::new("hosts.ini"), "[web]\na\nb\n[db]\nc\n[solo]\nd\n").unwrap()
+    }
+
+    #[test]
+    fn all_is_every_ordered_pair_and_ring_each_to_the_next() {
+        let inv = inventory();
+        assert_eq!(plan("all", &inv).unwrap().len(), 12);
+        assert_eq!(
+            plan("ring", &inv).unwrap(),
+            [(0, 1), (1, 2), (2, 3), (3, 0)]
+        );
+        assert_eq!(plan("group:web", &inv).unwrap(), [(0, 1), (1, 0)]);
+    }
+
+    #[test]
+    fn bad_pair_specs_say_what_is_accepted() {
+        let inv = inventory();
+        let err = plan("mesh", &inv).unwrap_err();
+        assert!(err.contains("all, ring or group:NAME"), "{err}");
+        let err = plan("group:nope", &inv).unwrap_err();
+        assert!(
+            err.contains("no such group") && err.contains("web"),
+            "{err}"
+        );
+        let err = plan("group:solo", &inv).unwrap_err();
+        assert!(err.contains("at least two"), "{err}");
+    }
+}
