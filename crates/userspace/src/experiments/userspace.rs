@@ -279,9 +279,10 @@ fn measurements(
     };
     let whole = outcome.bytes as f64 * 8.0 / outcome.elapsed.as_secs_f64().max(1e-9);
     let round_trip = config.path.delay * 2;
-    let clock_words = match config.clock {
-        ClockMode::Fine => "the fine clock (CLOCK_MONOTONIC)".to_string(),
-        tick => format!("clock {tick}"),
+    let clock_words = match (params.text("stack"), config.clock) {
+        (Some("kernel"), _) => "the kernel's own clock".to_string(),
+        (_, ClockMode::Fine) => "the fine clock (CLOCK_MONOTONIC)".to_string(),
+        (_, tick) => format!("clock {tick}"),
     };
     let mut throughput = if samples.is_empty() {
         value_measurement(
@@ -358,6 +359,17 @@ fn measurements(
                 outcome.bytes
             ),
         )?);
+    }
+    // Every measurement says which stack and clock it was and what the
+    // path's round trip was configured to be, whatever a reader looks at.
+    let context = format!(
+        "{} with cc={} on {clock_words}; the path's configured round trip {} ms",
+        params.text("stack").unwrap_or("smoltcp"),
+        config.cc,
+        round_trip.as_millis()
+    );
+    for m in &mut out {
+        m.notes.insert(0, context.clone());
     }
     Ok(out)
 }
