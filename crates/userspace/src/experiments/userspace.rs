@@ -413,6 +413,59 @@ mod tests {
         assert_eq!(config.interval, Duration::from_millis(100));
     }
 
+    fn outcome(verified: bool) -> TransferOutcome {
+        TransferOutcome {
+            bytes: 125_000_000,
+            elapsed: Duration::from_secs(1),
+            throughput_bps: vec![5e8, 1e9, 1e9, 1e9, 1e9],
+            min_rtt: Some(Duration::ZERO),
+            srtt: Some(Duration::from_millis(3)),
+            retransmits: 2,
+            cpu_time: Duration::from_millis(250),
+            verified,
+            notes: vec!["from the stack".into()],
+        }
+    }
+
+    #[test]
+    fn an_outcome_becomes_the_five_metrics_without_its_ramp_up() {
+        let params = Params::new()
+            .with("stack", "smoltcp")
+            .with("clock", "tick:10ms")
+            .with("duration", "1s");
+        let config = transfer_config(&params).unwrap();
+        let out = measurements(&params, &config, &outcome(true)).unwrap();
+        let metrics: Vec<&str> = out.iter().map(|m| m.metric.as_str()).collect();
+        assert_eq!(
+            metrics,
+            [
+                "throughput",
+                "min_rtt",
+                "srtt",
+                "retransmits",
+                "cpu_per_byte"
+            ]
+        );
+        // 200 ms of ramp-up: the first two 100 ms samples are left out.
+        assert_eq!(out[0].summary.n, 3);
+        assert_eq!(out[0].summary.p50, 1e9);
+        // A zero minimum RTT is a real answer on a tick clock.
+        assert_eq!(out[1].summary.p50, 0.0);
+        assert_eq!(out[4].summary.p50, 2.0);
+        for m in &out {
+            assert!(m.notes[0].contains("clock tick:10ms"), "{:?}", m.notes);
+        }
+        assert!(out[0].notes.iter().any(|n| n == "from the stack"));
+    }
+
+    #[test]
+    fn an_unverified_transfer_is_a_failure_not_a_row() {
+        let params = Params::new();
+        let config = transfer_config(&params).unwrap();
+        let e = measurements(&params, &config, &outcome(false)).unwrap_err();
+        assert!(e.to_string().contains("hash did not match"), "{e}");
+    }
+
     #[test]
     fn bad_values_name_what_is_accepted() {
         let e = check_clock("tick:ten").unwrap_err();
