@@ -6,7 +6,6 @@ use crate::progress::Bar;
 use anyhow::{Context as _, Result};
 use osprobe_core::runner::{self, Plan};
 use osprobe_core::{Clock, Context, Experiment, Profile, Registry, Run, SCHEMA_VERSION};
-use osprobe_store::{Access, Store};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -53,13 +52,6 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Completions(args) => crate::shell::completions(args),
         Command::Man => crate::shell::man(),
         Command::Docs(args) => crate::docs::run(args),
-    }
-}
-
-pub(crate) fn db_path(db: Option<PathBuf>) -> Result<PathBuf> {
-    match db {
-        Some(p) => Ok(p),
-        None => Ok(osprobe_store::default_path()?),
     }
 }
 
@@ -168,7 +160,7 @@ fn measure(
     let mut store = if opts.no_store {
         None
     } else {
-        Some(Store::open(&db_path(db)?, Access::Write)?)
+        Some(crate::store::open_for_writing(db)?)
     };
     let exports = crate::export::Exports::create(opts)?;
 
@@ -227,7 +219,7 @@ fn measure(
     }
     // A report that cannot be written costs the run nothing: warn only.
     let report_path = match (&store, report) {
-        (Some(store), true) => crate::report::write_beside_store(&run, store.path())
+        (Some(store), true) => crate::report::write_beside_store(&run, store.location())
             .map_err(|e| eprintln!("osprobe: warning: no HTML report: {e:#}"))
             .ok(),
         _ => None,
@@ -247,7 +239,7 @@ fn measure(
             println!(
                 "\nstored as run {} in {} (osprobe show {})",
                 run.id,
-                store.path().display(),
+                store.location(),
                 run.id
             );
         }
@@ -294,16 +286,15 @@ fn list(json: bool) -> Result<ExitCode> {
 }
 
 fn history(db: Option<PathBuf>, json: bool) -> Result<ExitCode> {
-    let path = db_path(db)?;
-    let runs = match Store::open(&path, Access::Read) {
-        Ok(store) => store.list_runs()?,
-        Err(osprobe_store::StoreError::Missing(_)) => Vec::new(),
-        Err(e) => return Err(e.into()),
+    let location = crate::store::location(db)?;
+    let runs = match crate::store::open_if_exists(&location)? {
+        Some(store) => store.list_runs()?,
+        None => Vec::new(),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
     } else if runs.is_empty() {
-        println!("no runs stored in {} yet", path.display());
+        println!("no runs stored in {location} yet");
     } else {
         print!("{}", osprobe_report::history_table(&runs));
     }
@@ -311,14 +302,8 @@ fn history(db: Option<PathBuf>, json: bool) -> Result<ExitCode> {
 }
 
 fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
-    let store = Store::open(&db_path(db)?, Access::Read)?;
-    let run = store.load_run(&args.run).map_err(|e| match e {
-        osprobe_store::StoreError::UnknownRun { .. }
-        | osprobe_store::StoreError::AmbiguousRun { .. } => {
-            anyhow::Error::new(UsageError(e.to_string()))
-        }
-        other => other.into(),
-    })?;
+    let store = crate::store::open_for_reading(db)?;
+    let run = crate::store::load_run(&*store, &args.run)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     } else if args.csv {
@@ -347,7 +332,11 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
 /// The command line as stored with a run, with the value of --token
 /// replaced: secrets never reach the store.
 fn redacted_command_line() -> String {
-    redact_token(std::env::args().skip(1)).join(" ")
+    redact_token(std::env::args().skip(1))
+        .iter()
+        .map(|arg| osprobe_store::redact_arg(arg))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn redact_token(args: impl Iterator<Item = String>) -> Vec<String> {

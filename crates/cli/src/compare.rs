@@ -4,12 +4,12 @@
 //! experiment, metric and parameters in common), 2 for a usage error. Wiring only:
 //! the arithmetic lives in osprobe-report's compare module.
 
-use crate::commands::{db_path, UsageError};
+use crate::commands::UsageError;
 use anyhow::Result;
 use clap::Args;
 use osprobe_core::Run;
 use osprobe_report::compare::{compare, parse_threshold, render};
-use osprobe_store::{Access, Store, StoreError};
+use osprobe_store::RunStore;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,23 +27,15 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
-/// Open the store for reading; a missing store is the user's to fix (exit 2).
-pub fn open_store(db: Option<PathBuf>) -> Result<Store> {
-    match Store::open(&db_path(db)?, Access::Read) {
-        Ok(store) => Ok(store),
-        Err(e @ StoreError::Missing(_)) => Err(UsageError(e.to_string()).into()),
-        Err(e) => Err(e.into()),
-    }
+/// Open the store for reading (either backend); a missing store is the
+/// user's to fix (exit 2).
+pub fn open_store(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
+    crate::store::open_for_reading(db)
 }
 
 /// Load a run; an unknown, ambiguous or absent id is a usage error.
-pub fn load_run(store: &Store, id: &str) -> Result<Run> {
-    store.load_run(id).map_err(|e| match e {
-        StoreError::UnknownRun { .. } | StoreError::AmbiguousRun { .. } => {
-            anyhow::Error::new(UsageError(e.to_string()))
-        }
-        other => other.into(),
-    })
+pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
+    crate::store::load_run(store, id)
 }
 
 pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {

@@ -18,6 +18,7 @@ mod report;
 mod reproduce;
 mod rfs;
 mod shell;
+mod store;
 mod version;
 
 use clap::Parser;

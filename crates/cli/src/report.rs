@@ -68,13 +68,10 @@ pub fn write(run: &Run, path: &Path) -> Result<usize> {
     Ok(html.len())
 }
 
-/// The report `osprobe run` keeps beside the store: `<dir of db>/reports/<id>.html`.
-pub fn write_beside_store(run: &Run, db: &Path) -> Result<PathBuf> {
-    let dir = db
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .join("reports");
+/// The report `osprobe run` keeps beside the store: `<dir of db>/reports/<id>.html`
+/// (for a PostgreSQL store, in the default data directory's `reports/`).
+pub fn write_beside_store(run: &Run, store: &osprobe_store::Location) -> Result<PathBuf> {
+    let dir = store.reports_dir()?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(format!("{}.html", run.id));
     write(run, &path)?;

@@ -51,6 +51,23 @@ pub struct Reference {
     /// The reference machine's clock, for cycle figures when a run has no cycle counts.
     #[serde(default)]
     pub clock_ghz: Option<f64>,
+    /// The figure is a ratio of two measurements of one run (unit `x`):
+    /// the matching measurement divided by the one these parameters pick.
+    /// For a study whose machine osprobe's cannot match (a 10 Gbit/s link),
+    /// the quantity reproduced is the ratio, e.g. a user-space stack's
+    /// throughput over the kernel's on the same path.
+    #[serde(default)]
+    pub relative_to: Option<RelativeTo>,
+}
+
+/// The denominator of a ratio row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelativeTo {
+    /// The parameters in which the denominator differs from the numerator
+    /// (e.g. `stack=kernel`); every other parameter both have must be equal,
+    /// so the two were measured on the same path.
+    pub params: Params,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,6 +179,16 @@ impl Reference {
             "p50" | "prediction" if kind != Kind::Param => {}
             f if f.starts_with("argmax:") && kind == Kind::Param => {}
             f => return Err(format!("field '{f}' does not fit unit '{}'", self.unit)),
+        }
+        if let Some(rel) = &self.relative_to {
+            if self.unit != "x" || self.field() != "p50" || self.experiment.is_none() {
+                return Err(
+                    "a relative_to row needs unit x, the p50 field and an experiment".into(),
+                );
+            }
+            if rel.params.0.is_empty() {
+                return Err("relative_to names no parameter to change".into());
+            }
         }
         if kind == Kind::Cycles && !self.clock_ghz.is_some_and(|g| g.is_finite() && g > 0.0) {
             return Err("a figure in cycles needs the machine's clock_ghz".into());
@@ -328,6 +355,10 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         });
         return out;
     };
+    if let Some(rel) = &r.relative_to {
+        relative_row(run, r, rel, &matching, &mut out);
+        return out;
+    }
     let (value, picked) = match r.field() {
         "prediction" => match &first.prediction {
             Some(p) => (convert(r, first.unit, p.value, None, run), *first),
@@ -388,6 +419,63 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         Err(reason) => out.status = Status::NotComparable(reason),
     }
     out
+}
+
+/// A ratio row: the first matching measurement over its denominator in the
+/// same run (the same experiment and metric, `rel`'s parameters, and every
+/// other parameter both carry equal).
+fn relative_row(
+    run: &Run,
+    r: &Reference,
+    rel: &RelativeTo,
+    matching: &[&Measurement],
+    out: &mut ReproduceRow,
+) {
+    let denominator_of = |num: &Measurement| {
+        run.measurements.iter().find(|d| {
+            d.experiment == num.experiment
+                && d.metric == num.metric
+                && rel
+                    .params
+                    .0
+                    .iter()
+                    .all(|(k, v)| d.params.get(k).is_some_and(|dv| same_value(v, dv)))
+                && num.params.0.iter().all(|(k, v)| {
+                    rel.params.get(k).is_some()
+                        || d.params.get(k).is_none_or(|dv| same_value(v, dv))
+                })
+        })
+    };
+    let pair = matching
+        .iter()
+        .find_map(|num| denominator_of(num).map(|den| (*num, den)));
+    let Some((num, den)) = pair else {
+        out.status = Status::NotMeasured(format!(
+            "this run has no pair of measurements to divide ({} over {} on the same path)",
+            crate::human::params_label(&r.params),
+            crate::human::params_label(&rel.params)
+        ));
+        return;
+    };
+    out.measured_params = Some(crate::human::params_label(&num.params));
+    if den.summary.p50 <= 0.0 {
+        out.status = Status::NotComparable(format!(
+            "the denominator ({}) measured zero",
+            crate::human::params_label(&den.params)
+        ));
+        return;
+    }
+    let this = num.summary.p50 / den.summary.p50;
+    out.this = Some(this);
+    out.ratio = Some(this / r.value);
+    out.notes.push(format!(
+        "this run: {} {} over {} {} ({})",
+        figure(num.summary.p50),
+        num.unit,
+        figure(den.summary.p50),
+        den.unit,
+        crate::human::params_label(&den.params)
+    ));
 }
 
 /// A measured value (`unit`, with its cycle count if any) in the
@@ -921,6 +1009,65 @@ mod tests {
             text.contains("200.0") && text.contains("0.20x better"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn ratio_rows_divide_two_measurements_of_the_same_path() {
+        let refs = parse_references(
+            r#"{"about": "t", "rows": [
+            {"seed": "001", "source": "s", "table": "T", "what": "user space / kernel",
+             "experiment": "net.userspace", "metric": "throughput",
+             "params": {"stack": "quinn", "cc": "bbr", "clock": "tick:10ms"},
+             "relative_to": {"params": {"stack": "kernel"}},
+             "value": 0.05, "unit": "x", "machine": null}
+            ]}"#,
+        )
+        .unwrap();
+        let point = |stack: &str, clock: Option<&str>, delay: &str| {
+            let mut p = Params::new()
+                .with("stack", stack)
+                .with("cc", "bbr")
+                .with("delay", delay);
+            if let Some(c) = clock {
+                p = p.with("clock", c);
+            }
+            p
+        };
+        let tp = |p: Params, v: f64| m("net.userspace", "throughput", p, Unit::BitsPerSecond, v);
+        let ms = vec![
+            // The kernel on another path must not be picked.
+            tp(point("kernel", None, "50ms"), 1e6),
+            tp(point("quinn", Some("tick:10ms"), "10ms"), 1e8),
+            tp(point("kernel", None, "10ms"), 1e9),
+        ];
+        let rows = reproduce(&run(ms), &refs, None);
+        assert_eq!(rows[0].status, Status::Measured, "{:?}", rows[0]);
+        assert_eq!(rows[0].this, Some(0.1));
+        assert_eq!(rows[0].ratio, Some(2.0));
+        assert!(
+            rows[0].notes[0].contains("stack=kernel"),
+            "{:?}",
+            rows[0].notes
+        );
+        // No denominator on the numerator's path: not measured, said why.
+        let alone = vec![
+            tp(point("kernel", None, "50ms"), 1e6),
+            tp(point("quinn", Some("tick:10ms"), "10ms"), 1e8),
+        ];
+        let rows = reproduce(&run(alone), &refs, None);
+        assert!(
+            matches!(&rows[0].status, Status::NotMeasured(t) if t.contains("same path")),
+            "{:?}",
+            rows[0].status
+        );
+        // A ratio row must be in x.
+        let bad = r#"{"about": "t", "rows": [{"seed": "001", "source": "s", "table": "T", "what": "w",
+            "experiment": "a.b", "metric": "m", "params": {}, "relative_to": {"params": {"stack": "kernel"}},
+            "value": 1, "unit": "ns", "machine": null}]}"#;
+        assert!(parse_references(bad)
+            .unwrap_err()
+            .to_string()
+            .contains("unit x"));
     }
 
     #[test]

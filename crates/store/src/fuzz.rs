@@ -10,13 +10,13 @@ use osprobe_core::{Measurement, Run};
 /// parses back to the same value (the store writes what it read).
 pub fn run_json(data: &[u8]) {
     if let Ok(run) = serde_json::from_slice::<Run>(data) {
-        let text = super::to_json(&run);
+        let text = crate::codec::to_json(&run);
         let back: Run = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("a parsed run serialises to JSON that fails: {e}"));
         assert_eq!(back, run, "a parsed run round-trips");
     }
     if let Ok(m) = serde_json::from_slice::<Measurement>(data) {
-        let text = super::to_json(&m);
+        let text = crate::codec::to_json(&m);
         let back: Measurement = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("a parsed measurement serialises to JSON that fails: {e}"));
         assert_eq!(back, m, "a parsed measurement round-trips");

@@ -7,8 +7,17 @@
 //! into every call), so osprobe decides what time they see: see `clock`.
 
 pub mod clock;
+pub mod error;
+pub mod kernel_tcp;
 pub mod outcome;
+pub mod path;
+pub mod payload;
 pub mod quic;
+pub mod receiver;
+pub mod sampler;
+pub mod smoltcp_tcp;
 
 pub use clock::{ClockMode, StackClock};
+pub use error::TransferError;
 pub use outcome::{PathConfig, TransferConfig, TransferOutcome};
+pub use path::{EmulatedPath, PathError};

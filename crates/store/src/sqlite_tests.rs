@@ -1,5 +1,11 @@
+//! What only the SQLite file has: its own corruption, foreign databases,
+//! unwritable paths and concurrent first writers across processes. What
+//! both backends share is tested on both in tests/backends.rs.
+
 use super::*;
+use crate::Store;
 use osprobe_core::{ClockInfo, Params, Summary, Unit};
+use osprobe_core::{Profile, SCHEMA_VERSION};
 
 fn sample_run(id: &str, n: usize) -> Run {
     let clock = ClockInfo {
@@ -39,82 +45,6 @@ fn sample_run(id: &str, n: usize) -> Run {
         }],
         labels: Default::default(),
     }
-}
-
-#[test]
-fn round_trip_of_a_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sub/dir/results.db");
-    let mut store = Store::open(&path, Access::Write).unwrap();
-    let run = sample_run("01AAAAAAAAAAAAAAAAAAAAAAAA", 3);
-    store.save_run(&run).unwrap();
-    let back = store.load_run("latest").unwrap();
-    let mut expected = run.clone();
-    for m in &mut expected.measurements {
-        m.run = run.id.clone();
-    }
-    assert_eq!(back, expected);
-    assert_eq!(
-        store.load_run("01aaa").unwrap().id,
-        run.id,
-        "prefix, any case"
-    );
-    let list = store.list_runs().unwrap();
-    assert_eq!(list.len(), 1);
-    assert_eq!(list[0].measurements, 3);
-}
-
-#[test]
-fn labels_round_trip_and_show_in_the_summary() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(&dir.path().join("r.db"), Access::Write).unwrap();
-    let mut run = sample_run("01BBBBBBBBBBBBBBBBBBBBBBBB", 1);
-    run.labels.insert("host".into(), "web-1".into());
-    run.labels.insert("pair".into(), "web-1 -> db-1".into());
-    store.save_run(&run).unwrap();
-    assert_eq!(store.load_run("latest").unwrap().labels, run.labels);
-    assert_eq!(store.list_runs().unwrap()[0].labels, run.labels);
-}
-
-#[test]
-fn unknown_and_ambiguous_ids() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(&dir.path().join("r.db"), Access::Write).unwrap();
-    assert!(matches!(
-        store.load_run("latest"),
-        Err(StoreError::UnknownRun { .. })
-    ));
-    store.save_run(&sample_run("01AB", 1)).unwrap();
-    store.save_run(&sample_run("01AC", 1)).unwrap();
-    assert!(matches!(
-        store.load_run("01A"),
-        Err(StoreError::AmbiguousRun { count: 2, .. })
-    ));
-    let err = store.load_run("ZZ").unwrap_err().to_string();
-    assert!(
-        err.contains("'ZZ'") && err.contains("osprobe history"),
-        "{err}"
-    );
-}
-
-#[test]
-fn latest_and_the_runs_before_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(&dir.path().join("r.db"), Access::Write).unwrap();
-    let mut first = sample_run("01AB", 1);
-    first.started = "2026-11-22T09:00:00.000Z".into();
-    store.save_run(&first).unwrap();
-    store.save_run(&sample_run("01AC", 1)).unwrap();
-    assert_eq!(store.resolve_id("latest").unwrap(), "01AC");
-    assert_eq!(store.resolve_id("latest~0").unwrap(), "01AC");
-    assert_eq!(store.resolve_id("latest~1").unwrap(), "01AB");
-    let err = store.resolve_id("latest~2").unwrap_err().to_string();
-    assert!(
-        err.contains("'latest~2'") && err.contains("holds 2 runs"),
-        "{err}"
-    );
-    let err = store.resolve_id("latest~x").unwrap_err().to_string();
-    assert!(err.contains("latest~N"), "{err}");
 }
 
 #[test]
@@ -230,7 +160,7 @@ fn a_write_interrupted_by_death_leaves_no_partial_run() {
     let status = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "tests::child_writes_then_dies",
+            "sqlite::tests::child_writes_then_dies",
             "--ignored",
             "--test-threads=1",
         ])
@@ -348,7 +278,7 @@ fn concurrent_first_writers_in_processes_all_store_their_runs() {
                 std::process::Command::new(std::env::current_exe().unwrap())
                     .args([
                         "--exact",
-                        "tests::child_first_writer",
+                        "sqlite::tests::child_first_writer",
                         "--ignored",
                         "--nocapture",
                         "--test-threads=1",

@@ -1,0 +1,58 @@
+//! Where every command finds the runs: `--db` (a path or a `postgres://`
+//! URL), else `$OSPROBE_DB`, else the default SQLite file. The one place the
+//! cli opens a store, so every command works on either backend.
+
+use crate::commands::UsageError;
+use anyhow::Result;
+use osprobe_core::Run;
+use osprobe_store::{Access, Location, RunStore, StoreError};
+use std::path::PathBuf;
+
+/// The store `--db` names, else the default one. A malformed URL is the
+/// user's to fix (exit 2).
+pub fn location(db: Option<PathBuf>) -> Result<Location> {
+    let location = match db {
+        Some(p) => Location::parse(p.as_os_str()),
+        None => osprobe_store::default_location(),
+    };
+    location.map_err(usage_if_input)
+}
+
+/// Open the store for writing (created and migrated if needed): before
+/// measuring, so a bad --db fails in a moment, not after a minute of work.
+pub fn open_for_writing(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
+    Ok(osprobe_store::open(&location(db)?, Access::Write)?)
+}
+
+/// Open the store for reading; a store that does not exist yet is the
+/// user's to fix (exit 2).
+pub fn open_for_reading(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
+    osprobe_store::open(&location(db)?, Access::Read).map_err(usage_if_input)
+}
+
+/// Open the store for reading, or None when nothing was ever stored there
+/// (a SQLite file not created yet).
+pub fn open_if_exists(location: &Location) -> Result<Option<Box<dyn RunStore>>> {
+    match osprobe_store::open(location, Access::Read) {
+        Ok(store) => Ok(Some(store)),
+        Err(StoreError::Missing(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Load a run; an unknown, ambiguous or absent id is a usage error.
+pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
+    store.load_run(id).map_err(usage_if_input)
+}
+
+/// The store errors that name a mistake in what the user typed (exit 2);
+/// the others (unreachable, corrupt, too new) are failures (exit 1).
+fn usage_if_input(e: StoreError) -> anyhow::Error {
+    match e {
+        StoreError::Missing(_)
+        | StoreError::BadUrl { .. }
+        | StoreError::UnknownRun { .. }
+        | StoreError::AmbiguousRun { .. } => UsageError(e.to_string()).into(),
+        other => other.into(),
+    }
+}

@@ -1,0 +1,173 @@
+//! Moving runs between stores: one run per line (JSON Lines), each line the
+//! JSON of schema/osprobe.schema.json, as `osprobe export` writes them.
+//!
+//! An import is all or nothing per file: every line is read and checked
+//! before anything is stored, and the new runs are then stored in one
+//! transaction. Run ids are ULIDs, unique across machines, so a run whose id
+//! is already stored is counted and skipped: importing twice stores once.
+
+use osprobe_core::{Run, SCHEMA_VERSION};
+use std::collections::HashMap;
+use std::io::BufRead;
+
+/// The longest line read: a run with raw samples is a few MiB; a longer
+/// line is not a run and would only exhaust memory.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// What an import did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// Runs stored by this import.
+    pub new: usize,
+    /// Runs whose id was already stored (or repeated in the file).
+    pub already_there: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("{file} line {line}: {reason}; nothing was imported")]
+    Line {
+        file: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("cannot read {file}: {source}; nothing was imported")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One export line: a run's JSON, without a newline.
+pub fn run_line(run: &Run) -> String {
+    crate::codec::to_json(run)
+}
+
+/// Read and check every run of a JSON Lines file (`file` names it in
+/// errors). Blank lines are skipped. A run repeated in the file is kept once
+/// and counted in the returned number of repeats.
+pub fn parse_jsonl(mut input: impl BufRead, file: &str) -> Result<(Vec<Run>, usize), ImportError> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut first_line: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut repeats = 0;
+    let mut buf = Vec::new();
+    let mut line_no = 0;
+    let line_err = |line: usize, reason: String| ImportError::Line {
+        file: file.to_string(),
+        line,
+        reason,
+    };
+    loop {
+        buf.clear();
+        let n = std::io::Read::take(input.by_ref(), MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|source| ImportError::Read {
+                file: file.to_string(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        if buf.len() > MAX_LINE_BYTES {
+            return Err(line_err(
+                line_no,
+                format!("longer than {} MiB: not a run", MAX_LINE_BYTES >> 20),
+            ));
+        }
+        let text = std::str::from_utf8(&buf)
+            .map_err(|e| line_err(line_no, format!("not UTF-8 text ({e})")))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let run = parse_line(text).map_err(|reason| line_err(line_no, reason))?;
+        match first_line.get(&run.id) {
+            Some(&(earlier, index)) => {
+                if runs[index] != run {
+                    return Err(line_err(
+                        line_no,
+                        format!(
+                            "run {} is also on line {earlier}, with different content",
+                            run.id
+                        ),
+                    ));
+                }
+                repeats += 1;
+            }
+            None => {
+                first_line.insert(run.id.clone(), (line_no, runs.len()));
+                runs.push(run);
+            }
+        }
+    }
+    Ok((runs, repeats))
+}
+
+/// One line as a run, checked as the store needs it.
+fn parse_line(text: &str) -> Result<Run, String> {
+    let mut run: Run =
+        serde_json::from_str(text).map_err(|e| format!("not an osprobe run: {e}"))?;
+    if run.schema == 0 || run.schema > SCHEMA_VERSION {
+        return Err(format!(
+            "run schema {} is not one this osprobe reads (1 to {SCHEMA_VERSION}); upgrade osprobe",
+            run.schema
+        ));
+    }
+    if !is_ulid(&run.id) {
+        return Err(format!(
+            "run id '{}' is not a ULID (26 characters of 0-9 and A-Z without I, L, O, U)",
+            osprobe_core::peer_text::escape(&run.id, 40)
+        ));
+    }
+    for (i, m) in run.measurements.iter_mut().enumerate() {
+        if m.run.is_empty() {
+            m.run = run.id.clone();
+        } else if m.run != run.id {
+            return Err(format!(
+                "measurement {} names run '{}', not the line's run {}",
+                i + 1,
+                osprobe_core::peer_text::escape(&m.run, 40),
+                run.id
+            ));
+        }
+    }
+    Ok(run)
+}
+
+/// A ULID as osprobe writes them: 26 characters of Crockford base32, the
+/// first at most 7 (48 bits of time).
+pub fn is_ulid(id: &str) -> bool {
+    const CROCKFORD: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    id.len() == 26 && id.chars().all(|c| CROCKFORD.contains(c)) && id.as_bytes()[0] <= b'7'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulids_are_recognised() {
+        assert!(is_ulid("01JDQ3Z8X9ABCDEFGHJKMNPQRS"));
+        assert!(!is_ulid("01JDQ3Z8X9ABCDEFGHJKMNPQR"));
+        assert!(!is_ulid("01JDQ3Z8X9ABCDEFGHJKMNPQRI"));
+        assert!(!is_ulid("81JDQ3Z8X9ABCDEFGHJKMNPQRS"));
+        assert!(!is_ulid("01jdq3z8x9abcdefghjkmnpqrs"));
+    }
+
+    #[test]
+    fn a_bad_line_is_named_by_number_and_reason() {
+        let input = b"\n{\"not\": \"a run\"}\n" as &[u8];
+        let err = parse_jsonl(input, "runs.jsonl").err().unwrap().to_string();
+        assert!(
+            err.starts_with("runs.jsonl line 2: not an osprobe run"),
+            "{err}"
+        );
+        assert!(err.ends_with("nothing was imported"), "{err}");
+        let err = parse_jsonl(b"\xff\xfe\n" as &[u8], "-")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("line 1: not UTF-8"), "{err}");
+    }
+}
