@@ -258,7 +258,10 @@ mod tests {
     #[test]
     fn command_line_arguments_lose_their_passwords() {
         assert_eq!(redact_arg("postgres://a:pw@h/d"), "postgres://a:***@h/d");
-        assert_eq!(redact_arg("--db=postgres://a:pw@h/d"), "--db=postgres://a:***@h/d");
+        assert_eq!(
+            redact_arg("--db=postgres://a:pw@h/d"),
+            "--db=postgres://a:***@h/d"
+        );
         assert_eq!(redact_arg("--to=a:pw@h"), "--to=a:pw@h");
         assert_eq!(redact_arg("cpu.*"), "cpu.*");
     }

@@ -8,7 +8,7 @@
 //! the first tick boundary at or after its deadline, as a jiffies timer).
 
 use super::app::{App, CLOSE_DONE};
-use super::udp::{Udp, GSO_SEGMENTS};
+use super::udp::{Udp, GSO_BYTES, GSO_SEGMENTS};
 use crate::clock::StackClock;
 use bytes::{Bytes, BytesMut};
 use quinn_proto::{
@@ -74,7 +74,7 @@ pub fn run<A: App>(
             return Err("stopped: the other endpoint failed".into());
         }
         if Instant::now() >= deadline {
-            return Err("the deadline passed".into());
+            return Err(format!("the deadline passed ({})", app.progress()));
         }
         driver.receive()?;
         let now = clock.now_instant();
@@ -98,10 +98,8 @@ pub fn run<A: App>(
                     app.on_connected(conn)?;
                 }
                 Event::Stream(e) => app.on_stream_event(conn, e)?,
-                Event::ConnectionLost { reason } => {
-                    if !app.done() {
-                        return Err(format!("the connection was lost: {reason}"));
-                    }
+                Event::ConnectionLost { reason } if !app.done() => {
+                    return Err(format!("the connection was lost: {reason}"));
                 }
                 _ => {}
             }
@@ -264,9 +262,15 @@ impl Driver {
         if !self.flush_pending()? {
             return Ok(());
         }
-        let max_datagrams = if self.udp.gso { GSO_SEGMENTS } else { 1 };
         let Some((_, conn)) = self.conn.as_mut() else {
             return Ok(());
+        };
+        // One GSO send is at most 64 KB in all: with large packets (the
+        // emulated path's 64 KB MTU) that is one datagram.
+        let max_datagrams = if self.udp.gso {
+            (GSO_BYTES / usize::from(conn.current_mtu()).max(1)).clamp(1, GSO_SEGMENTS)
+        } else {
+            1
         };
         loop {
             self.send_buf.clear();

@@ -15,6 +15,9 @@ use std::time::Instant;
 /// own I/O layer uses 10 by default, which already amortizes the system
 /// call).
 pub const GSO_SEGMENTS: usize = 10;
+/// The most bytes one GSO send may carry (the kernel's limit is an IP
+/// packet's, 64 KB with headers).
+pub const GSO_BYTES: usize = 65_000;
 /// The most one receive can return (a GRO batch is at most 64 KB).
 pub const RECV_BUFFER: usize = 65_536;
 /// Socket buffers asked for: a window's worth of datagrams must fit while
