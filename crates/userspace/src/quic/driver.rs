@@ -56,9 +56,10 @@ pub fn run<A: App>(
     mut app: A,
     deadline: Instant,
     abort: &AtomicBool,
+    max_udp_payload: u16,
 ) -> Result<Finished<A>, String> {
     let cpu_start = thread_cpu();
-    let mut driver = Driver::new(udp, &role, clock)?;
+    let mut driver = Driver::new(udp, &role, clock, max_udp_payload)?;
     if let Role::Client { server, config } = role {
         let now = clock.now_instant();
         let (handle, conn) = driver
@@ -154,17 +155,23 @@ struct Driver {
 }
 
 impl Driver {
-    fn new(udp: Udp, role: &Role, clock: StackClock) -> Result<Driver, String> {
+    fn new(
+        udp: Udp,
+        role: &Role,
+        clock: StackClock,
+        max_udp_payload: u16,
+    ) -> Result<Driver, String> {
         let (server_config, is_client) = match role {
             Role::Client { .. } => (None, true),
             Role::Server { config } => (Some(config.clone()), false),
         };
-        let endpoint = Endpoint::new(
-            Arc::new(EndpointConfig::default()),
-            server_config.clone(),
-            true,
-            None,
-        );
+        // What this endpoint accepts from its peer (quinn's default is a
+        // 1500-byte Ethernet MTU's 1472).
+        let mut endpoint_config = EndpointConfig::default();
+        endpoint_config
+            .max_udp_payload_size(max_udp_payload.max(1200))
+            .map_err(|e| format!("max UDP payload {max_udp_payload}: {e}"))?;
+        let endpoint = Endpoint::new(Arc::new(endpoint_config), server_config.clone(), true, None);
         Ok(Driver {
             udp,
             endpoint,

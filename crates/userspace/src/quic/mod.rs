@@ -127,7 +127,15 @@ pub fn run_transfer_on(
             config: Arc::new(server_config),
         };
         spawn("osprobe-quic-server", move || {
-            let r = driver::run(server_udp, role, clock, receiver, deadline, &abort);
+            let r = driver::run(
+                server_udp,
+                role,
+                clock,
+                receiver,
+                deadline,
+                &abort,
+                max_payload,
+            );
             if r.is_err() {
                 abort.store(true, Ordering::Relaxed);
             }
@@ -142,7 +150,15 @@ pub fn run_transfer_on(
             config: client_config,
         };
         spawn("osprobe-quic-client", move || {
-            let r = driver::run(client_udp, role, clock, sender, deadline, &abort);
+            let r = driver::run(
+                client_udp,
+                role,
+                clock,
+                sender,
+                deadline,
+                &abort,
+                max_payload,
+            );
             if r.is_err() {
                 abort.store(true, Ordering::Relaxed);
             }
