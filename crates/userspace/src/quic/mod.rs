@@ -35,6 +35,9 @@ use udp::Udp;
 /// path osprobe emulates (1 Gbit/s x 100 ms = 12.5 MB), so that the window
 /// never limits what congestion control would send.
 const FLOW_WINDOW: u32 = 64 << 20;
+/// How soon path MTU discovery runs again after quinn-proto suspected a
+/// black hole.
+const BLACK_HOLE_COOLDOWN: Duration = Duration::from_secs(1);
 /// IPv4 and UDP headers: the UDP payload is the path's MTU minus these.
 const IPV4_UDP_HEADERS: u32 = 28;
 /// The largest UDP payload on loopback: that of a 1500-byte MTU, as a
@@ -193,8 +196,10 @@ pub fn run_transfer_on(
         ),
     });
     outcome.notes.push(format!(
-        "largest UDP payload allowed: {max_payload} bytes (quinn-proto's path MTU discovery climbs to it from 1200); QUIC packet size at the end: {} bytes",
-        client.stats.map_or(0, |s| s.path.current_mtu)
+        "largest UDP payload allowed: {max_payload} bytes (quinn-proto's path MTU discovery climbs to it from 1200; after a suspected black hole it drops to 1200 and tries again {} s later); QUIC packet size at the end: {} bytes; black holes suspected: {}",
+        BLACK_HOLE_COOLDOWN.as_secs(),
+        client.stats.map_or(0, |s| s.path.current_mtu),
+        client.stats.map_or(0, |s| s.path.black_holes_detected)
     ));
     drop(path);
     outcome.notes.push(
@@ -246,7 +251,11 @@ fn transport_config(
         .max_idle_timeout(Some(IdleTimeout::from(VarInt::from_u32(10_000))))
         .enable_segmentation_offload(true);
     let mut mtu = MtuDiscoveryConfig::default();
-    mtu.upper_bound(max_udp_payload);
+    mtu.upper_bound(max_udp_payload)
+        // Congestion losses of large packets look like an MTU black hole
+        // to quinn-proto (its documentation says so); its default minute
+        // of cooldown would keep a transfer of seconds at 1200 bytes.
+        .black_hole_cooldown(BLACK_HOLE_COOLDOWN);
     transport.mtu_discovery_config(Some(mtu));
     transport
 }
