@@ -36,6 +36,14 @@ fn a_loopback_transfer_arrives_intact_with_every_controller() {
             outcome
                 .notes
                 .iter()
+                .any(|n| n.starts_with("the transport's timer")),
+            "{:?}",
+            outcome.notes
+        );
+        assert!(
+            outcome
+                .notes
+                .iter()
                 .any(|n| n.contains(&format!("quinn-proto {cc}"))),
             "{:?}",
             outcome.notes

@@ -45,6 +45,40 @@ pub struct Finished<A> {
     pub min_rtt: Option<Duration>,
     /// CPU time of this thread (user + system).
     pub cpu: Duration,
+    /// How late the loop's timed waits ended when no datagram came first:
+    /// the cost of the transport's own timer.
+    pub timer_late: TimerLateness,
+}
+
+/// Lateness of the driver's timer wake-ups (the ppoll timeouts that
+/// expired), in ns, at most `MAX_LATENESS_SAMPLES` kept.
+#[derive(Debug, Default, Clone)]
+pub struct TimerLateness {
+    pub samples_ns: Vec<u64>,
+    pub total: u64,
+}
+
+const MAX_LATENESS_SAMPLES: usize = 100_000;
+
+impl TimerLateness {
+    fn record(&mut self, late: Duration) {
+        self.total += 1;
+        if self.samples_ns.len() < MAX_LATENESS_SAMPLES {
+            self.samples_ns
+                .push(u64::try_from(late.as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// The p-th percentile (0..=100) of the kept samples.
+    pub fn percentile(&self, p: f64) -> Option<Duration> {
+        if self.samples_ns.is_empty() {
+            return None;
+        }
+        let mut sorted = self.samples_ns.clone();
+        sorted.sort_unstable();
+        let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+        Some(Duration::from_nanos(sorted[rank.min(sorted.len() - 1)]))
+    }
 }
 
 /// Runs the endpoint until the application is done and the connection
@@ -136,6 +170,7 @@ pub fn run<A: App>(
         srtt: Some(path.rtt),
         min_rtt: Some(conn.min_rtt()),
         cpu: thread_cpu().saturating_sub(cpu_start),
+        timer_late: driver.timer_late,
     })
 }
 
@@ -152,6 +187,7 @@ struct Driver {
     /// segment size and bytes are kept until the socket is writable.
     pending: Option<(SocketAddr, Option<usize>, Vec<u8>)>,
     scratch: Vec<u8>,
+    timer_late: TimerLateness,
 }
 
 impl Driver {
@@ -183,6 +219,7 @@ impl Driver {
             send_buf: Vec::new(),
             pending: None,
             scratch: Vec::new(),
+            timer_late: TimerLateness::default(),
         })
     }
 
@@ -331,15 +368,21 @@ impl Driver {
 
     /// Sleep until input, the socket's room for a pending transmit, the
     /// connection's next timer on the stack's clock, or the deadline.
-    fn wait(&self, timer: Option<Instant>, deadline: Instant) -> Result<(), String> {
+    fn wait(&mut self, timer: Option<Instant>, deadline: Instant) -> Result<(), String> {
         let fires = timer.map(|t| self.clock.fires_at_instant(t));
         let until = fires.map_or(deadline, |f| f.min(deadline));
         if until <= Instant::now() {
             return Ok(());
         }
-        self.udp
+        let ready = self
+            .udp
             .wait(Some(until), self.pending.is_some())
-            .map_err(|e| format!("waiting on the UDP socket: {e}"))
+            .map_err(|e| format!("waiting on the UDP socket: {e}"))?;
+        if !ready && fires.is_some() {
+            self.timer_late
+                .record(Instant::now().saturating_duration_since(until));
+        }
+        Ok(())
     }
 }
 

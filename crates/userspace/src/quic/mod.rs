@@ -202,10 +202,33 @@ pub fn run_transfer_on(
         client.stats.map_or(0, |s| s.path.black_holes_detected)
     ));
     drop(path);
-    outcome.notes.push(
-        "each endpoint's thread waits in ppoll(2) on its socket until the connection's next timer on the stack's clock (an hrtimer, subject to the thread's timer slack)".into(),
-    );
+    outcome
+        .notes
+        .push(timer_note(&client.timer_late, &server.timer_late));
     Ok(outcome)
+}
+
+/// The transport's own timer and what it cost: how late the expired waits
+/// of both loops returned.
+fn timer_note(client: &driver::TimerLateness, server: &driver::TimerLateness) -> String {
+    let mut all = client.clone();
+    all.samples_ns.extend_from_slice(&server.samples_ns);
+    all.total += server.total;
+    let slack = osprobe_core::sleep::timer_slack().map_or("unknown".to_string(), |s| {
+        format!("{} us", s.as_nanos() as f64 / 1e3)
+    });
+    let us = |d: Option<Duration>| {
+        d.map_or("-".to_string(), |d| {
+            format!("{:.1}", d.as_nanos() as f64 / 1e3)
+        })
+    };
+    format!(
+        "the transport's timer: each endpoint's thread waits in ppoll(2) on its socket until the connection's next timer on the stack's clock (an hrtimer; timer slack {slack}); {} waits ended by their timeout, late by median {} us, p99 {} us, max {} us",
+        all.total,
+        us(all.percentile(50.0)),
+        us(all.percentile(99.0)),
+        us(all.percentile(100.0)),
+    )
 }
 
 fn on_off(b: bool) -> &'static str {

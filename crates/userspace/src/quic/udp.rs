@@ -189,7 +189,9 @@ impl Udp {
     /// deadline passes (None: no deadline). The driver's only wait: a
     /// ppoll with a nanosecond timeout, an hrtimer subject to the thread's
     /// timer slack.
-    pub fn wait(&self, deadline: Option<Instant>, writable: bool) -> io::Result<()> {
+    /// Returns whether the socket became ready (false: the timeout expired
+    /// or a signal interrupted).
+    pub fn wait(&self, deadline: Option<Instant>, writable: bool) -> io::Result<bool> {
         let mut pfd = libc::pollfd {
             fd: self.socket.as_raw_fd(),
             events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
@@ -213,7 +215,7 @@ impl Udp {
                 return Err(err);
             }
         }
-        Ok(())
+        Ok(rc > 0)
     }
 }
 
