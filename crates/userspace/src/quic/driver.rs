@@ -32,6 +32,9 @@ pub enum Role {
     },
 }
 
+/// The error text of a loop stopped by Ctrl-C, SIGTERM or SIGHUP.
+pub const INTERRUPTED: &str = "interrupted";
+
 /// How long the client keeps answering after it closed, so that its close
 /// reaches the server even if the first copy is lost.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
@@ -105,6 +108,9 @@ pub fn run<A: App>(
     let mut closed_at: Option<Instant> = None;
     let mut connected = false;
     loop {
+        if osprobe_core::interrupt::requested() {
+            return Err(INTERRUPTED.into());
+        }
         if abort.load(Ordering::Relaxed) {
             return Err("stopped: the other endpoint failed".into());
         }

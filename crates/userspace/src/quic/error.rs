@@ -24,6 +24,8 @@ pub enum QuicError {
     Timeout(std::time::Duration, String),
     #[error(transparent)]
     Path(#[from] crate::path::PathError),
+    #[error("interrupted")]
+    Interrupted,
     #[error("a QUIC endpoint thread panicked ({0})")]
     Panicked(&'static str),
 }
@@ -42,6 +44,7 @@ impl From<QuicError> for osprobe_core::ExperimentError {
         use osprobe_core::ExperimentError;
         match e {
             QuicError::Path(p) => p.into(),
+            QuicError::Interrupted => ExperimentError::Interrupted,
             QuicError::Io { context, source } => ExperimentError::Io { context, source },
             other => ExperimentError::Failed(other.to_string()),
         }

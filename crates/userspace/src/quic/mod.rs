@@ -172,6 +172,9 @@ pub fn run_transfer_on(
     let server = server.join().map_err(|_| QuicError::Panicked("server"))?;
     let (client, server) = match (client, server) {
         (Ok(c), Ok(s)) => (c, s),
+        (Err(c), _) | (_, Err(c)) if c == driver::INTERRUPTED => {
+            return Err(QuicError::Interrupted)
+        }
         (Err(c), Err(s)) if c.contains("deadline") || s.contains("deadline") => {
             return Err(QuicError::Timeout(
                 config.duration + GRACE,
