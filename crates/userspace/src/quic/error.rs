@@ -50,3 +50,17 @@ impl From<QuicError> for osprobe_core::ExperimentError {
         }
     }
 }
+
+/// For `net.userspace`, which runs every stack behind one error type.
+impl From<QuicError> for crate::error::TransferError {
+    fn from(e: QuicError) -> Self {
+        use crate::error::TransferError;
+        match e {
+            QuicError::Invalid(reason) => TransferError::Unsupported(reason),
+            QuicError::Path(p) => TransferError::Path(p),
+            QuicError::Io { context, source } => TransferError::Io { context, source },
+            QuicError::Interrupted => TransferError::Interrupted,
+            other => TransferError::Failed(other.to_string()),
+        }
+    }
+}
