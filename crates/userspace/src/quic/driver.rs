@@ -396,3 +396,21 @@ impl Driver {
 pub fn thread_cpu() -> Duration {
     Duration::from_nanos(osprobe_core::clock::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_percentiles_come_from_the_kept_samples() {
+        let mut late = TimerLateness::default();
+        assert_eq!(late.percentile(50.0), None);
+        for us in [5u64, 1, 3, 2, 4] {
+            late.record(Duration::from_micros(us));
+        }
+        assert_eq!(late.total, 5);
+        assert_eq!(late.percentile(0.0), Some(Duration::from_micros(1)));
+        assert_eq!(late.percentile(50.0), Some(Duration::from_micros(3)));
+        assert_eq!(late.percentile(100.0), Some(Duration::from_micros(5)));
+    }
+}
