@@ -30,8 +30,8 @@ pub enum Command {
     List(ListArgs),
     /// Run one experiment, optionally at chosen parameters
     Bench(BenchArgs),
-    /// List stored runs
-    History(JsonArg),
+    /// List stored runs, optionally of one host or with given labels
+    History(HistoryArgs),
     /// Show a stored run (an id, a unique prefix of one, or `latest`)
     Show(ShowArgs),
     /// Run a network experiment over loopback, a netns host (--netns), behind the link emulator (--delay/--loss/--rate) or to a remote `osprobe serve` (--to)
@@ -285,6 +285,9 @@ pub struct ProfileArgs {
     /// Also write the run as Markdown tables to FILE (as `show --markdown`)
     #[arg(long, value_name = "FILE")]
     pub export_markdown: Option<PathBuf>,
+    /// Attach a label to the stored run, e.g. --label team=db; repeatable (key: a-z 0-9 _ . -; value: printable text)
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = crate::labels::parse_label)]
+    pub labels: Vec<(String, String)>,
 }
 
 #[derive(Debug, Args)]
@@ -315,15 +318,21 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct JsonArg {
+pub struct HistoryArgs {
     /// Print as JSON
     #[arg(long)]
     pub json: bool,
+    /// Only runs of this host: its `host` label (a fleet's inventory name), else the recorded hostname
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
+    /// Only runs carrying this label; repeat it for runs carrying all of them
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = crate::labels::parse_label)]
+    pub labels: Vec<(String, String)>,
 }
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// Run id, a unique prefix of one, or `latest`
+    /// Run id, a unique prefix of one, `latest`, or HOST:REF (e.g. web-1:latest, among one host's runs)
     pub run: String,
     /// Print the run as JSON
     #[arg(long, conflicts_with_all = ["csv", "markdown"])]

@@ -1,7 +1,7 @@
 //! One function per verb: wiring between the registry, the runner, the
 //! store and the renderers. No measuring and no formatting happen here.
 
-use crate::args::{BenchArgs, Cli, Command, NetArgs, ProfileArgs, RunArgs, ShowArgs};
+use crate::args::{BenchArgs, Cli, Command, HistoryArgs, NetArgs, ProfileArgs, RunArgs, ShowArgs};
 use crate::progress::Bar;
 use anyhow::{Context as _, Result};
 use osprobe_core::runner::{self, Plan};
@@ -38,7 +38,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => run(args, db, cli.quiet),
         Command::Bench(args) => bench(args, db, cli.quiet),
         Command::List(args) => list(args.json),
-        Command::History(args) => history(db, args.json),
+        Command::History(args) => history(db, args),
         Command::Show(args) => show(db, args),
         Command::Net(args) => net(args, db, cli.quiet),
         Command::Serve(args) => crate::net::serve(args, cli.quiet),
@@ -158,6 +158,7 @@ fn measure(
     })?;
     let plan =
         Plan::new(selected, profile, overrides).map_err(|e| UsageError(format!("--param: {e}")))?;
+    let labels = crate::labels::collect(&opts.labels).map_err(UsageError)?;
     // Open the store before measuring: a bad --db fails in a millisecond,
     // not after a minute of work.
     let mut store = if opts.no_store {
@@ -215,7 +216,7 @@ fn measure(
         environment,
         measurements,
         skipped: outcome.skipped,
-        labels: Default::default(),
+        labels,
     };
     if let Some(store) = &mut store {
         store.save_run(&run).context("storing the run")?;
@@ -288,16 +289,27 @@ fn list(json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn history(db: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+fn history(db: Option<PathBuf>, args: HistoryArgs) -> Result<ExitCode> {
     let location = crate::store::location(db)?;
-    let runs = match crate::store::open_if_exists(&location)? {
+    let mut runs = match crate::store::open_if_exists(&location)? {
         Some(store) => store.list_runs()?,
         None => Vec::new(),
     };
-    if json {
+    let stored = runs.len();
+    let filter = crate::labels::Filter {
+        host: args.host,
+        labels: args.labels,
+    };
+    runs.retain(|r| filter.matches(r));
+    if args.json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
-    } else if runs.is_empty() {
+    } else if stored == 0 {
         println!("no runs stored in {location} yet");
+    } else if runs.is_empty() {
+        println!(
+            "no run of the {stored} in {location} matches {}",
+            filter.describe()
+        );
     } else {
         print!("{}", osprobe_report::history_table(&runs));
     }
@@ -323,7 +335,11 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
             "run {} ({} profile, {} .. {}, osprobe {})",
             run.id, run.profile, run.started, run.ended, run.osprobe_version
         );
-        println!("command: osprobe {}\n", run.command);
+        println!("command: osprobe {}", run.command);
+        if let Some(line) = osprobe_report::terminal::labels_line(&run.labels) {
+            println!("{line}");
+        }
+        println!();
         print!("{}", osprobe_report::environment_block(&run.environment));
         println!();
         print!(

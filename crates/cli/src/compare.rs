@@ -9,13 +9,13 @@ use anyhow::Result;
 use clap::Args;
 use osprobe_core::Run;
 use osprobe_report::compare::{compare, parse_threshold, render};
-use osprobe_store::RunStore;
+use osprobe_store::{RunStore, StoreError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest)
+    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest); HOST:REF counts among one host's runs (e.g. web-1:latest, the same experiment on two machines)
     pub a: String,
     /// The run compared with it (same forms)
     pub b: String,
@@ -30,7 +30,11 @@ pub struct CompareArgs {
 /// Open the store for reading (either backend); a missing store is the
 /// user's to fix (exit 2).
 pub fn open_store(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
-    crate::store::open_for_reading(db)
+    let location = crate::store::location(db)?;
+    osprobe_store::open(&location, osprobe_store::Access::Read).map_err(|e| match e {
+        StoreError::Missing(_) => UsageError(e.to_string()).into(),
+        other => crate::store::classify(other),
+    })
 }
 
 /// Load a run; an unknown, ambiguous or absent id is a usage error.

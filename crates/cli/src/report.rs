@@ -1,6 +1,8 @@
 //! `osprobe report [RUN] [--out FILE]`: a stored run as one self-contained
-//! HTML file; and the report `osprobe run` writes beside the store. Wiring
-//! only: the page is osprobe-report's html module.
+//! HTML file; `osprobe report --fleet [ID]`: the fleet page, every run of
+//! one fleet side by side; and the report `osprobe run` writes beside the
+//! store. Wiring only: the pages are osprobe-report's html and fleet
+//! modules.
 
 use crate::commands::UsageError;
 use crate::compare::{load_run, open_store};
@@ -8,14 +10,18 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use osprobe_core::{Run, SCHEMA_VERSION};
 use osprobe_report::html::Report;
+use osprobe_store::RunStore;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The run: an id, a unique prefix of one, `latest` or `latest~N`
+    /// The run: an id, a unique prefix of one, `latest`, `latest~N`, or HOST:REF (among one host's runs)
     #[arg(default_value = "latest")]
     pub run: String,
+    /// Write the fleet page instead: every run labelled fleet=ID (default: the latest fleet), one row per host, the network between hosts as heat maps
+    #[arg(long, value_name = "FLEET_ID", num_args = 0..=1, default_missing_value = "latest", conflicts_with = "run")]
+    pub fleet: Option<String>,
     /// Where to write the HTML (default: osprobe-report-RUN.html in the current directory)
     #[arg(long, short, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -23,6 +29,9 @@ pub struct ReportArgs {
 
 pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     let store = open_store(db)?;
+    if let Some(fleet) = &args.fleet {
+        return fleet_page(&*store, fleet, args.out);
+    }
     let run = load_run(&store, &args.run)?;
     readable_schema(&run)?;
     let out = args
@@ -39,6 +48,37 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     }
     let bytes = write(&run, &out)?;
     println!("{} ({} KiB)", out.display(), bytes.div_ceil(1024));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `report --fleet ID`: load every run of the fleet and write its page.
+fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Result<ExitCode> {
+    let fleet = crate::fleetref::resolve(&store.list_runs()?, reference).map_err(UsageError)?;
+    let mut runs = Vec::with_capacity(fleet.runs.len());
+    for id in &fleet.runs {
+        let run = load_run(store, id)?;
+        readable_schema(&run)?;
+        runs.push(run);
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from(crate::fleetref::file_name(&fleet.id)));
+    if out.is_dir() {
+        return Err(UsageError(format!(
+            "--out {}: is a directory; give a file name, e.g. {}",
+            out.display(),
+            out.join(crate::fleetref::file_name(&fleet.id)).display()
+        ))
+        .into());
+    }
+    let html = osprobe_report::fleet::page(&fleet.id, &runs);
+    std::fs::write(&out, &html).with_context(|| format!("cannot write {}", out.display()))?;
+    println!(
+        "{} ({} KiB; fleet {}, {} run{})",
+        out.display(),
+        html.len().div_ceil(1024),
+        fleet.id,
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" }
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -15,7 +15,7 @@ pub fn location(db: Option<PathBuf>) -> Result<Location> {
         Some(p) => Location::parse(p.as_os_str()),
         None => osprobe_store::default_location(),
     };
-    location.map_err(usage_if_input)
+    location.map_err(classify)
 }
 
 /// Open the store for writing (created and migrated if needed): before
@@ -24,10 +24,10 @@ pub fn open_for_writing(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
     Ok(osprobe_store::open(&location(db)?, Access::Write)?)
 }
 
-/// Open the store for reading; a store that does not exist yet is the
-/// user's to fix (exit 2).
+/// Open the store for reading; a store that does not exist yet is a
+/// failure (exit 1) that says to run something first.
 pub fn open_for_reading(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
-    osprobe_store::open(&location(db)?, Access::Read).map_err(usage_if_input)
+    osprobe_store::open(&location(db)?, Access::Read).map_err(classify)
 }
 
 /// Open the store for reading, or None when nothing was ever stored there
@@ -40,23 +40,32 @@ pub fn open_if_exists(location: &Location) -> Result<Option<Box<dyn RunStore>>> 
     }
 }
 
-/// Resolve a run id as the user wrote it; an unknown or ambiguous one is a
-/// usage error.
-pub fn resolve_id(store: &dyn RunStore, id: &str) -> Result<String> {
-    store.resolve_id(id).map_err(usage_if_input)
-}
-
 /// Load a run; an unknown, ambiguous or absent id is a usage error.
+/// `HOST:REF` (e.g. `web-1:latest`) counts among that host's runs
+/// ([`crate::hostref`]); a note on stderr says when the hostname stood in
+/// for a `host` label.
 pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
-    store.load_run(id).map_err(usage_if_input)
+    let resolved = match crate::hostref::split(id) {
+        Some(_) => crate::hostref::resolve(&store.list_runs()?, id).map_err(UsageError)?,
+        None => None,
+    };
+    let id = match &resolved {
+        Some(r) => {
+            if let Some(note) = &r.note {
+                eprintln!("osprobe: note: {note}");
+            }
+            r.id.as_str()
+        }
+        None => id,
+    };
+    store.load_run(id).map_err(classify)
 }
 
 /// The store errors that name a mistake in what the user typed (exit 2);
 /// the others (unreachable, corrupt, too new) are failures (exit 1).
-fn usage_if_input(e: StoreError) -> anyhow::Error {
+pub fn classify(e: StoreError) -> anyhow::Error {
     match e {
-        StoreError::Missing(_)
-        | StoreError::BadUrl { .. }
+        StoreError::BadUrl { .. }
         | StoreError::UnknownRun { .. }
         | StoreError::AmbiguousRun { .. } => UsageError(e.to_string()).into(),
         other => other.into(),

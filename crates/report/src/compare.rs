@@ -196,7 +196,11 @@ pub struct RunRef {
     pub id: String,
     pub started: String,
     pub profile: String,
+    /// The hostname the run recorded.
     pub host: String,
+    /// The run's `host` label (a fleet's inventory name), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_label: Option<String>,
 }
 
 impl RunRef {
@@ -206,6 +210,15 @@ impl RunRef {
             started: run.started.clone(),
             profile: run.profile.to_string(),
             host: run.environment.hostname.clone(),
+            host_label: run.labels.get("host").cloned(),
+        }
+    }
+
+    /// `web-1 (hostname m1)` for a labelled run, the hostname otherwise.
+    fn host_text(&self) -> String {
+        match &self.host_label {
+            Some(label) if *label != self.host => format!("host {label} (hostname {})", self.host),
+            _ => format!("host {}", self.host),
         }
     }
 }
@@ -387,11 +400,11 @@ pub fn render(c: &Comparison) -> String {
         c.a.id,
         c.a.profile,
         c.a.started,
-        c.a.host,
+        c.a.host_text(),
         c.b.id,
         c.b.profile,
         c.b.started,
-        c.b.host,
+        c.b.host_text(),
         percent(c.threshold)
     );
     if !c.environment.is_empty() {
@@ -511,6 +524,27 @@ mod tests {
             skipped: Vec::new(),
             labels: Default::default(),
         }
+    }
+
+    #[test]
+    fn the_header_names_both_hosts_by_label_and_hostname() {
+        let mut a = run("A1", vec![m("t", Unit::Nanoseconds, 100.0, [95.0, 105.0])]);
+        let mut b = run("B1", vec![m("t", Unit::Nanoseconds, 100.0, [95.0, 105.0])]);
+        a.environment.hostname = "m1".into();
+        b.environment.hostname = "m2".into();
+        a.labels.insert("host".into(), "web-1".into());
+        let text = render(&compare(&a, &b, 0.05));
+        assert!(
+            text.contains("A: A1 (smoke profile, 2024-01-01T00:00:00Z, host web-1 (hostname m1))"),
+            "{text}"
+        );
+        assert!(
+            text.contains("B: B1 (smoke profile, 2024-01-01T00:00:00Z, host m2)"),
+            "{text}"
+        );
+        let json = serde_json::to_value(compare(&a, &b, 0.05)).unwrap();
+        assert_eq!(json["a"]["host_label"], "web-1");
+        assert!(json["b"].get("host_label").is_none());
     }
 
     #[test]

@@ -112,7 +112,7 @@ impl<'a> Report<'a> {
     }
 }
 
-const STYLE: &str = "
+pub(crate) const STYLE: &str = "
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1500px;padding:0 24px 40px;color:#222;background:#fff}
 h1{font-size:1.6em;margin:24px 0 4px}h2{border-bottom:2px solid #0072b2;padding-bottom:3px;margin-top:36px}
 h3{margin:24px 0 8px;font-family:ui-monospace,monospace}
@@ -145,6 +145,16 @@ fn header(out: &mut String, run: &Run, sections: &[Section], references: bool) {
         escape(&run.environment.hostname),
         escape(&run.command)
     );
+    if let Some(line) = crate::terminal::labels_line(&run.labels) {
+        let _ = writeln!(out, "<p class=\"meta\">{}</p>", escape(&line));
+    }
+    if let Some(fleet) = run.labels.get("fleet") {
+        let _ = writeln!(
+            out,
+            "<p class=\"meta\">One run of fleet <code>{0}</code>: <code>osprobe report --fleet {0}</code> writes the page that sets it beside the fleet's other hosts.</p>",
+            escape(fleet)
+        );
+    }
     let older = run
         .measurements
         .iter()

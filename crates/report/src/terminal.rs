@@ -337,7 +337,10 @@ pub fn history_table(runs: &[RunSummary]) -> String {
 }
 
 /// `osprobe history` in at most `width` columns: the command line wraps,
-/// the host goes first when space is short.
+/// the labels and then the host go first when space is short. The host is
+/// the run's `host` label (a fleet's inventory name) when it has one, else
+/// the hostname it recorded; the other labels have a column of their own
+/// when any run has one.
 pub fn history_table_fit(runs: &[RunSummary], width: usize) -> String {
     let mut table = Table::with_columns(vec![
         Column::new("run", Align::Left),
@@ -345,19 +348,38 @@ pub fn history_table_fit(runs: &[RunSummary], width: usize) -> String {
         Column::new("profile", Align::Left),
         Column::new("host", Align::Left).droppable(1),
         Column::new("measurements", Align::Right),
+        Column::new("labels", Align::Left).droppable(2),
         Column::new("command", Align::Left).wrapping(),
     ]);
     for r in runs {
+        let host = r.labels.get("host").unwrap_or(&r.hostname);
+        let others: Vec<String> = r
+            .labels
+            .iter()
+            .filter(|(k, _)| k.as_str() != "host")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         table.row(vec![
             r.id.clone(),
             r.started.clone(),
             r.profile.clone(),
-            r.hostname.clone(),
+            host.clone(),
             r.measurements.to_string(),
+            others.join("; "),
             r.command.clone(),
         ]);
     }
     table.render_fit(width)
+}
+
+/// `labels: fleet=...; host=web-1` for a run's header; `None` for a run
+/// without labels.
+pub fn labels_line(labels: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    if labels.is_empty() {
+        return None;
+    }
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Some(format!("labels: {}", pairs.join("; ")))
 }
 
 /// `osprobe list`.
@@ -491,8 +513,45 @@ mod tests {
         let out = history_table_fit(std::slice::from_ref(&run), 100);
         assert!(out.lines().all(|l| l.chars().count() <= 100), "{out}");
         assert!(out.contains("--profile quick"), "{out}");
-        let wide = history_table_fit(&[run], 250);
+        let wide = history_table_fit(std::slice::from_ref(&run), 250);
         assert!(wide.contains("a-rather-long-host-name") && wide.lines().count() == 3);
+        assert!(!wide.contains("labels"), "{wide}");
+    }
+
+    #[test]
+    fn history_shows_the_host_label_and_the_other_labels() {
+        let mut fleet = RunSummary {
+            id: "01M89MJ2RVQJJ4FR1SEBXR78YH".into(),
+            started: "2026-11-25T15:17:47.158Z".into(),
+            ended: String::new(),
+            profile: "smoke".into(),
+            command: "run --profile smoke".into(),
+            hostname: "machine-17".into(),
+            osprobe_version: "0.1.0".into(),
+            measurements: 3,
+            labels: Default::default(),
+        };
+        let plain = fleet.clone();
+        for (k, v) in [("host", "web-1"), ("groups", "web,eu"), ("fleet", "F1")] {
+            fleet.labels.insert(k.into(), v.into());
+        }
+        let out = history_table_fit(&[fleet.clone(), plain], 250);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].contains("host") && lines[0].contains("labels"),
+            "{out}"
+        );
+        assert!(
+            lines[2].contains("web-1") && !lines[2].contains("machine-17"),
+            "{out}"
+        );
+        assert!(lines[2].contains("fleet=F1; groups=web,eu"), "{out}");
+        assert!(lines[3].contains("machine-17"), "{out}");
+        assert_eq!(
+            labels_line(&fleet.labels).unwrap(),
+            "labels: fleet=F1; groups=web,eu; host=web-1"
+        );
+        assert_eq!(labels_line(&Default::default()), None);
     }
 
     #[test]

@@ -283,6 +283,18 @@ fn the_page_parses_as_xml_and_holds_every_part() {
 }
 
 #[test]
+fn a_labelled_run_shows_its_labels_and_points_to_its_fleet_page() {
+    let mut labelled = run(Vec::new());
+    let plain = Report::new(&labelled).render();
+    assert!(!plain.contains("labels:") && !plain.contains("--fleet"));
+    labelled.labels.insert("host".into(), "web-1 <&>".into());
+    labelled.labels.insert("fleet".into(), "F1".into());
+    let text = page_text(&Report::new(&labelled).render());
+    assert!(text.contains("labels: fleet=F1; host=web-1 <&>"), "{text}");
+    assert!(text.contains("osprobe report --fleet F1"), "{text}");
+}
+
+#[test]
 fn an_empty_run_says_so() {
     let mut empty = run(Vec::new());
     empty.skipped.clear();
