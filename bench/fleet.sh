@@ -51,10 +51,17 @@ parse_args "$@"
 [[ "$(id -u)" -eq 0 ]] || die 2 "needs root (network namespaces, sshd)"
 SSHD="$(command -v sshd || echo /usr/sbin/sshd)"
 [[ -x "$SSHD" ]] || die 2 "needs sshd: apt-get install openssh-server"
-for tool in ssh ssh-keygen ip "$PYTHON" timeout; do
+for tool in ssh ssh-keygen ip "$PYTHON" timeout flock; do
     command -v "$tool" >/dev/null || die 2 "needs $tool"
 done
 build_osprobe
+
+# 198.18.40.240/28 is slot 15 of the fleet tests' subnet; their lock
+# keeps a test run and this script from using it at once.
+lock_dir=/run/lock
+[[ -d "$lock_dir" ]] || lock_dir="${TMPDIR:-/tmp}"
+exec 9>"$lock_dir/osprobe-fleet-slot-15.lock"
+flock -n 9 || die 2 "198.18.40.240/28 is in use (another bench/fleet.sh?)"
 
 WORK="$(mktemp -d /tmp/osprobe-fleet-bench.XXXXXX)"
 RECORDS="$WORK/records.tsv"

@@ -28,6 +28,7 @@ pub fn registry() -> Registry {
     osprobe_net::register(&mut registry);
     osprobe_rfs::register(&mut registry);
     osprobe_pager::register(&mut registry);
+    osprobe_userspace::register(&mut registry);
     registry
 }
 

@@ -117,7 +117,7 @@ fn the_smoke_profile_runs_on_every_host_and_is_stored_with_labels() {
     }
     assert_ne!(summary["fleet"], fleet_ids[0]);
     assert_eq!(stored_count(&fleet), 6);
-    let strays = fleet.stray_processes(Duration::from_secs(10));
+    let strays = fleet.stray_processes(Duration::from_secs(30));
     assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
 }
 
@@ -163,20 +163,77 @@ fn a_pair_is_measured_between_two_hosts_and_cleaned_up() {
     // Two host runs and two tests for each of the two pairs.
     assert_eq!(stored_count(&fleet), 6);
     // The servers stopped and their token files are gone.
-    let strays = fleet.stray_processes(Duration::from_secs(10));
+    let strays = fleet.stray_processes(Duration::from_secs(30));
     assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
-    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("osprobe-fleet.")
-        })
-        .collect();
+    let leftovers = fleet.tmp_leftovers();
     assert!(
         leftovers.is_empty(),
         "token directories left: {leftovers:?}"
+    );
+}
+
+#[test]
+fn ctrl_c_during_a_pair_stops_the_server_and_removes_the_tokens() {
+    use std::io::{BufRead, BufReader};
+    let Some(fleet) = Fleet::start("fleet pair interrupted", 2) else {
+        return;
+    };
+    let inv = fleet.path("hosts.ini");
+    std::fs::write(
+        &inv,
+        format!(
+            "[lab]\n{}\n{}\n",
+            fleet.host_line(0, ""),
+            fleet.host_line(1, "")
+        ),
+    )
+    .unwrap();
+    let mut child = osprobe(&fleet.path("results.db"))
+        .args(["fleet", "run", "--inventory"])
+        .arg(&inv)
+        .arg("-F")
+        .arg(fleet.ssh_config())
+        .args(["--profile", "smoke", "--only", ONLY, "--pairs", "all"])
+        .args(["--pair-tests", "bandwidth,bandwidth,bandwidth"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the first pair's client runs (its server is up).
+    let mut seen = Vec::new();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line.contains("pair h1 -> h2: net bandwidth") {
+            break;
+        }
+    }
+    // Keep reading, so that the rest of its stderr has somewhere to go.
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    assert!(
+        seen.last().is_some_and(|l| l.contains("net bandwidth")),
+        "the pair never started: {seen:?}"
+    );
+    let out = common::interrupt(child, "fleet run interrupted during a pair");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rest = drain.join().unwrap();
+    assert!(text.contains("h1 -> h2"), "{text}");
+    assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
+    // The hosts' runs, stored before the interrupt, are kept.
+    assert!(stored_count(&fleet) >= 2);
+    let strays = fleet.stray_processes(Duration::from_secs(30));
+    assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
+    // Generous: on a loaded machine ssh's teardown can take seconds.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !fleet.tmp_leftovers().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        fleet.tmp_leftovers().is_empty(),
+        "token directories left: {:?}; processes on the hosts: {:?}",
+        fleet.tmp_leftovers(),
+        fleet.stray_processes(Duration::ZERO)
     );
 }
 
@@ -187,10 +244,12 @@ fn an_unreachable_host_is_reported_and_the_others_are_stored() {
     };
     // h1's address on a port where nothing listens: refused at once.
     let inventory = format!(
-        "[lab]\n{}\n{}\ngone ansible_host={} ansible_port=2 ansible_user=root\n",
+        "[lab]\n{}\n{}\ngone ansible_host={} ansible_port=2 ansible_user=root\n\
+         stranger ansible_host={} ansible_user=osprobe-no-such-user\n",
         fleet.host_line(0, ""),
         fleet.host_line(1, ""),
-        fleet.hosts[0].addr
+        fleet.hosts[0].addr,
+        fleet.hosts[1].addr
     );
     let (out, summary) = fleet_run(&fleet, &inventory, &[]);
     assert_eq!(out.status.code(), Some(1), "{summary}");
@@ -199,6 +258,9 @@ fn an_unreachable_host_is_reported_and_the_others_are_stored() {
     assert_eq!(gone["run"], Value::Null);
     let why = gone["failure"].as_str().unwrap();
     assert!(why.contains("Connection refused"), "{why}");
+    let denied = host(&summary, "stranger");
+    let why = denied["failure"].as_str().unwrap();
+    assert!(why.contains("Permission denied"), "{why}");
     assert_eq!(host(&summary, "h1")["ok"], true);
     assert_eq!(host(&summary, "h2")["ok"], true);
     assert_eq!(stored_count(&fleet), 2);
@@ -218,7 +280,7 @@ fn an_unreachable_host_is_reported_and_the_others_are_stored() {
         text.contains("gone") && text.contains("Connection refused"),
         "{text}"
     );
-    assert!(text.contains("2 of 3 hosts succeeded"), "{text}");
+    assert!(text.contains("2 of 4 hosts succeeded"), "{text}");
 }
 
 #[test]
@@ -247,6 +309,101 @@ fn a_host_key_mismatch_shows_ssh_s_own_message() {
         "{text}"
     );
     assert!(!fleet.path("cache-h1").exists(), "nothing was copied");
+}
+
+#[test]
+fn a_fleet_run_with_a_pair_and_an_unreachable_host_into_postgresql() {
+    let pg = match osprobe_store::testing::PrivatePostgres::start() {
+        Ok(pg) => pg,
+        Err(reason) => {
+            osprobe_core::testing::skip(format!("no private PostgreSQL: {reason}"));
+            return;
+        }
+    };
+    let Some(fleet) = Fleet::start("fleet into PostgreSQL", 2) else {
+        return;
+    };
+    let url = pg.url("postgres");
+    let inv = fleet.path("hosts.ini");
+    std::fs::write(
+        &inv,
+        format!(
+            "[lab]\n{}\n{}\n[lost]\ngone ansible_host={} ansible_port=2\n",
+            fleet.host_line(0, ""),
+            fleet.host_line(1, ""),
+            fleet.nowhere
+        ),
+    )
+    .unwrap();
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .env_remove("OSPROBE_DB")
+        .args(["--db", &url, "fleet", "run", "--inventory"])
+        .arg(&inv)
+        .arg("-F")
+        .arg(fleet.ssh_config())
+        .args(["--profile", "smoke", "--only", ONLY, "--json"])
+        .args(["--pairs", "group:lab", "--pair-tests", "rtt"])
+        .args(["--ssh-option", "ConnectTimeout=3"])
+        .output()
+        .unwrap();
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{summary}");
+    assert_eq!(host(&summary, "gone")["ok"], false);
+    assert_eq!(host(&summary, "h1")["ok"], true, "{summary}");
+    assert_eq!(host(&summary, "h2")["ok"], true, "{summary}");
+    let history = Command::cargo_bin("osprobe")
+        .unwrap()
+        .args(["--db", &url, "history", "--json"])
+        .output()
+        .unwrap();
+    let runs = common::json_of(&history);
+    // Two hosts' runs and one rtt run for each direction of the pair.
+    assert_eq!(runs.as_array().unwrap().len(), 4, "{runs}");
+    let pair_run = summary["pairs"][0]["runs"]["rtt"].as_str().unwrap();
+    let show = Command::cargo_bin("osprobe")
+        .unwrap()
+        .args(["--db", &url, "show", pair_run, "--json"])
+        .output()
+        .unwrap();
+    let run = common::json_of(&show);
+    assert!(
+        run["labels"]["pair"].as_str().unwrap().contains(" -> "),
+        "{run}"
+    );
+    assert_eq!(run["labels"]["groups"], "lab");
+}
+
+#[test]
+fn a_host_of_another_architecture_is_refused_clearly() {
+    let Some(mut fleet) = Fleet::start("fleet architecture mismatch", 1) else {
+        return;
+    };
+    // Sessions on h1 find a `uname` that says aarch64 first in PATH.
+    let bin = fleet.path("arm-bin");
+    std::fs::create_dir(&bin).unwrap();
+    let uname = bin.join("uname");
+    std::fs::write(&uname, "#!/bin/sh\necho aarch64\n").unwrap();
+    std::fs::set_permissions(&uname, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fleet.restart_sshd(0, &format!("PATH={}:/usr/bin:/bin", bin.display()));
+    let (out, summary) = fleet_run(&fleet, &format!("{}\n", fleet.host_line(0, "")), &[]);
+    assert_eq!(out.status.code(), Some(1), "{summary}");
+    let why = host(&summary, "h1")["failure"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("no binary for aarch64"), "{why}");
+    assert!(why.contains(std::env::consts::ARCH), "{why}");
+    assert!(!fleet.path("cache-h1").exists(), "nothing was copied");
+    assert_eq!(stored_count_or_zero(&fleet), 0);
+}
+
+fn stored_count_or_zero(fleet: &Fleet) -> usize {
+    if fleet.path("results.db").exists() {
+        stored_count(fleet)
+    } else {
+        0
+    }
 }
 
 #[test]

@@ -1,21 +1,23 @@
 //! Labels and cross-host views through the binary, on real runs made here
 //! with `--label` (the way a fleet run stores hosts' results): history's
 //! filters, `HOST:REF` references in compare and show, and the fleet page
-//! of `report --fleet`.
+//! of `report --fleet`; in a SQLite file and in a private PostgreSQL.
 
 use assert_cmd::Command;
+use osprobe_store::testing::PrivatePostgres;
 use serde_json::Value;
+use std::ffi::OsStr;
 use std::path::Path;
 
 mod common;
 
-fn osprobe(db: &Path) -> Command {
+fn osprobe(db: &OsStr) -> Command {
     let mut cmd = Command::cargo_bin("osprobe").unwrap();
     cmd.arg("--db").arg(db).arg("--quiet");
     cmd
 }
 
-fn ok(db: &Path, args: &[&str]) -> String {
+fn ok(db: &OsStr, args: &[&str]) -> String {
     let out = osprobe(db).args(args).output().unwrap();
     assert!(
         out.status.success(),
@@ -26,14 +28,14 @@ fn ok(db: &Path, args: &[&str]) -> String {
 }
 
 /// Run `args`, require exit code `code`, return stderr.
-fn fails(db: &Path, args: &[&str], code: i32) -> String {
+fn fails(db: &OsStr, args: &[&str], code: i32) -> String {
     let out = osprobe(db).args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(code), "osprobe {args:?}: {stderr}");
     stderr
 }
 
-fn history(db: &Path, filters: &[&str]) -> Vec<Value> {
+fn history(db: &OsStr, filters: &[&str]) -> Vec<Value> {
     let mut args = vec!["history", "--json"];
     args.extend_from_slice(filters);
     serde_json::from_str::<Value>(&ok(db, &args))
@@ -43,17 +45,15 @@ fn history(db: &Path, filters: &[&str]) -> Vec<Value> {
         .clone()
 }
 
-/// A store as a fleet run leaves it: four hosts' runs of cpu.syscall, one
-/// network result from web-1 to web-2 over loopback (round trip and
-/// bandwidth, as two runs), all labelled with fleet F1; and one run of
-/// this machine without labels.
-fn fleet_store() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("results.db");
+/// Fill the store `db` as a fleet run leaves it: four hosts' runs of
+/// cpu.syscall, one network result from web-1 to web-2 over loopback
+/// (round trip and bandwidth, as two runs), all labelled with fleet F1;
+/// and one run of this machine without labels.
+fn fill_like_a_fleet(db: &OsStr) {
     for host in ["web-1", "web-2", "web-3", "db-1"] {
         let group = if host.starts_with("web") { "web" } else { "db" };
         ok(
-            &db,
+            db,
             &[
                 "bench",
                 "cpu.syscall",
@@ -71,7 +71,7 @@ fn fleet_store() -> (tempfile::TempDir, std::path::PathBuf) {
     }
     for test in ["rtt", "bandwidth"] {
         ok(
-            &db,
+            db,
             &[
                 "net",
                 test,
@@ -86,37 +86,58 @@ fn fleet_store() -> (tempfile::TempDir, std::path::PathBuf) {
         );
     }
     ok(
-        &db,
+        db,
         &["bench", "cpu.syscall", "--profile", "smoke", "--brief"],
     );
-    (dir, db)
 }
 
 #[test]
-fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
-    let (dir, db) = fleet_store();
+fn views_over_labelled_runs_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    views(db.as_os_str(), dir.path());
+}
+
+#[test]
+fn views_over_labelled_runs_in_postgres() {
+    let pg = match PrivatePostgres::start() {
+        Ok(pg) => pg,
+        Err(reason) => {
+            osprobe_core::testing::skip(format!("no private PostgreSQL: {reason}"));
+            return;
+        }
+    };
+    let mut admin = pg.connect("postgres").unwrap();
+    admin.batch_execute("CREATE DATABASE fleet_views").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    views(OsStr::new(&pg.url("fleet_views")), dir.path());
+}
+
+/// Everything the views do, on the store `db`; files go to `dir`.
+fn views(db: &OsStr, dir: &Path) {
+    fill_like_a_fleet(db);
 
     // history: the labels are stored and shown, the filters AND.
-    let all = history(&db, &[]);
+    let all = history(db, &[]);
     assert_eq!(all.len(), 7);
-    let web2 = history(&db, &["--host", "web-2"]);
+    let web2 = history(db, &["--host", "web-2"]);
     assert_eq!(web2.len(), 1);
     assert_eq!(web2[0]["labels"]["host"], "web-2");
     assert_eq!(web2[0]["labels"]["fleet"], "F1");
-    assert_eq!(history(&db, &["--label", "fleet=F1"]).len(), 6);
+    assert_eq!(history(db, &["--label", "fleet=F1"]).len(), 6);
     assert_eq!(
-        history(&db, &["--label", "fleet=F1", "--label", "groups=web"]).len(),
+        history(db, &["--label", "fleet=F1", "--label", "groups=web"]).len(),
         3
     );
     assert_eq!(
-        history(&db, &["--host", "db-1", "--label", "groups=web"]).len(),
+        history(db, &["--host", "db-1", "--label", "groups=web"]).len(),
         0
     );
     let unlabelled = all.last().unwrap();
     assert!(unlabelled.get("labels").is_none());
     let hostname = unlabelled["hostname"].as_str().unwrap().to_string();
     let table = String::from_utf8(
-        osprobe(&db)
+        osprobe(db)
             .env("COLUMNS", "300")
             .args(["history", "--label", "fleet=F1"])
             .output()
@@ -129,7 +150,7 @@ fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
         "{table}"
     );
     assert!(table.contains("pair=web-1 -> web-2"), "{table}");
-    let none = ok(&db, &["history", "--label", "fleet=F2"]);
+    let none = ok(db, &["history", "--label", "fleet=F2"]);
     assert!(
         none.contains("no run of the 7 in") && none.contains("matches --label fleet=F2"),
         "{none}"
@@ -137,7 +158,7 @@ fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
 
     // compare: the same experiment on two hosts, named in the header.
     let out = ok(
-        &db,
+        db,
         &[
             "compare",
             "web-1:latest",
@@ -156,7 +177,7 @@ fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
     );
     assert!(out.contains("cpu.syscall"), "{out}");
     let json: Value = serde_json::from_str(&ok(
-        &db,
+        db,
         &[
             "compare",
             "web-1:latest",
@@ -169,22 +190,19 @@ fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
     .unwrap();
     assert_eq!(json["a"]["host_label"], "web-1");
     assert_eq!(json["b"]["host_label"], "db-1");
-    let err = fails(&db, &["compare", "db-2:latest", "latest"], 2);
+    let err = fails(db, &["compare", "db-2:latest", "latest"], 2);
     assert!(
         err.contains("db-2:latest: no run of host 'db-2'; hosts in the store: ")
             && err.contains("db-1, ")
             && err.contains(&hostname),
         "{err}"
     );
-    let err = fails(&db, &["compare", "web-1:latest~1", "latest"], 2);
+    let err = fails(db, &["compare", "web-1:latest~1", "latest"], 2);
     assert!(err.contains("the host has 1 run"), "{err}");
     // No run is labelled with this machine's hostname: its hostname
     // stands in, and osprobe says so. The pair results do not count.
     let own = format!("{hostname}:latest");
-    let out = osprobe(&db)
-        .args(["show", &own, "--json"])
-        .output()
-        .unwrap();
+    let out = osprobe(db).args(["show", &own, "--json"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("no run is labelled host={hostname}")),
@@ -194,15 +212,15 @@ fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
     assert_eq!(shown["id"], unlabelled["id"]);
 
     // show: the labels in the header.
-    let out = ok(&db, &["show", "web-3:latest"]);
+    let out = ok(db, &["show", "web-3:latest"]);
     assert!(
         out.contains("labels: fleet=F1; groups=web; host=web-3"),
         "{out}"
     );
 
     // report --fleet: the page of the latest fleet.
-    let page = dir.path().join("fleet.html");
-    let out = ok(&db, &["report", "--fleet", "--out", page.to_str().unwrap()]);
+    let page = dir.join("fleet.html");
+    let out = ok(db, &["report", "--fleet", "--out", page.to_str().unwrap()]);
     assert!(out.contains("fleet F1, 6 runs"), "{out}");
     let html = std::fs::read_to_string(&page).unwrap();
     let options = roxmltree::ParsingOptions {
@@ -243,22 +261,22 @@ fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
         assert!(title.starts_with("web-1 -> web-2: "), "{title}");
     }
     // The same page by the fleet's id, to the default file name.
-    let out = osprobe(&db)
-        .current_dir(dir.path())
+    let out = osprobe(db)
+        .current_dir(dir)
         .args(["report", "--fleet", "F1"])
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(dir.path().join("osprobe-fleet-F1.html").exists());
-    let err = fails(&db, &["report", "--fleet", "F9"], 2);
+    assert!(dir.join("osprobe-fleet-F1.html").exists());
+    let err = fails(db, &["report", "--fleet", "F9"], 2);
     assert!(
         err.contains("--fleet F9: no such fleet; fleets in the store: F1 (6 runs)"),
         "{err}"
     );
     // A labelled run's own report names its fleet page.
-    let single = dir.path().join("one.html");
+    let single = dir.join("one.html");
     ok(
-        &db,
+        db,
         &["report", "web-1:latest", "--out", single.to_str().unwrap()],
     );
     let html = std::fs::read_to_string(&single).unwrap();
@@ -268,14 +286,15 @@ fn labelled_runs_are_filtered_compared_shown_and_set_side_by_side() {
 #[test]
 fn bad_labels_are_refused_before_anything_is_measured() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("results.db");
+    let path = dir.path().join("results.db");
+    let db = path.as_os_str();
     for (label, why) in [
         ("Host=a", "the key may hold only a-z, 0-9"),
         ("host", "expected KEY=VALUE"),
         ("host=", "the value is empty"),
     ] {
         let err = fails(
-            &db,
+            db,
             &[
                 "bench",
                 "cpu.syscall",
@@ -292,7 +311,7 @@ fn bad_labels_are_refused_before_anything_is_measured() {
         );
     }
     let err = fails(
-        &db,
+        db,
         &[
             "run",
             "--profile",
@@ -308,7 +327,7 @@ fn bad_labels_are_refused_before_anything_is_measured() {
     );
     assert!(err.contains("--label a: given twice"), "{err}");
     // Nothing was measured, so nothing was stored.
-    assert!(!db.exists() || history(&db, &[]).is_empty());
-    let err = fails(&db, &["history", "--label", "x"], 2);
+    assert!(!path.exists() || history(db, &[]).is_empty());
+    let err = fails(db, &["history", "--label", "x"], 2);
     assert!(err.contains("expected KEY=VALUE"), "{err}");
 }

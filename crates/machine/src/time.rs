@@ -480,6 +480,11 @@ impl Experiment for Sleep {
         match stack_timer {
             Some(kind) => {
                 m.notes.push(kind.note().to_string());
+                if let Some(ignored) = params.text("strategy") {
+                    m.notes.push(format!(
+                        "strategy={ignored} is ignored: with timer= this thread waits on the stack's timer"
+                    ));
+                }
                 m.notes.push(format!(
                     "CPU time of the whole process (this thread, the runtime and any timer thread): {:.0}% of one CPU",
                     process_cpu_share * 100.0

@@ -200,7 +200,9 @@ fn send(
     // the receiver's hash covers exactly what was written.
     stream.shutdown(Shutdown::Write)?;
     stream.set_read_timeout(Some(Duration::from_millis(50)))?;
-    let drain_start = Instant::now();
+    // The limit is on silence (no new bytes acknowledged), not on the
+    // total: a large send buffer on a slow path takes long to drain.
+    let mut last_acked = (acked_bytes(&stream, written), Instant::now());
     let mut byte = [0u8; 1];
     loop {
         match stream.read(&mut byte) {
@@ -222,12 +224,13 @@ fn send(
                 if stop.load(Ordering::SeqCst) || osprobe_core::interrupt::requested() {
                     return Err(interrupted());
                 }
-                if drain_start.elapsed() > drain {
+                let acked = acked_bytes(&stream, written);
+                if acked > last_acked.0 {
+                    last_acked = (acked, Instant::now());
+                } else if last_acked.1.elapsed() > drain {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!(
-                            "the receiver did not finish within {drain:?} of the end of sending"
-                        ),
+                        format!("no acknowledgment for {drain:?} with {acked} of {written} bytes acknowledged"),
                     ));
                 }
             }

@@ -8,6 +8,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod experiments;
 pub mod kernel_tcp;
 pub mod outcome;
 pub mod path;
@@ -19,5 +20,6 @@ pub mod smoltcp_tcp;
 
 pub use clock::{ClockMode, StackClock};
 pub use error::TransferError;
+pub use experiments::register;
 pub use outcome::{PathConfig, TransferConfig, TransferOutcome};
 pub use path::{EmulatedPath, PathError};

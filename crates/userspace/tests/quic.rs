@@ -36,6 +36,14 @@ fn a_loopback_transfer_arrives_intact_with_every_controller() {
             outcome
                 .notes
                 .iter()
+                .any(|n| n.starts_with("the transport's timer")),
+            "{:?}",
+            outcome.notes
+        );
+        assert!(
+            outcome
+                .notes
+                .iter()
                 .any(|n| n.contains(&format!("quinn-proto {cc}"))),
             "{:?}",
             outcome.notes
@@ -97,4 +105,75 @@ fn bad_parameters_are_named() {
     assert!(text.contains("interval"), "{text}");
     let text = ClockMode::parse("tick:10").unwrap_err();
     assert!(text.contains("'tick:10'"), "{text}");
+}
+
+/// The emulated path (root; CI runs it): the client in namespace A, the
+/// server in B, across the link emulator.
+mod emulated {
+    use super::*;
+    use std::sync::{Mutex, MutexGuard};
+
+    /// One emulator at a time: two forwarding at once on two vCPUs would
+    /// starve each other.
+    fn exclusive() -> MutexGuard<'static, ()> {
+        static LOCK: Mutex<()> = Mutex::new(());
+        LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn can_run() -> bool {
+        match osprobe_link::check_requirements() {
+            Ok(()) => true,
+            Err(e) => {
+                osprobe_core::testing::skip(format!("cannot run the link emulator: {e}"));
+                false
+            }
+        }
+    }
+
+    fn path_config(cc: &str, clock: &str, delay_ms: u64, loss: f64) -> TransferConfig {
+        let mut c = config(cc, clock, 1000);
+        c.path = PathConfig {
+            delay: Duration::from_millis(delay_ms),
+            loss_percent: loss,
+            rate_bps: Some(200_000_000),
+            wmem: None,
+        };
+        c
+    }
+
+    #[test]
+    fn a_transfer_across_the_emulator_arrives_intact_and_sees_the_path() {
+        if !can_run() {
+            return;
+        }
+        let _one = exclusive();
+        // 3% loss: a second of 64 KB packets is a few hundred, so that at
+        // least one loss is all but certain (1% would miss one run in 20).
+        let outcome = quic::run_transfer(&path_config("cubic", "fine", 5, 3.0)).unwrap();
+        eprintln!("{outcome:#?}");
+        assert!(outcome.verified, "{:?}", outcome.notes);
+        assert!(outcome.bytes > 0);
+        // The path's round trip is 10 ms: quinn cannot measure less.
+        let min = outcome.min_rtt.unwrap();
+        assert!(min >= Duration::from_millis(10), "{min:?}");
+        // Loss on the data direction: quinn must have repaired some.
+        assert!(outcome.retransmits > 0, "{:?}", outcome.notes);
+        assert!(outcome.notes.iter().any(|n| n.contains("namespace A")));
+    }
+
+    #[test]
+    fn on_a_tick_clock_quinns_rtt_is_whole_ticks_across_the_emulator() {
+        if !can_run() {
+            return;
+        }
+        let _one = exclusive();
+        let tick = Duration::from_millis(10);
+        let outcome = quic::run_transfer(&path_config("bbr", "tick:10ms", 2, 0.0)).unwrap();
+        eprintln!("{outcome:#?}");
+        assert!(outcome.verified, "{:?}", outcome.notes);
+        let min = outcome.min_rtt.unwrap();
+        assert_eq!(min.as_nanos() % tick.as_nanos(), 0, "{min:?}");
+        let srtt = outcome.srtt.unwrap();
+        assert!(srtt < Duration::from_secs(1), "{srtt:?}");
+    }
 }

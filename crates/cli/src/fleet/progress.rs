@@ -53,7 +53,11 @@ impl Progress {
     pub fn state(&mut self, index: usize, what: &str) {
         match &self.mode {
             Mode::Quiet => {}
-            Mode::Lines => eprintln!("fleet: {:<w$}  {what}", self.names[index], w = self.width),
+            Mode::Lines => line(&format!(
+                "fleet: {:<w$}  {what}",
+                self.names[index],
+                w = self.width
+            )),
             Mode::Bars(_, bars) => bars[index].set_message(what.to_string()),
         }
     }
@@ -70,12 +74,19 @@ impl Progress {
     pub fn note(&mut self, text: &str) {
         match &self.mode {
             Mode::Quiet => {}
-            Mode::Lines => eprintln!("fleet: {text}"),
+            Mode::Lines => line(&format!("fleet: {text}")),
             Mode::Bars(multi, _) => {
                 let _ = multi.println(text);
             }
         }
     }
+}
+
+/// A progress line on stderr. A closed stderr (the reader of a log gone)
+/// must not stop the fleet run, so write errors are ignored.
+fn line(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 impl Drop for Progress {

@@ -183,7 +183,9 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
         print!("{}", summary.text());
     }
     if interrupted {
-        eprintln!(
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
             "osprobe: interrupted; the runs listed as stored are kept, nothing else was stored"
         );
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
@@ -477,7 +479,11 @@ fn one_pair(
         Err(PairError::Failed(why)) => report.failures.push(why),
     }
     let word = if report.failures.is_empty() {
-        format!("stored {} runs", report.stored.len())
+        format!(
+            "stored {} run{}",
+            report.stored.len(),
+            if report.stored.len() == 1 { "" } else { "s" }
+        )
     } else {
         format!("FAILED: {}", first_line(&report.failures.join("; ")))
     };

@@ -12,9 +12,44 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Each fleet of one test process takes a /28 of 198.18.40.0/24.
+/// Each fleet takes a /28 of 198.18.40.0/24 (and the interface names
+/// that go with it), held by an flock on a file per slot so that test
+/// processes running at once (two trees, two test binaries) never share
+/// one; the lock dies with its process. Slot 15 is bench/fleet.sh's.
+const SLOTS: u32 = 15;
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
-const SLOTS: u32 = 16;
+
+/// Where lock files live: /run/lock (a tmpfs), else the temp dir.
+fn lock_dir() -> PathBuf {
+    let run_lock = PathBuf::from("/run/lock");
+    if run_lock.is_dir() {
+        run_lock
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn claim_slot() -> (u32, std::fs::File) {
+    use std::os::fd::AsRawFd;
+    let start = NEXT_SLOT.fetch_add(1, Ordering::SeqCst);
+    for i in 0..SLOTS {
+        let slot = (start + i) % SLOTS;
+        let path = lock_dir().join(format!("osprobe-fleet-slot-{slot}.lock"));
+        let Ok(file) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        else {
+            continue;
+        };
+        // SAFETY: flock(2) on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return (slot, file);
+        }
+    }
+    panic!("every /28 of 198.18.40.0/24 is in use by other fleet tests");
+}
 
 pub struct NsHost {
     /// The inventory name (h1, h2, ...).
@@ -33,6 +68,8 @@ pub struct Fleet {
     /// An address on the fleet's subnet that no host has.
     pub nowhere: String,
     veths: Vec<String>,
+    /// Held until the fleet is torn down (declared last: dropped last).
+    _slot_lock: std::fs::File,
 }
 
 fn sshd_program() -> Option<PathBuf> {
@@ -101,8 +138,7 @@ impl Fleet {
             ));
             return None;
         }
-        let slot = NEXT_SLOT.fetch_add(1, Ordering::SeqCst);
-        assert!(slot < SLOTS, "more fleets than /28s in 198.18.40.0/24");
+        let (slot, slot_lock) = claim_slot();
         let base = slot * 16;
         let pid = std::process::id();
         let dir = tempfile::Builder::new()
@@ -116,6 +152,7 @@ impl Fleet {
             bridge: bridge.clone(),
             nowhere: format!("198.18.40.{}", base + 14),
             veths: Vec::new(),
+            _slot_lock: slot_lock,
         };
         // A leftover of a killed earlier run would be in the way.
         let _ = ip(&["link", "del", &bridge]);
@@ -172,7 +209,7 @@ impl Fleet {
             });
         }
         for i in 0..n {
-            fleet.start_sshd(i);
+            fleet.start_sshd(i, "");
         }
         fleet.write_client_config("known_hosts", None);
         Some(fleet)
@@ -182,7 +219,39 @@ impl Fleet {
         self.dir.path().join(name)
     }
 
-    fn start_sshd(&mut self, i: usize) {
+    /// Restart host `i`'s sshd with `env` (e.g. `PATH=...`, to give its
+    /// sessions other programs) set in its sessions.
+    pub fn restart_sshd(&mut self, i: usize, env: &str) {
+        if let Some(mut child) = self.hosts[i].sshd.take() {
+            // SAFETY: kill(2) of the process group we made for sshd.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+            let _ = child.wait();
+        }
+        self.start_sshd(i, env);
+    }
+
+    /// The temp dir of host `i`'s sessions ($TMPDIR there): where its
+    /// token files go, apart from every other process's.
+    pub fn tmp_dir(&self, i: usize) -> PathBuf {
+        self.path(&format!("tmp-{}", self.hosts[i].name))
+    }
+
+    /// What is left in the hosts' temp dirs.
+    pub fn tmp_leftovers(&self) -> Vec<PathBuf> {
+        (0..self.hosts.len())
+            .flat_map(|i| {
+                std::fs::read_dir(self.tmp_dir(i))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .map(|e| e.path())
+            .collect()
+    }
+
+    fn start_sshd(&mut self, i: usize, env: &str) {
+        let tmp = self.tmp_dir(i);
+        std::fs::create_dir_all(&tmp).unwrap();
         let host = &self.hosts[i];
         let config = self.path(&format!("{}_sshd_config", host.name));
         let dir = self.dir.path().display().to_string();
@@ -192,9 +261,11 @@ impl Fleet {
                 "ListenAddress {addr}\nPort 22\nHostKey {dir}/{name}_host_ed25519\n\
                  PidFile {dir}/{name}_sshd.pid\nAuthorizedKeysFile {dir}/authorized_keys\n\
                  StrictModes no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nUsePAM no\nPrintMotd no\nLogLevel ERROR\n",
+                 KbdInteractiveAuthentication no\nUsePAM no\nPrintMotd no\nLogLevel ERROR\n\
+                 SetEnv TMPDIR={tmp} {env}\n",
                 addr = host.addr,
                 name = host.name,
+                tmp = tmp.display(),
             ),
         )
         .unwrap();
@@ -327,8 +398,20 @@ impl Fleet {
         found
     }
 
-    /// Kill every process in the namespaces (sshd and its sessions).
+    /// Kill every process in the namespaces (sshd and its sessions):
+    /// SIGTERM first, so that a shell left by a failed test still runs its
+    /// exit trap (removing its temp files), then SIGKILL.
     fn kill_all(&self) {
+        for line in self.processes_in_namespaces(false) {
+            if let Some(pid) = line.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+                // SAFETY: kill(2) of a process found in our namespaces.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !self.processes_in_namespaces(false).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         for _ in 0..50 {
             let left = self.processes_in_namespaces(false);
             if left.is_empty() {

@@ -11,6 +11,8 @@ use xxhash_rust::xxh3::Xxh3;
 /// The payload repeats a block of this size (large enough that no stream
 /// pattern lines up with packet sizes).
 const BLOCK: usize = 1 << 20;
+/// The least the send buffer holds (written, unacknowledged bytes).
+const MIN_SEND_WINDOW: u64 = 256 * 1024;
 /// The seed of the payload.
 const PAYLOAD_SEED: u64 = 0x05f1_0c0d_e15e_ed01;
 
@@ -25,6 +27,8 @@ pub trait App {
     /// The application's part is over (the sender's data acknowledged, the
     /// receiver's stream read to its end).
     fn done(&self) -> bool;
+    /// Where the application stands, for an error message.
+    fn progress(&self) -> String;
 }
 
 /// The client's side.
@@ -105,6 +109,13 @@ impl App for Sender {
                 .finish()
                 .map_err(|e| format!("finishing the stream: {e}"));
         }
+        // The send buffer follows the congestion window, as Linux's send
+        // buffer autotuning does: the data written and not yet acknowledged
+        // stays near what the controller lets fly, so that at `duration`
+        // little is left to drain (a fixed large buffer would take most of
+        // the transfer to drain on a lossy path).
+        let cwnd = conn.stats().path.cwnd;
+        conn.set_send_window(cwnd.saturating_mul(2).max(MIN_SEND_WINDOW));
         let mut stream = conn.send_stream(id);
         loop {
             let chunk = &self.block[self.position..];
@@ -122,6 +133,18 @@ impl App for Sender {
 
     fn done(&self) -> bool {
         self.acknowledged.is_some()
+    }
+
+    fn progress(&self) -> String {
+        format!(
+            "the client wrote {} bytes, {}",
+            self.written,
+            match (self.finishing, self.acknowledged) {
+                (_, Some(_)) => "all acknowledged",
+                (true, None) => "finished the stream, not all acknowledged",
+                (false, None) => "still sending",
+            }
+        )
     }
 }
 
@@ -221,6 +244,18 @@ impl App for Receiver {
 
     fn done(&self) -> bool {
         self.finished
+    }
+
+    fn progress(&self) -> String {
+        format!(
+            "the server read {} bytes{}",
+            self.received,
+            if self.finished {
+                ", the whole stream"
+            } else {
+                ""
+            }
+        )
     }
 }
 

@@ -8,7 +8,7 @@
 //! the first tick boundary at or after its deadline, as a jiffies timer).
 
 use super::app::{App, CLOSE_DONE};
-use super::udp::{Udp, GSO_SEGMENTS};
+use super::udp::{Udp, GSO_BYTES, GSO_SEGMENTS};
 use crate::clock::StackClock;
 use bytes::{Bytes, BytesMut};
 use quinn_proto::{
@@ -32,6 +32,9 @@ pub enum Role {
     },
 }
 
+/// The error text of a loop stopped by Ctrl-C, SIGTERM or SIGHUP.
+pub const INTERRUPTED: &str = "interrupted";
+
 /// How long the client keeps answering after it closed, so that its close
 /// reaches the server even if the first copy is lost.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
@@ -45,6 +48,40 @@ pub struct Finished<A> {
     pub min_rtt: Option<Duration>,
     /// CPU time of this thread (user + system).
     pub cpu: Duration,
+    /// How late the loop's timed waits ended when no datagram came first:
+    /// the cost of the transport's own timer.
+    pub timer_late: TimerLateness,
+}
+
+/// Lateness of the driver's timer wake-ups (the ppoll timeouts that
+/// expired), in ns, at most `MAX_LATENESS_SAMPLES` kept.
+#[derive(Debug, Default, Clone)]
+pub struct TimerLateness {
+    pub samples_ns: Vec<u64>,
+    pub total: u64,
+}
+
+const MAX_LATENESS_SAMPLES: usize = 100_000;
+
+impl TimerLateness {
+    fn record(&mut self, late: Duration) {
+        self.total += 1;
+        if self.samples_ns.len() < MAX_LATENESS_SAMPLES {
+            self.samples_ns
+                .push(u64::try_from(late.as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// The p-th percentile (0..=100) of the kept samples.
+    pub fn percentile(&self, p: f64) -> Option<Duration> {
+        if self.samples_ns.is_empty() {
+            return None;
+        }
+        let mut sorted = self.samples_ns.clone();
+        sorted.sort_unstable();
+        let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+        Some(Duration::from_nanos(sorted[rank.min(sorted.len() - 1)]))
+    }
 }
 
 /// Runs the endpoint until the application is done and the connection
@@ -56,9 +93,10 @@ pub fn run<A: App>(
     mut app: A,
     deadline: Instant,
     abort: &AtomicBool,
+    max_udp_payload: u16,
 ) -> Result<Finished<A>, String> {
     let cpu_start = thread_cpu();
-    let mut driver = Driver::new(udp, &role, clock)?;
+    let mut driver = Driver::new(udp, &role, clock, max_udp_payload)?;
     if let Role::Client { server, config } = role {
         let now = clock.now_instant();
         let (handle, conn) = driver
@@ -70,11 +108,14 @@ pub fn run<A: App>(
     let mut closed_at: Option<Instant> = None;
     let mut connected = false;
     loop {
+        if osprobe_core::interrupt::requested() {
+            return Err(INTERRUPTED.into());
+        }
         if abort.load(Ordering::Relaxed) {
             return Err("stopped: the other endpoint failed".into());
         }
         if Instant::now() >= deadline {
-            return Err("the deadline passed".into());
+            return Err(format!("the deadline passed ({})", app.progress()));
         }
         driver.receive()?;
         let now = clock.now_instant();
@@ -135,6 +176,7 @@ pub fn run<A: App>(
         srtt: Some(path.rtt),
         min_rtt: Some(conn.min_rtt()),
         cpu: thread_cpu().saturating_sub(cpu_start),
+        timer_late: driver.timer_late,
     })
 }
 
@@ -151,20 +193,27 @@ struct Driver {
     /// segment size and bytes are kept until the socket is writable.
     pending: Option<(SocketAddr, Option<usize>, Vec<u8>)>,
     scratch: Vec<u8>,
+    timer_late: TimerLateness,
 }
 
 impl Driver {
-    fn new(udp: Udp, role: &Role, clock: StackClock) -> Result<Driver, String> {
+    fn new(
+        udp: Udp,
+        role: &Role,
+        clock: StackClock,
+        max_udp_payload: u16,
+    ) -> Result<Driver, String> {
         let (server_config, is_client) = match role {
             Role::Client { .. } => (None, true),
             Role::Server { config } => (Some(config.clone()), false),
         };
-        let endpoint = Endpoint::new(
-            Arc::new(EndpointConfig::default()),
-            server_config.clone(),
-            true,
-            None,
-        );
+        // What this endpoint accepts from its peer (quinn's default is a
+        // 1500-byte Ethernet MTU's 1472).
+        let mut endpoint_config = EndpointConfig::default();
+        endpoint_config
+            .max_udp_payload_size(max_udp_payload.max(1200))
+            .map_err(|e| format!("max UDP payload {max_udp_payload}: {e}"))?;
+        let endpoint = Endpoint::new(Arc::new(endpoint_config), server_config.clone(), true, None);
         Ok(Driver {
             udp,
             endpoint,
@@ -176,6 +225,7 @@ impl Driver {
             send_buf: Vec::new(),
             pending: None,
             scratch: Vec::new(),
+            timer_late: TimerLateness::default(),
         })
     }
 
@@ -262,9 +312,15 @@ impl Driver {
         if !self.flush_pending()? {
             return Ok(());
         }
-        let max_datagrams = if self.udp.gso { GSO_SEGMENTS } else { 1 };
         let Some((_, conn)) = self.conn.as_mut() else {
             return Ok(());
+        };
+        // One GSO send is at most 64 KB in all: with large packets (the
+        // emulated path's 64 KB MTU) that is one datagram.
+        let max_datagrams = if self.udp.gso {
+            (GSO_BYTES / usize::from(conn.current_mtu()).max(1)).clamp(1, GSO_SEGMENTS)
+        } else {
+            1
         };
         loop {
             self.send_buf.clear();
@@ -318,19 +374,43 @@ impl Driver {
 
     /// Sleep until input, the socket's room for a pending transmit, the
     /// connection's next timer on the stack's clock, or the deadline.
-    fn wait(&self, timer: Option<Instant>, deadline: Instant) -> Result<(), String> {
+    fn wait(&mut self, timer: Option<Instant>, deadline: Instant) -> Result<(), String> {
         let fires = timer.map(|t| self.clock.fires_at_instant(t));
         let until = fires.map_or(deadline, |f| f.min(deadline));
         if until <= Instant::now() {
             return Ok(());
         }
-        self.udp
+        let ready = self
+            .udp
             .wait(Some(until), self.pending.is_some())
-            .map_err(|e| format!("waiting on the UDP socket: {e}"))
+            .map_err(|e| format!("waiting on the UDP socket: {e}"))?;
+        if !ready && fires.is_some() {
+            self.timer_late
+                .record(Instant::now().saturating_duration_since(until));
+        }
+        Ok(())
     }
 }
 
 /// CPU time (user + system) of the calling thread.
 pub fn thread_cpu() -> Duration {
     Duration::from_nanos(osprobe_core::clock::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_percentiles_come_from_the_kept_samples() {
+        let mut late = TimerLateness::default();
+        assert_eq!(late.percentile(50.0), None);
+        for us in [5u64, 1, 3, 2, 4] {
+            late.record(Duration::from_micros(us));
+        }
+        assert_eq!(late.total, 5);
+        assert_eq!(late.percentile(0.0), Some(Duration::from_micros(1)));
+        assert_eq!(late.percentile(50.0), Some(Duration::from_micros(3)));
+        assert_eq!(late.percentile(100.0), Some(Duration::from_micros(5)));
+    }
 }

@@ -20,10 +20,12 @@ pub enum QuicError {
     Tls(String),
     #[error("the QUIC connection failed: {0}")]
     Connection(String),
-    #[error("the QUIC transfer did not finish within {0:?}")]
-    Timeout(std::time::Duration),
-    #[error("the emulated path: {0}")]
-    Path(String),
+    #[error("the QUIC transfer did not finish within {0:?}: {1}")]
+    Timeout(std::time::Duration, String),
+    #[error(transparent)]
+    Path(#[from] crate::path::PathError),
+    #[error("interrupted")]
+    Interrupted,
     #[error("a QUIC endpoint thread panicked ({0})")]
     Panicked(&'static str),
 }
@@ -33,6 +35,32 @@ impl QuicError {
         QuicError::Io {
             context: context.into(),
             source,
+        }
+    }
+}
+
+impl From<QuicError> for osprobe_core::ExperimentError {
+    fn from(e: QuicError) -> Self {
+        use osprobe_core::ExperimentError;
+        match e {
+            QuicError::Path(p) => p.into(),
+            QuicError::Interrupted => ExperimentError::Interrupted,
+            QuicError::Io { context, source } => ExperimentError::Io { context, source },
+            other => ExperimentError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// For `net.userspace`, which runs every stack behind one error type.
+impl From<QuicError> for crate::error::TransferError {
+    fn from(e: QuicError) -> Self {
+        use crate::error::TransferError;
+        match e {
+            QuicError::Invalid(reason) => TransferError::Unsupported(reason),
+            QuicError::Path(p) => TransferError::Path(p),
+            QuicError::Io { context, source } => TransferError::Io { context, source },
+            QuicError::Interrupted => TransferError::Interrupted,
+            other => TransferError::Failed(other.to_string()),
         }
     }
 }

@@ -18,9 +18,11 @@ pub use cc::{CcKind, CC_VALUES};
 pub use error::QuicError;
 
 use crate::outcome::{TransferConfig, TransferOutcome};
+use crate::path::EmulatedPath;
 use app::{Receiver, Sender};
 use cc::{ObservingFactory, SampleRecord};
 use driver::{Finished, Role};
+use osprobe_link::Side;
 use quinn_proto::{IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,9 +35,14 @@ use udp::Udp;
 /// path osprobe emulates (1 Gbit/s x 100 ms = 12.5 MB), so that the window
 /// never limits what congestion control would send.
 const FLOW_WINDOW: u32 = 64 << 20;
-/// The largest UDP payload on the emulated path (TUN MTU 1500 - IPv4 and
-/// UDP headers); path MTU discovery climbs to it from quinn's 1200.
-const MAX_UDP_PAYLOAD: u16 = 1472;
+/// How soon path MTU discovery runs again after quinn-proto suspected a
+/// black hole.
+const BLACK_HOLE_COOLDOWN: Duration = Duration::from_secs(1);
+/// IPv4 and UDP headers: the UDP payload is the path's MTU minus these.
+const IPV4_UDP_HEADERS: u32 = 28;
+/// The largest UDP payload on loopback: that of a 1500-byte MTU, as a
+/// common Ethernet path has (loopback's own 64 KB would flatter QUIC).
+const LOOPBACK_UDP_PAYLOAD: u16 = 1472;
 /// Beyond the transfer's own duration, how long both ends may take to set
 /// up, drain and close (generous: a bound on a stuck transfer, not a
 /// timing target).
@@ -44,16 +51,44 @@ const GRACE: Duration = Duration::from_secs(30);
 /// Where the two endpoints run.
 #[derive(Debug, Clone, Copy)]
 pub enum Placement {
-    /// Both on 127.0.0.1 in this namespace, no emulated path.
+    /// Both on 127.0.0.1 in this namespace, no emulated path (for tests and
+    /// machines without root: the path's impairments are not applied).
     Loopback,
+    /// The client in namespace A, the server in B, across the link emulator
+    /// impaired as `config.path` says (`crate::path`; needs root).
+    Emulated,
 }
 
 /// Run one transfer across the emulated path of `config.path`.
-///
-/// Until the emulated path is wired in, the endpoints meet on loopback and
-/// the outcome's notes say so.
 pub fn run_transfer(config: &TransferConfig) -> Result<TransferOutcome, QuicError> {
-    run_transfer_on(config, Placement::Loopback)
+    run_transfer_on(config, Placement::Emulated)
+}
+
+/// The two sockets, bound where the placement says; the path lives as long
+/// as the transfer.
+fn bind_sockets(
+    placement: Placement,
+    config: &TransferConfig,
+) -> Result<(Udp, Udp, Option<EmulatedPath>), QuicError> {
+    match placement {
+        Placement::Loopback => {
+            let any: SocketAddr = "127.0.0.1:0".parse().expect("a literal address");
+            let server = Udp::bind(any)
+                .map_err(|e| QuicError::io("binding the server's UDP socket on 127.0.0.1", e))?;
+            let client = Udp::bind(any)
+                .map_err(|e| QuicError::io("binding the client's UDP socket on 127.0.0.1", e))?;
+            Ok((server, client, None))
+        }
+        Placement::Emulated => {
+            let path = EmulatedPath::open(&config.path).map_err(QuicError::Path)?;
+            // A socket stays in the namespace it was made in: made by a
+            // thread inside, then driven from anywhere.
+            let (a, b) = (path.addr_a(), path.addr_b());
+            let server = path.run_in(Side::B, move || Udp::bind(SocketAddr::from((b, 0))))?;
+            let client = path.run_in(Side::A, move || Udp::bind(SocketAddr::from((a, 0))))?;
+            Ok((server, client, Some(path)))
+        }
+    }
 }
 
 /// Run one transfer with the endpoints placed as asked.
@@ -65,23 +100,17 @@ pub fn run_transfer_on(
     check_times(config)?;
     let clock = crate::clock::StackClock::new(config.clock);
     let record = Arc::new(SampleRecord::new());
-    let transport = Arc::new(transport_config(kind, clock, record.clone()));
+    let (server_udp, client_udp, path) = bind_sockets(placement, config)?;
+    let max_payload = path.as_ref().map_or(LOOPBACK_UDP_PAYLOAD, |p| {
+        u16::try_from(p.mtu().saturating_sub(IPV4_UDP_HEADERS)).unwrap_or(u16::MAX)
+    });
+    let transport = Arc::new(transport_config(kind, clock, record.clone(), max_payload));
     let pair = tls::make_pair()?;
     let mut server_config = pair.server;
     server_config.transport_config(transport.clone());
     let mut client_config = pair.client;
     client_config.transport_config(transport);
 
-    let (server_udp, client_udp) = match placement {
-        Placement::Loopback => {
-            let any: SocketAddr = "127.0.0.1:0".parse().expect("a literal address");
-            let server = Udp::bind(any)
-                .map_err(|e| QuicError::io("binding the server's UDP socket on 127.0.0.1", e))?;
-            let client = Udp::bind(any)
-                .map_err(|e| QuicError::io("binding the client's UDP socket on 127.0.0.1", e))?;
-            (server, client)
-        }
-    };
     let server_addr = server_udp
         .local_addr()
         .map_err(|e| QuicError::io("reading the server's address", e))?;
@@ -101,7 +130,15 @@ pub fn run_transfer_on(
             config: Arc::new(server_config),
         };
         spawn("osprobe-quic-server", move || {
-            let r = driver::run(server_udp, role, clock, receiver, deadline, &abort);
+            let r = driver::run(
+                server_udp,
+                role,
+                clock,
+                receiver,
+                deadline,
+                &abort,
+                max_payload,
+            );
             if r.is_err() {
                 abort.store(true, Ordering::Relaxed);
             }
@@ -116,7 +153,15 @@ pub fn run_transfer_on(
             config: client_config,
         };
         spawn("osprobe-quic-client", move || {
-            let r = driver::run(client_udp, role, clock, sender, deadline, &abort);
+            let r = driver::run(
+                client_udp,
+                role,
+                clock,
+                sender,
+                deadline,
+                &abort,
+                max_payload,
+            );
             if r.is_err() {
                 abort.store(true, Ordering::Relaxed);
             }
@@ -127,8 +172,14 @@ pub fn run_transfer_on(
     let server = server.join().map_err(|_| QuicError::Panicked("server"))?;
     let (client, server) = match (client, server) {
         (Ok(c), Ok(s)) => (c, s),
-        (Err(e), _) | (_, Err(e)) if e.contains("deadline") => {
-            return Err(QuicError::Timeout(config.duration + GRACE))
+        (Err(c), _) | (_, Err(c)) if c == driver::INTERRUPTED => {
+            return Err(QuicError::Interrupted)
+        }
+        (Err(c), Err(s)) if c.contains("deadline") || s.contains("deadline") => {
+            return Err(QuicError::Timeout(
+                config.duration + GRACE,
+                format!("client: {c}; server: {s}"),
+            ))
         }
         (Err(e), Ok(_)) => return Err(QuicError::Connection(format!("client: {e}"))),
         (Ok(_), Err(e)) => return Err(QuicError::Connection(format!("server: {e}"))),
@@ -139,13 +190,48 @@ pub fn run_transfer_on(
         .notes
         .extend(cc::notes(&clock, kind, record.counts()));
     outcome.notes.push(offload);
-    outcome.notes.push(match placement {
-        Placement::Loopback => "endpoints on 127.0.0.1 (no emulated path: the path's delay, loss and rate were not applied)".into(),
+    outcome.notes.push(match &path {
+        None => "endpoints on 127.0.0.1 (no emulated path: the path's delay, loss and rate were not applied)".into(),
+        Some(path) => format!(
+            "client in namespace A, server in B; {}; {}",
+            path.describe(),
+            path.counters_note()
+        ),
     });
-    outcome.notes.push(
-        "each endpoint's thread waits in ppoll(2) on its socket until the connection's next timer on the stack's clock (an hrtimer, subject to the thread's timer slack)".into(),
-    );
+    outcome.notes.push(format!(
+        "largest UDP payload allowed: {max_payload} bytes (quinn-proto's path MTU discovery climbs to it from 1200; after a suspected black hole it drops to 1200 and tries again {} s later); QUIC packet size at the end: {} bytes; black holes suspected: {}",
+        BLACK_HOLE_COOLDOWN.as_secs(),
+        client.stats.map_or(0, |s| s.path.current_mtu),
+        client.stats.map_or(0, |s| s.path.black_holes_detected)
+    ));
+    drop(path);
+    outcome
+        .notes
+        .push(timer_note(&client.timer_late, &server.timer_late));
     Ok(outcome)
+}
+
+/// The transport's own timer and what it cost: how late the expired waits
+/// of both loops returned.
+fn timer_note(client: &driver::TimerLateness, server: &driver::TimerLateness) -> String {
+    let mut all = client.clone();
+    all.samples_ns.extend_from_slice(&server.samples_ns);
+    all.total += server.total;
+    let slack = osprobe_core::sleep::timer_slack().map_or("unknown".to_string(), |s| {
+        format!("{} us", s.as_nanos() as f64 / 1e3)
+    });
+    let us = |d: Option<Duration>| {
+        d.map_or("-".to_string(), |d| {
+            format!("{:.1}", d.as_nanos() as f64 / 1e3)
+        })
+    };
+    format!(
+        "the transport's timer: each endpoint's thread waits in ppoll(2) on its socket until the connection's next timer on the stack's clock (an hrtimer; timer slack {slack}); {} waits ended by their timeout, late by median {} us, p99 {} us, max {} us",
+        all.total,
+        us(all.percentile(50.0)),
+        us(all.percentile(99.0)),
+        us(all.percentile(100.0)),
+    )
 }
 
 fn on_off(b: bool) -> &'static str {
@@ -176,6 +262,7 @@ fn transport_config(
     kind: CcKind,
     clock: crate::clock::StackClock,
     record: Arc<SampleRecord>,
+    max_udp_payload: u16,
 ) -> TransportConfig {
     let mut transport = TransportConfig::default();
     transport
@@ -190,7 +277,11 @@ fn transport_config(
         .max_idle_timeout(Some(IdleTimeout::from(VarInt::from_u32(10_000))))
         .enable_segmentation_offload(true);
     let mut mtu = MtuDiscoveryConfig::default();
-    mtu.upper_bound(MAX_UDP_PAYLOAD);
+    mtu.upper_bound(max_udp_payload)
+        // Congestion losses of large packets look like an MTU black hole
+        // to quinn-proto (its documentation says so); its default minute
+        // of cooldown would keep a transfer of seconds at 1200 bytes.
+        .black_hole_cooldown(BLACK_HOLE_COOLDOWN);
     transport.mtu_discovery_config(Some(mtu));
     transport
 }
@@ -244,6 +335,7 @@ fn outcome_of(
             config.clock
         ),
         "retransmits: packets the client's quinn-proto declared lost (their frames are sent again in new packets)".to_string(),
+        "the client's send buffer (written, unacknowledged bytes) is kept at 2 x the congestion window, at least 256 KB, as Linux autotunes a socket's: it stops writing at the duration and the rest drains".to_string(),
     ];
     if !verified {
         notes.push(format!(

@@ -15,6 +15,9 @@ use std::time::Instant;
 /// own I/O layer uses 10 by default, which already amortizes the system
 /// call).
 pub const GSO_SEGMENTS: usize = 10;
+/// The most bytes one GSO send may carry (the kernel's limit is an IP
+/// packet's, 64 KB with headers).
+pub const GSO_BYTES: usize = 65_000;
 /// The most one receive can return (a GRO batch is at most 64 KB).
 pub const RECV_BUFFER: usize = 65_536;
 /// Socket buffers asked for: a window's worth of datagrams must fit while
@@ -186,7 +189,9 @@ impl Udp {
     /// deadline passes (None: no deadline). The driver's only wait: a
     /// ppoll with a nanosecond timeout, an hrtimer subject to the thread's
     /// timer slack.
-    pub fn wait(&self, deadline: Option<Instant>, writable: bool) -> io::Result<()> {
+    /// Returns whether the socket became ready (false: the timeout expired
+    /// or a signal interrupted).
+    pub fn wait(&self, deadline: Option<Instant>, writable: bool) -> io::Result<bool> {
         let mut pfd = libc::pollfd {
             fd: self.socket.as_raw_fd(),
             events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
@@ -210,7 +215,7 @@ impl Udp {
                 return Err(err);
             }
         }
-        Ok(())
+        Ok(rc > 0)
     }
 }
 

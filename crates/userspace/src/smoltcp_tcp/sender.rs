@@ -47,8 +47,10 @@ pub struct SenderSetup {
     pub local: Ipv4Addr,
     pub remote: SocketAddrV4,
     pub mtu: usize,
-    /// How long after the sending time the last byte may take to be
-    /// acknowledged.
+    /// How long the connection may go without an acknowledgment of new
+    /// data once sending has ended (the send buffer may hold many seconds
+    /// of data on a slow path, so the limit is on silence, not on the
+    /// total).
     pub drain_timeout: Duration,
 }
 
@@ -137,6 +139,8 @@ pub fn run(
     let mut sampler: Option<IntervalSampler> = None;
     let mut cpu_start = Duration::ZERO;
     let mut report = SenderReport::default();
+    // The acknowledged count and when it last grew (for the drain limit).
+    let mut last_acked = (0u64, begun);
     loop {
         if stop.load(Ordering::SeqCst) || osprobe_core::interrupt::requested() {
             sockets.get_mut::<tcp::Socket>(handle).abort();
@@ -193,11 +197,11 @@ pub fn run(
                         payload.offset()
                     )))
                 }
-                _ if real_now > send_until + setup.drain_timeout => {
+                _ if real_now > last_acked.1.max(send_until) + setup.drain_timeout => {
                     let left = socket.send_queue();
                     socket.abort();
                     return Err(TransferError::Failed(format!(
-                        "smoltcp's last {left} bytes were not acknowledged within {:?} of the end of sending",
+                        "smoltcp's last {left} bytes: no acknowledgment for {:?} after sending ended",
                         setup.drain_timeout
                     )));
                 }
@@ -215,6 +219,9 @@ pub fn run(
         let progressed = result == PollResult::SocketStateChanged
             || device.packets_in + device.packets_out != packets_before;
         let acked = payload.offset() - sockets.get::<tcp::Socket>(handle).send_queue() as u64;
+        if acked > last_acked.0 {
+            last_acked = (acked, real_now);
+        }
         if phase == Phase::Sending {
             if let Some(s) = sampler.as_mut() {
                 s.record(Instant::now(), acked);

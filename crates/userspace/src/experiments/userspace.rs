@@ -1,0 +1,480 @@
+//! net.userspace: a user-space TCP (smoltcp) against the kernel's TCP over
+//! the same emulated path, with the clock the user-space stack sees as a
+//! parameter (seed 001, the LKL talk: BBR in LKL collapsed with 10 ms
+//! jiffies because its RTT samples came out as zero).
+//!
+//! Each point builds its own path (namespaces A and B joined by the link
+//! emulator), runs one transfer from A to the kernel's TCP in B, checks
+//! the receiver's hash, and removes everything again.
+
+use crate::clock::{ClockMode, CLOCK_VALUES};
+use crate::error::TransferError;
+use crate::outcome::{PathConfig, TransferConfig, TransferOutcome};
+use osprobe_core::harness::value_measurement;
+use osprobe_core::{
+    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
+    Requirements, Unit,
+};
+use osprobe_link::parse;
+use osprobe_link::LossSpec;
+use osprobe_net::emulated::{DELAY_PARAM, LOSS_PARAM, RATE_PARAM, WMEM_PARAM};
+use std::time::Duration;
+
+pub struct NetUserspace;
+
+/// The stacks `stack=` accepts.
+pub const STACKS: &[&str] = &["smoltcp", "kernel"];
+
+const ID: &str = "net.userspace";
+
+const PARAMS: [ParamSpec; 8] = [
+    ParamSpec {
+        name: "stack",
+        help: "smoltcp: smoltcp's TCP over a TUN device in user space; kernel: the kernel's TCP (the baseline)",
+        kind: ParamKind::Choice(STACKS),
+    },
+    ParamSpec {
+        name: "cc",
+        help: "congestion control: smoltcp offers reno, cubic, none (no BBR); the kernel bbr, cubic, reno",
+        kind: ParamKind::Choice(&["reno", "cubic", "bbr", "none"]),
+    },
+    ParamSpec {
+        name: "clock",
+        help: "the clock the user-space stack sees: fine (CLOCK_MONOTONIC), tick:10ms (HZ=100 jiffies), tick:1ms, tick:10ms+floor (zero RTT samples count as one tick); the kernel runs on its own (fine only)",
+        kind: ParamKind::Checked {
+            form: CLOCK_VALUES,
+            check: check_clock,
+        },
+    },
+    DELAY_PARAM,
+    LOSS_PARAM,
+    RATE_PARAM,
+    WMEM_PARAM,
+    ParamSpec {
+        name: "duration",
+        help: "how long the sender sends (the test runs longer: handshake, then until the last byte is acknowledged)",
+        kind: ParamKind::Checked {
+            form: "DURATION, e.g. 3s, 500ms",
+            check: check_duration,
+        },
+    },
+];
+
+fn check_clock(raw: &str) -> Result<(), String> {
+    ClockMode::parse(raw).map(|_| ())
+}
+
+fn check_duration(raw: &str) -> Result<(), String> {
+    let d = parse::duration(raw).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(600) {
+        return Err(format!("duration '{raw}': accepted 100ms to 600s"));
+    }
+    Ok(())
+}
+
+/// One point of a grid.
+fn point(stack: &str, cc: &str, clock: &str, path: &Path, duration: &str) -> Params {
+    Params::new()
+        .with("stack", stack)
+        .with("cc", cc)
+        .with("clock", clock)
+        .with("delay", path.delay)
+        .with("loss", path.loss)
+        .with("rate", path.rate)
+        .with("wmem", path.wmem)
+        .with("duration", duration)
+}
+
+/// A path of the grid, as parameters.
+struct Path {
+    delay: &'static str,
+    loss: &'static str,
+    rate: &'static str,
+    wmem: i64,
+}
+
+/// The quick path: 10 ms each way, no loss, 1 Gbit/s.
+const QUICK_PATH: Path = Path {
+    delay: "10ms",
+    loss: "0%",
+    rate: "1gbit",
+    wmem: 0,
+};
+
+/// The seed's first benchmark: a clean, close link (here: the emulator
+/// with no delay and no bottleneck), where the round trip is far below a
+/// 10 ms tick.
+const CLEAN_PATH: Path = Path {
+    delay: "0ms",
+    loss: "0%",
+    rate: "0",
+    wmem: 0,
+};
+
+/// The seed's middlebox: 100 ms round trip, 1% loss of data packets, with
+/// net.cc's emulated bottleneck (500 Mbit/s) and tcp_wmem raised to 100 MB
+/// as the talk did.
+const MIDDLEBOX_PATH: Path = Path {
+    delay: "50ms",
+    loss: "1%",
+    rate: "500mbit",
+    wmem: 100_000_000,
+};
+
+impl Experiment for NetUserspace {
+    fn id(&self) -> &'static str {
+        ID
+    }
+
+    fn description(&self) -> &'static str {
+        "user-space TCP (smoltcp over TUN) vs the kernel's TCP over the link emulator, with the stack's clock as a parameter (fine, 10 ms ticks)"
+    }
+
+    fn requirements(&self) -> Requirements {
+        Requirements {
+            root: true,
+            network_namespaces: true,
+            ..Requirements::default()
+        }
+    }
+
+    fn params(&self) -> &'static [ParamSpec] {
+        &PARAMS
+    }
+
+    fn grid(&self, profile: Profile) -> Vec<Params> {
+        match profile {
+            Profile::Smoke => {
+                let path = Path {
+                    delay: "1ms",
+                    ..CLEAN_PATH
+                };
+                vec![
+                    point("smoltcp", "cubic", "fine", &path, "500ms"),
+                    point("kernel", "cubic", "fine", &path, "500ms"),
+                ]
+            }
+            Profile::Quick => vec![
+                point("smoltcp", "cubic", "fine", &QUICK_PATH, "3s"),
+                point("smoltcp", "cubic", "tick:10ms", &QUICK_PATH, "3s"),
+                point("kernel", "cubic", "fine", &QUICK_PATH, "3s"),
+                point("kernel", "bbr", "fine", &QUICK_PATH, "3s"),
+            ],
+            Profile::Full => {
+                let mut points = Vec::new();
+                for (path, duration) in [
+                    (&CLEAN_PATH, "5s"),
+                    (&QUICK_PATH, "5s"),
+                    (&MIDDLEBOX_PATH, "10s"),
+                ] {
+                    for cc in ["reno", "cubic"] {
+                        for clock in ["fine", "tick:1ms", "tick:10ms"] {
+                            points.push(point("smoltcp", cc, clock, path, duration));
+                        }
+                    }
+                    for cc in ["bbr", "cubic", "reno"] {
+                        points.push(point("kernel", cc, "fine", path, duration));
+                    }
+                }
+                points
+            }
+        }
+    }
+
+    fn run(&self, _ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        let stack = params.text("stack").unwrap_or("smoltcp");
+        let config = transfer_config(params)?;
+        let outcome = run_stack(stack, &config)?;
+        measurements(params, &config, &outcome)
+    }
+}
+
+/// The stack's transfer.
+pub fn run_stack(stack: &str, config: &TransferConfig) -> Result<TransferOutcome, TransferError> {
+    match stack {
+        "smoltcp" => crate::smoltcp_tcp::run_transfer(config),
+        "kernel" => crate::kernel_tcp::run_transfer(config),
+        other => Err(TransferError::Unsupported(format!(
+            "stack '{other}': accepted {}",
+            STACKS.join(", ")
+        ))),
+    }
+}
+
+fn bad(e: impl std::fmt::Display) -> ExperimentError {
+    ExperimentError::Failed(e.to_string())
+}
+
+/// The transfer a point asks for. The throughput interval follows the
+/// path: 100 ms, or one configured round trip if longer (as net.cc).
+pub fn transfer_config(params: &Params) -> Result<TransferConfig, ExperimentError> {
+    // Both stacks default to CUBIC (smoltcp's default with its cubic
+    // feature, and the kernel's usual one).
+    let default_cc = "cubic";
+    let clock = ClockMode::parse(params.text("clock").unwrap_or("fine")).map_err(bad)?;
+    let delay = match params.text("delay") {
+        Some(t) => parse::delay(t).map_err(bad)?,
+        None => Duration::ZERO,
+    };
+    let loss_percent = match params.text("loss") {
+        None => 0.0,
+        Some(t) => match parse::loss(t).map_err(bad)? {
+            LossSpec::None => 0.0,
+            LossSpec::Bernoulli(p) => p * 100.0,
+            LossSpec::GilbertElliott { .. } => {
+                return Err(ExperimentError::Failed(format!(
+                    "loss '{t}': net.userspace takes an independent loss rate (e.g. 1%), not Gilbert-Elliott"
+                )))
+            }
+        },
+    };
+    let rate_bps = match params.text("rate") {
+        Some(t) if t.trim() != "0" => Some(parse::rate(t).map_err(bad)?),
+        _ => None,
+    };
+    let wmem = params.int("wmem").filter(|&w| w > 0).map(|w| w as u64);
+    let duration = match params.text("duration") {
+        Some(t) => parse::duration(t).map_err(bad)?,
+        None => Duration::from_secs(3),
+    };
+    Ok(TransferConfig {
+        clock,
+        cc: params.text("cc").unwrap_or(default_cc).to_string(),
+        duration,
+        interval: Duration::from_millis(100).max(delay * 2),
+        path: PathConfig {
+            delay,
+            loss_percent,
+            rate_bps,
+            wmem,
+        },
+    })
+}
+
+/// The ramp-up left out of the throughput samples: 200 ms or ten round
+/// trips, at most a third of the sending time (as net.cc).
+fn omitted(config: &TransferConfig) -> Duration {
+    Duration::from_millis(200)
+        .max(config.path.delay * 20)
+        .min(config.duration / 3)
+}
+
+fn measurements(
+    params: &Params,
+    config: &TransferConfig,
+    outcome: &TransferOutcome,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    if !outcome.verified {
+        return Err(ExperimentError::Failed(format!(
+            "the receiver's hash did not match what was sent: {}",
+            outcome.notes.join("; ")
+        )));
+    }
+    let skip = (omitted(config).as_nanos() / config.interval.as_nanos()) as usize;
+    let samples: Vec<f64> = outcome.throughput_bps.iter().skip(skip).copied().collect();
+    let samples = if samples.is_empty() {
+        outcome.throughput_bps.clone()
+    } else {
+        samples
+    };
+    let whole = outcome.bytes as f64 * 8.0 / outcome.elapsed.as_secs_f64().max(1e-9);
+    let round_trip = config.path.delay * 2;
+    let clock_words = match (params.text("stack"), config.clock) {
+        (Some("kernel"), _) => "the kernel's own clock".to_string(),
+        (_, ClockMode::Fine) => "the fine clock (CLOCK_MONOTONIC)".to_string(),
+        (_, tick) => format!("clock {tick}"),
+    };
+    let mut throughput = if samples.is_empty() {
+        value_measurement(
+            ID,
+            "throughput",
+            params.clone(),
+            Unit::BitsPerSecond,
+            &[whole],
+        )?
+    } else {
+        value_measurement(
+            ID,
+            "throughput",
+            params.clone(),
+            Unit::BitsPerSecond,
+            &samples,
+        )?
+    };
+    throughput.notes.push(format!(
+        "samples: acknowledged bytes per {} ms interval after the first {} ms; whole transfer {:.1} Mbit/s ({} B in {:.2} s, from the handshake to the last byte acknowledged), verified by the receiver's xxh3",
+        config.interval.as_millis(),
+        omitted(config).as_millis(),
+        whole / 1e6,
+        outcome.bytes,
+        outcome.elapsed.as_secs_f64()
+    ));
+    throughput.notes.extend(outcome.notes.iter().cloned());
+    let mut out = vec![throughput];
+    let one = |metric: &str,
+               unit: Unit,
+               value: f64,
+               note: String|
+     -> Result<Measurement, ExperimentError> {
+        let mut m = value_measurement(ID, metric, params.clone(), unit, &[value])?;
+        m.notes.push(note);
+        Ok(m)
+    };
+    let rtt_note = |what: &str| {
+        format!(
+            "{what} as the stack saw it on {clock_words}, at the end of the transfer; the path's configured round trip is {} ms (queueing adds to it)",
+            round_trip.as_millis()
+        )
+    };
+    if let Some(min) = outcome.min_rtt {
+        out.push(one(
+            "min_rtt",
+            Unit::Nanoseconds,
+            min.as_nanos() as f64,
+            rtt_note("the minimum RTT"),
+        )?);
+    }
+    if let Some(srtt) = outcome.srtt {
+        out.push(one(
+            "srtt",
+            Unit::Nanoseconds,
+            srtt.as_nanos() as f64,
+            rtt_note("the smoothed RTT"),
+        )?);
+    }
+    out.push(one(
+        "retransmits",
+        Unit::Count,
+        outcome.retransmits as f64,
+        "segments sent again (see the throughput's notes for where the count comes from)".into(),
+    )?);
+    if outcome.bytes > 0 {
+        out.push(one(
+            "cpu_per_byte",
+            Unit::Nanoseconds,
+            outcome.cpu_time.as_nanos() as f64 / outcome.bytes as f64,
+            format!(
+                "CPU time of the sending stack's thread per byte delivered ({:.3} s for {} B; see the throughput's notes for what it includes)",
+                outcome.cpu_time.as_secs_f64(),
+                outcome.bytes
+            ),
+        )?);
+    }
+    // Every measurement says which stack and clock it was and what the
+    // path's round trip was configured to be, whatever a reader looks at.
+    let context = format!(
+        "{} with cc={} on {clock_words}; the path's configured round trip {} ms",
+        params.text("stack").unwrap_or("smoltcp"),
+        config.cc,
+        round_trip.as_millis()
+    );
+    for m in &mut out {
+        m.notes.insert(0, context.clone());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_grid_point_parses_into_a_transfer() {
+        for profile in [Profile::Smoke, Profile::Quick, Profile::Full] {
+            let grid = NetUserspace.grid(profile);
+            assert!(!grid.is_empty());
+            for params in grid {
+                for spec in PARAMS.iter() {
+                    if let Some(value) = params.get(spec.name) {
+                        let raw = match value {
+                            osprobe_core::ParamValue::Int(i) => i.to_string(),
+                            osprobe_core::ParamValue::Text(t) => t.clone(),
+                            other => panic!("{other:?}"),
+                        };
+                        spec.parse(&raw).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+                let config = transfer_config(&params).unwrap();
+                assert!(config.duration >= Duration::from_millis(500));
+            }
+        }
+    }
+
+    #[test]
+    fn the_middlebox_is_the_seeds() {
+        let full = NetUserspace.grid(Profile::Full);
+        let middlebox = full
+            .iter()
+            .find(|p| p.text("loss") == Some("1%"))
+            .expect("the middlebox points");
+        let config = transfer_config(middlebox).unwrap();
+        assert_eq!(config.path.delay * 2, Duration::from_millis(100));
+        assert_eq!(config.path.loss_percent, 1.0);
+        assert_eq!(config.interval, Duration::from_millis(100));
+    }
+
+    fn outcome(verified: bool) -> TransferOutcome {
+        TransferOutcome {
+            bytes: 125_000_000,
+            elapsed: Duration::from_secs(1),
+            throughput_bps: vec![5e8, 1e9, 1e9, 1e9, 1e9],
+            min_rtt: Some(Duration::ZERO),
+            srtt: Some(Duration::from_millis(3)),
+            retransmits: 2,
+            cpu_time: Duration::from_millis(250),
+            verified,
+            notes: vec!["from the stack".into()],
+        }
+    }
+
+    #[test]
+    fn an_outcome_becomes_the_five_metrics_without_its_ramp_up() {
+        let params = Params::new()
+            .with("stack", "smoltcp")
+            .with("clock", "tick:10ms")
+            .with("duration", "1s");
+        let config = transfer_config(&params).unwrap();
+        let out = measurements(&params, &config, &outcome(true)).unwrap();
+        let metrics: Vec<&str> = out.iter().map(|m| m.metric.as_str()).collect();
+        assert_eq!(
+            metrics,
+            [
+                "throughput",
+                "min_rtt",
+                "srtt",
+                "retransmits",
+                "cpu_per_byte"
+            ]
+        );
+        // 200 ms of ramp-up: the first two 100 ms samples are left out.
+        assert_eq!(out[0].summary.n, 3);
+        assert_eq!(out[0].summary.p50, 1e9);
+        // A zero minimum RTT is a real answer on a tick clock.
+        assert_eq!(out[1].summary.p50, 0.0);
+        assert_eq!(out[4].summary.p50, 2.0);
+        for m in &out {
+            assert!(m.notes[0].contains("clock tick:10ms"), "{:?}", m.notes);
+        }
+        assert!(out[0].notes.iter().any(|n| n == "from the stack"));
+    }
+
+    #[test]
+    fn an_unverified_transfer_is_a_failure_not_a_row() {
+        let params = Params::new();
+        let config = transfer_config(&params).unwrap();
+        let e = measurements(&params, &config, &outcome(false)).unwrap_err();
+        assert!(e.to_string().contains("hash did not match"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_what_is_accepted() {
+        let e = check_clock("tick:ten").unwrap_err();
+        assert!(e.contains("tick:10ms"), "{e}");
+        assert!(check_duration("50ms").is_err());
+        let params = Params::new().with("loss", "ge:p=1%,r=25%");
+        let e = transfer_config(&params).unwrap_err().to_string();
+        assert!(e.contains("Gilbert-Elliott"), "{e}");
+        let e = run_stack("lwip", &transfer_config(&Params::new()).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("smoltcp, kernel"), "{e}");
+    }
+}
