@@ -3,7 +3,7 @@
 //! token (sent on stdin into a 0600 file there, never on a command line),
 //! the client on src with `--to`, the server stopped afterwards.
 
-use crate::fleet::inventory::Inventory;
+use crate::fleet::inventory::{Host, Inventory};
 use crate::fleet::remote;
 use crate::fleet::ssh::{ExecError, Input, Ssh, Target};
 use osprobe_core::Run;
@@ -80,6 +80,25 @@ pub struct End<'a> {
     /// is an IP literal, else every address: the token guards it).
     pub connect: String,
     pub bind: String,
+}
+
+impl<'a> End<'a> {
+    pub fn new(target: &'a Target, binary: &'a str, host: &Host) -> End<'a> {
+        let connect = host
+            .var("osprobe_address")
+            .unwrap_or(host.address())
+            .to_string();
+        let bind = match connect.parse::<std::net::IpAddr>() {
+            Ok(ip) => ip.to_string(),
+            Err(_) => "0.0.0.0".into(),
+        };
+        End {
+            target,
+            binary,
+            connect,
+            bind,
+        }
+    }
 }
 
 /// One test of one pair: the run, or why there is none.

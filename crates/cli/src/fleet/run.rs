@@ -422,31 +422,8 @@ fn one_pair(
         progress.note(&format!("pair {pair}: {}", report.failures[0]));
         return report;
     };
-    let end = |i: usize, host: &Host, bin: &str| {
-        let connect = host
-            .var("osprobe_address")
-            .unwrap_or(host.address())
-            .to_string();
-        let bind = match connect.parse::<std::net::IpAddr>() {
-            Ok(ip) => ip.to_string(),
-            Err(_) => "0.0.0.0".into(),
-        };
-        (i, connect, bind, bin.to_string())
-    };
-    let (_, s_connect, s_bind, _) = end(s, src, &src_bin);
-    let (_, d_connect, d_bind, _) = end(d, dst, &dst_bin);
-    let src_end = End {
-        target: &targets[s],
-        binary: &src_bin,
-        connect: s_connect,
-        bind: s_bind,
-    };
-    let dst_end = End {
-        target: &targets[d],
-        binary: &dst_bin,
-        connect: d_connect,
-        bind: d_bind,
-    };
+    let src_end = End::new(&targets[s], &src_bin, src);
+    let dst_end = End::new(&targets[d], &dst_bin, dst);
     let measured = pairs::measure(
         ssh,
         &src_end,
