@@ -11,6 +11,7 @@ mod app;
 pub mod cc;
 mod driver;
 mod error;
+mod reorder;
 mod tls;
 pub mod udp;
 
