@@ -752,3 +752,42 @@ fn exports_are_written_beside_the_table() {
         "{err}"
     );
 }
+
+/// `osprobe docs experiments | head -1`: the reader closes the pipe early;
+/// osprobe ends as `cat` would (SIGPIPE), without a panic on stderr.
+#[test]
+fn a_closed_pipe_ends_a_printing_command_quietly() {
+    use std::io::BufRead;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    // A pipe of one page, so the reference (tens of KiB) cannot fit in it
+    // and osprobe is still writing when the reader goes.
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors, which are owned below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: F_SETPIPE_SZ on a pipe we own.
+    unsafe { libc::fcntl(fds[0], libc::F_SETPIPE_SZ, 4096) };
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("osprobe"))
+        .args(["docs", "experiments"])
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(std::fs::File::from(read_end))
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with('#'), "{first}");
+    // The reader is gone: dropping it closed the pipe.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
