@@ -281,6 +281,7 @@ fn bars(svg: &mut Svg, area: Area, plot: &BarPlot) {
     let hi = all
         .clone()
         .map(|b| b.hi.max(b.y))
+        .chain(plot.expected.iter().flatten().copied())
         .fold(0.0f64, f64::max)
         .max(1e-12);
     let lo = all.map(|b| b.lo.min(b.y)).fold(0.0f64, f64::min);
@@ -322,6 +323,16 @@ fn bars(svg: &mut Svg, area: Area, plot: &BarPlot) {
             );
             error_bar(svg, x + bar_w / 2.0, ys.px(b.lo), ys.px(b.hi), "#222");
         }
+        if let Some(v) = plot.expected.get(gi).copied().flatten() {
+            let y = ys.px(v);
+            svg.line(
+                start - 4.0,
+                y,
+                start + bar_w * k + 4.0,
+                y,
+                r##"stroke="#222" stroke-width="1.5" stroke-dasharray="5,3""##,
+            );
+        }
         if slanted {
             let (x, y) = (centre, area.bottom() + 12.0);
             svg.raw(&format!(
@@ -345,6 +356,18 @@ fn bars(svg: &mut Svg, area: Area, plot: &BarPlot) {
     );
     svg.grow_to(area.bottom() + 44.0 + drop);
     legend(svg, &plot.series, area.bottom() + 54.0 + drop);
+    if plot.expected.iter().any(Option::is_some) {
+        let y = svg.height() + 14.0;
+        svg.line(
+            LEFT,
+            y - 4.0,
+            LEFT + 20.0,
+            y - 4.0,
+            r##"stroke="#222" stroke-width="1.5" stroke-dasharray="5,3""##,
+        );
+        svg.text(LEFT + 26.0, y, FONT, Anchor::Start, &plot.expected_label);
+        svg.grow_to(y + 10.0);
+    }
 }
 
 fn histogram(svg: &mut Svg, area: Area, plot: &HistogramPlot) {

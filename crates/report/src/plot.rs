@@ -81,6 +81,11 @@ pub struct BarPlot {
     pub groups: Vec<String>,
     pub series: Vec<String>,
     pub values: Vec<Vec<Option<Bar>>>,
+    /// What each group should read, drawn as a dashed line across it (the
+    /// path's configured round trip under a stack's RTT estimate).
+    pub expected: Vec<Option<f64>>,
+    /// What the dashed line is, for the legend.
+    pub expected_label: String,
 }
 
 /// Counts in bins of a measured quantity, with the median marked.
@@ -200,6 +205,7 @@ pub fn group_plots(run: &Run, group: &[&Measurement]) -> Vec<Plot> {
     let keep = match group[0].experiment.as_str() {
         "mem.latency" => "stride",
         "net.cc" => "cc",
+        "net.userspace" => "clock",
         _ => "",
     };
     let best = varying
@@ -466,12 +472,13 @@ pub fn cache_markers(run: &Run) -> Vec<Marker> {
 fn bar_plot(group: &[&Measurement], varying: &BTreeSet<String>) -> BarPlot {
     let experiment = group[0].experiment.as_str();
     // net.cc keeps a colour per algorithm when other conditions vary.
-    let series_param: Option<&str> =
-        if experiment == "net.cc" && varying.len() > 1 && varying.contains("cc") {
-            Some("cc")
-        } else {
-            None
-        };
+    // net.userspace keeps a colour per clock (the seed's question: what
+    // the clock does to each stack).
+    let series_param: Option<&str> = match experiment {
+        "net.cc" if varying.len() > 1 && varying.contains("cc") => Some("cc"),
+        "net.userspace" if varying.len() > 1 && varying.contains("clock") => Some("clock"),
+        _ => None,
+    };
     let axis_param = varying
         .iter()
         .filter(|n| Some(n.as_str()) != series_param)
@@ -524,13 +531,60 @@ fn bar_plot(group: &[&Measurement], varying: &BTreeSet<String>) -> BarPlot {
         Some(sp) => sp.to_string(),
         None => axis_param.unwrap_or_default(),
     };
+    let (expected, expected_label) = expected_per_group(group, &keys, &groups);
     BarPlot {
         x_title,
         y: y_axis(group[0], false),
         groups,
         series,
         values,
+        expected,
+        expected_label,
     }
+}
+
+/// The value each bar group should read, where the experiment knows one:
+/// a user-space stack's RTT estimate (net.userspace min_rtt, srtt) against
+/// the emulated path's configured round trip, twice its one-way `delay`.
+/// A group whose measurements disagree on the delay gets no line.
+fn expected_per_group(
+    group: &[&Measurement],
+    keys: &[(String, String)],
+    groups: &[String],
+) -> (Vec<Option<f64>>, String) {
+    let first = group[0];
+    let rtt_metric = matches!(first.metric.as_str(), "min_rtt" | "srtt");
+    if first.experiment != "net.userspace" || !rtt_metric || first.unit != Unit::Nanoseconds {
+        return (vec![None; groups.len()], String::new());
+    }
+    let expected = groups
+        .iter()
+        .map(|g| {
+            let mut delays = group
+                .iter()
+                .zip(keys)
+                .filter(|(_, (mg, _))| mg == g)
+                .map(|(m, _)| m.params.text("delay").and_then(delay_ns));
+            let first = delays.next().flatten()?;
+            delays.all(|d| d == Some(first)).then_some(2.0 * first)
+        })
+        .collect();
+    (expected, "configured round trip (2 x delay)".into())
+}
+
+/// A one-way delay parameter (`10ms`, `500us`, `0ms`, `1s`) in ns.
+fn delay_ns(text: &str) -> Option<f64> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return None,
+    };
+    Some(value * scale)
 }
 
 /// A measurement's histogram as its own plot.

@@ -519,3 +519,80 @@ fn no_text_lies_over_a_data_mark_in_any_kind_of_plot() {
         .fold(f64::INFINITY, f64::min);
     assert!(text_box(median).3 <= top_of_bars, "{h}");
 }
+
+/// net.userspace: a colour per clock, and the stack's RTT estimate drawn
+/// against each path's configured round trip (twice its one-way delay).
+#[test]
+fn net_userspace_bars_by_clock_with_the_configured_round_trip() {
+    let point = |stack: &str, clock: &str, delay: &str| {
+        Params::new()
+            .with("stack", stack)
+            .with("cc", "cubic")
+            .with("clock", clock)
+            .with("delay", delay)
+    };
+    let srtt = |stack: &str, clock: &str, delay: &str, ns: f64| {
+        m(
+            "net.userspace",
+            "srtt",
+            point(stack, clock, delay),
+            Unit::Nanoseconds,
+            ns,
+        )
+    };
+    let run = run(vec![
+        srtt("smoltcp", "fine", "10ms", 21e6),
+        srtt("smoltcp", "tick:10ms", "10ms", 20e6),
+        srtt("quinn", "fine", "10ms", 22e6),
+        srtt("quinn", "tick:10ms", "10ms", 20e6),
+        srtt("smoltcp", "fine", "50ms", 101e6),
+        srtt("smoltcp", "tick:10ms", "50ms", 100e6),
+    ]);
+    let plots = plots(&run);
+    let plot = plots
+        .iter()
+        .find(|p| p.experiment == "net.userspace" && p.metric == "srtt")
+        .expect("an srtt plot");
+    let Kind::Bars(bars) = &plot.kind else {
+        panic!("words give bars: {plot:?}")
+    };
+    assert_eq!(bars.series, ["fine", "tick:10ms"], "a colour per clock");
+    assert_eq!(bars.groups.len(), 3, "{:?}", bars.groups);
+    for (group, expected) in bars.groups.iter().zip(&bars.expected) {
+        let want = if group.contains("50ms") { 100e6 } else { 20e6 };
+        assert_eq!(*expected, Some(want), "{group}");
+    }
+    let svg = chart::render(plot);
+    let texts = svg_texts(&svg);
+    assert!(
+        texts
+            .iter()
+            .any(|t| t == "configured round trip (2 x delay)"),
+        "{texts:?}"
+    );
+    assert_eq!(
+        svg.matches("stroke-dasharray=\"5,3\"").count(),
+        3 + 1,
+        "a line per group and one in the legend"
+    );
+    // Throughput has no expected value.
+    let tp = m(
+        "net.userspace",
+        "throughput",
+        point("quinn", "fine", "0ms"),
+        Unit::BitsPerSecond,
+        1e9,
+    );
+    let tp2 = m(
+        "net.userspace",
+        "throughput",
+        point("quinn", "tick:10ms", "0ms"),
+        Unit::BitsPerSecond,
+        5e8,
+    );
+    let plots = osprobe_report::plot::plots(&self::run(vec![tp, tp2]));
+    let Kind::Bars(bars) = &plots[0].kind else {
+        panic!()
+    };
+    assert!(bars.expected.iter().all(Option::is_none));
+}
