@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Hosts measured at once by default (fewer when the inventory has fewer).
 const DEFAULT_PARALLEL: usize = 4;
@@ -45,6 +45,8 @@ struct Shared<'a> {
     binary: &'a LocalBinary,
     profile: &'a str,
     only: &'a [String],
+    /// --host-timeout: one host's whole work, probe to run.
+    timeout: Option<Duration>,
 }
 
 pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
@@ -88,6 +90,7 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
         binary: &binary,
         profile: &args.profile,
         only: &args.only,
+        timeout: args.host_timeout.map(|s| Duration::from_secs(s as u64)),
     };
     let started = Instant::now();
 
@@ -258,11 +261,19 @@ fn one_host(
                 false => Ok(()),
             }
         };
+        let deadline = shared.timeout.map(|t| Instant::now() + t);
         let exec = |script: &str, input: Input<'_>| {
-            shared.ssh.exec(target, script, input).map_err(|e| match e {
-                ExecError::Interrupted => "interrupted".to_string(),
-                ExecError::Local(e) => e,
-            })
+            shared
+                .ssh
+                .exec(target, script, input, deadline)
+                .map_err(|e| match e {
+                    ExecError::Interrupted => "interrupted".to_string(),
+                    ExecError::Local(e) => e,
+                    ExecError::TimedOut => format!(
+                        "gave up after --host-timeout {} s (the command there was stopped)",
+                        shared.timeout.unwrap_or_default().as_secs()
+                    ),
+                })
         };
 
         state(format!("connecting to {}", target.destination));
@@ -430,6 +441,7 @@ fn one_pair(
         &dst_end,
         &args.profile,
         &args.pair_tests,
+        args.host_timeout.map(|s| Duration::from_secs(s as u64)),
         |what| progress.note(&format!("pair {pair}: {what}")),
     );
     match measured {
