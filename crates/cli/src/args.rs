@@ -66,6 +66,23 @@ pub enum Command {
     Fleet(crate::fleet::FleetArgs),
 }
 
+impl Command {
+    /// Commands that read and print and never touch a socket.
+    pub fn only_prints(&self) -> bool {
+        matches!(
+            self,
+            Command::List(_)
+                | Command::History(_)
+                | Command::Show(_)
+                | Command::Compare(_)
+                | Command::Completions(_)
+                | Command::Man
+                | Command::Docs(_)
+                | Command::Export(_)
+        )
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct TokenArg {
     /// Secret shared with the server (default: $OSPROBE_TOKEN); visible to other users in `ps`, prefer --token-file; never sent in clear, never stored

@@ -35,6 +35,9 @@ pub fn registry() -> Registry {
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let db = cli.db.clone();
     crate::leftovers::sweep();
+    if cli.command.only_prints() {
+        die_quietly_on_a_closed_pipe();
+    }
     match cli.command {
         Command::Run(args) => run(args, db, cli.quiet),
         Command::Bench(args) => bench(args, db, cli.quiet),
@@ -56,6 +59,19 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Export(args) => crate::export_import::export(args, db, cli.quiet),
         Command::Import(args) => crate::export_import::import(args, db),
         Command::Fleet(args) => crate::fleet::fleet(args, db, cli.quiet),
+    }
+}
+
+/// `osprobe history | head` closes the pipe early; a command that only
+/// reads and prints then ends as `cat` or `ls` do, killed by SIGPIPE without
+/// a word, instead of panicking in `println!` (Rust ignores SIGPIPE, so a
+/// write to a closed pipe is an error). Only these commands: the others
+/// write to sockets, where a dead peer must be an error, not a signal.
+fn die_quietly_on_a_closed_pipe() {
+    // SAFETY: restoring a signal's default disposition touches no memory
+    // and runs before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

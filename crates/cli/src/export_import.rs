@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Runs to export: ids, unique prefixes of ids, `latest` or `latest~N` (default: every stored run, oldest first)
+    /// Runs to export: ids, unique prefixes of ids, `latest`, `latest~N` or HOST:REF (default: every stored run, oldest first)
     #[arg(value_name = "RUN")]
     pub runs: Vec<String>,
 }
@@ -28,23 +28,35 @@ pub struct ImportArgs {
 
 pub fn export(args: ExportArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let store = crate::store::open_for_reading(db)?;
-    let ids = if args.runs.is_empty() {
+    // Named runs are all resolved before anything is written: a typo is
+    // reported with nothing half-written.
+    let named = args
+        .runs
+        .iter()
+        .map(|name| crate::store::load_run(&*store, name))
+        .collect::<Result<Vec<_>>>()?;
+    let ids: Vec<String> = if args.runs.is_empty() {
         store.list_runs()?.into_iter().map(|r| r.id).collect()
     } else {
-        let mut ids: Vec<String> = Vec::new();
-        for run in &args.runs {
-            let id = crate::store::resolve_id(&*store, run)?;
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-        ids
+        named.iter().map(|r| r.id.clone()).collect()
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for id in &ids {
-        let run = crate::store::load_run(&*store, id)?;
-        let line = osprobe_store::import::run_line(&run);
-        if let Err(e) = writeln!(out, "{line}") {
+    let mut written: Vec<&str> = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        // A run named twice (`latest` and its id) is written once.
+        if written.contains(&id.as_str()) {
+            continue;
+        }
+        written.push(id);
+        let loaded;
+        let run = match named.get(i) {
+            Some(run) => run,
+            None => {
+                loaded = crate::store::load_run(&*store, id)?;
+                &loaded
+            }
+        };
+        if let Err(e) = writeln!(out, "{}", osprobe_store::import::run_line(run)) {
             return stdout_closed(e);
         }
     }
@@ -54,8 +66,8 @@ pub fn export(args: ExportArgs, db: Option<PathBuf>, quiet: bool) -> Result<Exit
     if !quiet {
         eprintln!(
             "osprobe: exported {} run{} from {}",
-            ids.len(),
-            plural(ids.len()),
+            written.len(),
+            plural(written.len()),
             store.location()
         );
     }

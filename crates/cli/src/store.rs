@@ -40,12 +40,6 @@ pub fn open_if_exists(location: &Location) -> Result<Option<Box<dyn RunStore>>> 
     }
 }
 
-/// Resolve a run id as the user wrote it; an unknown or ambiguous one is a
-/// usage error.
-pub fn resolve_id(store: &dyn RunStore, id: &str) -> Result<String> {
-    store.resolve_id(id).map_err(classify)
-}
-
 /// Load a run; an unknown, ambiguous or absent id is a usage error.
 /// `HOST:REF` (e.g. `web-1:latest`) counts among that host's runs
 /// ([`crate::hostref`]); a note on stderr says when the hostname stood in

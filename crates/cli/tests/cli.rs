@@ -173,18 +173,106 @@ fn relations_that_hold_on_any_machine() {
         "round_trip",
         Some(("kind", "process")),
     );
+    let cheaper_than_fork = |id: &str, metric: &str, param, first: f64| {
+        holds_in_some_measurement(
+            first,
+            fork,
+            |run| {
+                (
+                    fastest(run, id, metric, param),
+                    fastest(run, "proc.fork", "fork_exit_wait", None),
+                )
+            },
+            &[id, "proc.fork"],
+        )
+    };
+    let syscall = cheaper_than_fork("cpu.syscall", "getppid", Some(("call", "getppid")), syscall);
     assert!(
-        fork > syscall,
-        "fork ({fork} ns) must cost more than a system call ({syscall} ns)"
+        syscall.0 < syscall.1,
+        "fork ({} ns) must cost more than a system call ({} ns)",
+        syscall.1,
+        syscall.0
+    );
+    let thread = cheaper_than_fork(
+        "proc.thread_create",
+        "create_join",
+        Some(("api", "pthread")),
+        thread,
     );
     assert!(
-        thread < fork,
-        "thread creation ({thread} ns) must cost less than fork ({fork} ns)"
+        thread.0 < thread.1,
+        "thread creation ({} ns) must cost less than fork ({} ns)",
+        thread.0,
+        thread.1
+    );
+    let switch = holds_in_some_measurement(
+        coroutine,
+        process_switch,
+        |run| {
+            (
+                fastest(
+                    run,
+                    "proc.ctx_switch",
+                    "switch",
+                    Some(("kind", "coroutine")),
+                ),
+                fastest(
+                    run,
+                    "proc.ctx_switch",
+                    "round_trip",
+                    Some(("kind", "process")),
+                ),
+            )
+        },
+        &["proc.ctx_switch"],
     );
     assert!(
-        coroutine < process_switch,
-        "a coroutine switch stays in user space"
+        switch.0 < switch.1,
+        "a coroutine switch stays in user space ({} ns vs a process round trip's {} ns)",
+        switch.0,
+        switch.1
     );
+}
+
+/// `small < large`, checked on the smoke run's figures and, when that
+/// fails, on up to three fresh smoke measurements of just the experiments
+/// involved; returns the last pair looked at. The tests of this binary run
+/// beside the smoke run and CI machines are shared, so a busy moment can
+/// invert two costs once (a thread creation's fastest sample once read
+/// 1.7 ms against fork's 81 us while five builds ran); a real inversion
+/// shows in every measurement.
+fn holds_in_some_measurement(
+    small: f64,
+    large: f64,
+    remeasure: impl Fn(&Value) -> (f64, f64),
+    experiments: &[&str],
+) -> (f64, f64) {
+    let mut pair = (small, large);
+    for _ in 0..3 {
+        if pair.0 < pair.1 {
+            break;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = osprobe(&dir.path().join("r.db"))
+            .args([
+                "run",
+                "--profile",
+                "smoke",
+                "--json",
+                "--no-store",
+                "--only",
+            ])
+            .arg(experiments.join(","))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        pair = remeasure(&serde_json::from_slice(&out.stdout).unwrap());
+    }
+    pair
 }
 
 #[test]
@@ -662,5 +750,44 @@ fn exports_are_written_beside_the_table() {
     assert!(
         err.contains("--export-csv") && err.contains("no/such/dir"),
         "{err}"
+    );
+}
+
+/// `osprobe docs experiments | head -1`: the reader closes the pipe early;
+/// osprobe ends as `cat` would (SIGPIPE), without a panic on stderr.
+#[test]
+fn a_closed_pipe_ends_a_printing_command_quietly() {
+    use std::io::BufRead;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    // A pipe of one page, so the reference (tens of KiB) cannot fit in it
+    // and osprobe is still writing when the reader goes.
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors, which are owned below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: F_SETPIPE_SZ on a pipe we own.
+    unsafe { libc::fcntl(fds[0], libc::F_SETPIPE_SZ, 4096) };
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("osprobe"))
+        .args(["docs", "experiments"])
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(std::fs::File::from(read_end))
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with('#'), "{first}");
+    // The reader is gone: dropping it closed the pipe.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
     );
 }

@@ -137,6 +137,22 @@ fn export_and_import_between_sqlite_and_postgres() {
     }
     let exported = ok(&osprobe().args(["--db", laptop, "export"]).output().unwrap());
     assert_eq!(exported.lines().count(), 2);
+    let twice = ok(&osprobe()
+        .args(["--db", laptop, "export", "latest", "latest~0"])
+        .output()
+        .unwrap());
+    assert_eq!(
+        twice.lines().count(),
+        1,
+        "a run named twice is written once"
+    );
+    let out = osprobe()
+        .args(["--db", laptop, "export", "latest", "01NOSUCH"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing half-written");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'01NOSUCH'"));
     let file = dir.path().join("runs.jsonl");
     std::fs::write(&file, &exported).unwrap();
     let file = file.to_str().unwrap();

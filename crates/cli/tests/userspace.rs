@@ -52,7 +52,7 @@ fn the_smoke_profile_prints_a_row_per_stack() {
         .unwrap();
     let run = json_of(&out);
     let rows = measurements(&run, "net.userspace");
-    for stack in ["smoltcp", "kernel"] {
+    for stack in ["smoltcp", "kernel", "quinn"] {
         let of_stack: Vec<_> = rows
             .iter()
             .filter(|m| m["params"]["stack"] == stack)

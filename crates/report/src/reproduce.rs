@@ -451,7 +451,8 @@ fn relative_row(
         .find_map(|num| denominator_of(num).map(|den| (*num, den)));
     let Some((num, den)) = pair else {
         out.status = Status::NotMeasured(format!(
-            "this run has no pair of measurements to divide ({} over {} on the same path)",
+            "not measured in this run (run `osprobe bench {} --profile full`): the ratio needs {} and {} on the same path in one run",
+            r.experiment.as_deref().unwrap_or_default(),
             crate::human::params_label(&r.params),
             crate::human::params_label(&rel.params)
         ));
@@ -1056,7 +1057,7 @@ mod tests {
         ];
         let rows = reproduce(&run(alone), &refs, None);
         assert!(
-            matches!(&rows[0].status, Status::NotMeasured(t) if t.contains("same path")),
+            matches!(&rows[0].status, Status::NotMeasured(t) if t.contains("same path in one run")),
             "{:?}",
             rows[0].status
         );

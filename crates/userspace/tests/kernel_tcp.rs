@@ -16,7 +16,7 @@ fn config(cc: &str, clock: ClockMode) -> TransferConfig {
         path: PathConfig {
             delay: Duration::from_millis(5),
             loss_percent: 0.0,
-            rate_bps: Some(200_000_000),
+            rate_bps: None,
             wmem: None,
         },
     }

@@ -23,19 +23,19 @@ use std::time::Duration;
 pub struct NetUserspace;
 
 /// The stacks `stack=` accepts.
-pub const STACKS: &[&str] = &["smoltcp", "kernel"];
+pub const STACKS: &[&str] = &["smoltcp", "kernel", "quinn"];
 
 const ID: &str = "net.userspace";
 
 const PARAMS: [ParamSpec; 8] = [
     ParamSpec {
         name: "stack",
-        help: "smoltcp: smoltcp's TCP over a TUN device in user space; kernel: the kernel's TCP (the baseline)",
+        help: "smoltcp: smoltcp's TCP over a TUN device in user space; kernel: the kernel's TCP (the baseline); quinn: QUIC with quinn-proto, both ends in user space over UDP",
         kind: ParamKind::Choice(STACKS),
     },
     ParamSpec {
         name: "cc",
-        help: "congestion control: smoltcp offers reno, cubic, none (no BBR); the kernel bbr, cubic, reno",
+        help: "congestion control: smoltcp offers reno, cubic, none (no BBR); the kernel bbr, cubic, reno; quinn reno (its NewReno), cubic, bbr",
         kind: ParamKind::Choice(&["reno", "cubic", "bbr", "none"]),
     },
     ParamSpec {
@@ -127,7 +127,7 @@ impl Experiment for NetUserspace {
     }
 
     fn description(&self) -> &'static str {
-        "user-space TCP (smoltcp over TUN) vs the kernel's TCP over the link emulator, with the stack's clock as a parameter (fine, 10 ms ticks)"
+        "user-space TCP (smoltcp over TUN) and QUIC (quinn-proto) vs the kernel's TCP over the link emulator, with the stack's clock as a parameter (fine, 10 ms ticks)"
     }
 
     fn requirements(&self) -> Requirements {
@@ -152,6 +152,7 @@ impl Experiment for NetUserspace {
                 vec![
                     point("smoltcp", "cubic", "fine", &path, "500ms"),
                     point("kernel", "cubic", "fine", &path, "500ms"),
+                    point("quinn", "cubic", "fine", &path, "500ms"),
                 ]
             }
             Profile::Quick => vec![
@@ -159,6 +160,11 @@ impl Experiment for NetUserspace {
                 point("smoltcp", "cubic", "tick:10ms", &QUICK_PATH, "3s"),
                 point("kernel", "cubic", "fine", &QUICK_PATH, "3s"),
                 point("kernel", "bbr", "fine", &QUICK_PATH, "3s"),
+                // quinn-proto's default (Cubic) and the seed's BBR.
+                point("quinn", "cubic", "fine", &QUICK_PATH, "3s"),
+                point("quinn", "cubic", "tick:10ms", &QUICK_PATH, "3s"),
+                point("quinn", "bbr", "fine", &QUICK_PATH, "3s"),
+                point("quinn", "bbr", "tick:10ms", &QUICK_PATH, "3s"),
             ],
             Profile::Full => {
                 let mut points = Vec::new();
@@ -174,6 +180,18 @@ impl Experiment for NetUserspace {
                     }
                     for cc in ["bbr", "cubic", "reno"] {
                         points.push(point("kernel", cc, "fine", path, duration));
+                    }
+                    // quinn: BBR on every clock, the patched one included
+                    // (its notes say where the floor cannot reach); Cubic
+                    // and NewReno on fewer.
+                    for clock in ["fine", "tick:1ms", "tick:10ms", "tick:10ms+floor"] {
+                        points.push(point("quinn", "bbr", clock, path, duration));
+                    }
+                    for clock in ["fine", "tick:1ms", "tick:10ms"] {
+                        points.push(point("quinn", "cubic", clock, path, duration));
+                    }
+                    for clock in ["fine", "tick:10ms"] {
+                        points.push(point("quinn", "reno", clock, path, duration));
                     }
                 }
                 points
@@ -194,6 +212,7 @@ pub fn run_stack(stack: &str, config: &TransferConfig) -> Result<TransferOutcome
     match stack {
         "smoltcp" => crate::smoltcp_tcp::run_transfer(config),
         "kernel" => crate::kernel_tcp::run_transfer(config),
+        "quinn" => crate::quic::run_transfer(config).map_err(TransferError::from),
         other => Err(TransferError::Unsupported(format!(
             "stack '{other}': accepted {}",
             STACKS.join(", ")

@@ -11,6 +11,7 @@ mod app;
 pub mod cc;
 mod driver;
 mod error;
+mod reorder;
 mod tls;
 pub mod udp;
 
@@ -334,7 +335,8 @@ fn outcome_of(
             "srtt and min_rtt: the client's quinn-proto RttEstimator at the end, on the stack's clock ({})",
             config.clock
         ),
-        "retransmits: packets the client's quinn-proto declared lost (their frames are sent again in new packets)".to_string(),
+        "retransmits: packets the client's quinn-proto declared lost (their frames are sent again in new packets); the emulator's counters say how many the path itself dropped, the rest were dropped before it (socket buffers, the TUN queue) or declared lost spuriously (reordering)".to_string(),
+        "cpu_time: both endpoint threads (the client's and the server's: both ends of QUIC are the user-space stack)".to_string(),
         "the client's send buffer (written, unacknowledged bytes) is kept at 2 x the congestion window, at least 256 KB, as Linux autotunes a socket's: it stops writing at the duration and the rest drains".to_string(),
     ];
     if !verified {

@@ -131,11 +131,15 @@ impl phy::TxToken for TxToken<'_> {
     where
         F: FnOnce(&mut [u8]) -> R,
     {
-        self.buf.clear();
-        self.buf.resize(len, 0);
-        let result = f(self.buf);
-        self.observer.on_send(self.now, self.buf);
-        match osprobe_link::tun::write_packet(self.fd, self.buf) {
+        // smoltcp writes all `len` bytes (the whole IP packet), so the
+        // buffer is zeroed only when it grows, not for every packet.
+        if self.buf.len() < len {
+            self.buf.resize(len, 0);
+        }
+        let packet = &mut self.buf[..len];
+        let result = f(packet);
+        self.observer.on_send(self.now, packet);
+        match osprobe_link::tun::write_packet(self.fd, packet) {
             Ok(()) => *self.packets_out += 1,
             Err(_) => *self.write_errors += 1,
         }

@@ -121,7 +121,8 @@ pub fn run(
     socket.set_ack_delay(None);
     let mut sockets = SocketSet::new(Vec::new());
     let handle = sockets.add(socket);
-    let local_port = 40_000 + (config_seed_low() % 20_000) as u16;
+    // Any port: the namespace is this connection's alone.
+    let local_port = 40_000 + (random_seed() % 20_000) as u16;
     sockets
         .get_mut::<tcp::Socket>(handle)
         .connect(
@@ -276,8 +277,4 @@ fn random_seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     osprobe_core::random::SplitMix64::new(wall ^ u64::from(std::process::id())).next_u64()
-}
-
-fn config_seed_low() -> u64 {
-    random_seed() & 0xffff
 }
