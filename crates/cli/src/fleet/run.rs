@@ -180,10 +180,16 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
         binary_bytes: binary.bytes,
         parallel,
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary.json())?);
+    // Everything is stored by now: a closed stdout (`| head`) loses
+    // nothing and must not turn into a panic, so write errors are ignored.
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&summary.json())?)
     } else {
-        print!("{}", summary.text());
+        summary.text()
+    };
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().lock().write_all(text.as_bytes());
     }
     if interrupted {
         use std::io::Write;
