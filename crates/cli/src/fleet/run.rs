@@ -8,7 +8,7 @@ use crate::fleet::inventory::{Host, Inventory};
 use crate::fleet::pairs::{self, End, PairError};
 use crate::fleet::progress::Progress;
 use crate::fleet::remote::{self, LocalBinary};
-use crate::fleet::ssh::{ExecError, Input, Ssh, Target};
+use crate::fleet::ssh::{ExecError, Finished, Input, Ssh, Target};
 use crate::fleet::FleetRunArgs;
 use anyhow::Result;
 use osprobe_core::Run;
@@ -366,35 +366,50 @@ fn one_host(
         let t = Instant::now();
         let ran = exec(&remote::guarded(&remote::words(&words)), Input::Hold(b""))?;
         timed("run", t);
-        match serde_json::from_slice::<Run>(&ran.stdout) {
-            Ok(run) => {
-                outcome.run = Some(run);
-                if !ran.ok() {
-                    return Err(format!("osprobe run reported failures: {}", ran.reason()));
-                }
-                Ok(())
-            }
-            Err(_) if ran.ssh_failed() => {
-                Err(format!("ssh to {}: {}", target.destination, ran.reason()))
-            }
-            Err(e) => Err(format!(
-                "osprobe run there gave no run (exit {}): {}{}",
-                ran.status
-                    .code()
-                    .map_or("by signal".into(), |c| c.to_string()),
-                ran.reason(),
-                if ran.ok() {
-                    format!(" ({e})")
-                } else {
-                    String::new()
-                }
-            )),
-        }
+        let (run, failure) = what_the_run_left(&ran, &target.destination);
+        outcome.run = run;
+        failure.map_or(Ok(()), Err)
     })();
     if let Err(why) = result {
         outcome.failure = Some(why);
     }
     outcome
+}
+
+/// The run a remote `osprobe run --json` printed, and why the host failed
+/// if it did: a run whose experiments partly failed (exit 1 with JSON) is
+/// kept and the host still counts as failed; no JSON is a failure with
+/// ssh's or osprobe's own message.
+fn what_the_run_left(ran: &Finished, destination: &str) -> (Option<Run>, Option<String>) {
+    match serde_json::from_slice::<Run>(&ran.stdout) {
+        Ok(run) => {
+            let failure =
+                (!ran.ok()).then(|| format!("osprobe run reported failures: {}", ran.reason()));
+            (Some(run), failure)
+        }
+        Err(_) if ran.ssh_failed() => (
+            None,
+            Some(format!("ssh to {destination}: {}", ran.reason())),
+        ),
+        Err(e) => {
+            let code = ran
+                .status
+                .code()
+                .map_or("by signal".into(), |c| c.to_string());
+            let detail = if ran.ok() {
+                format!(" ({e})")
+            } else {
+                String::new()
+            };
+            (
+                None,
+                Some(format!(
+                    "osprobe run there gave no run (exit {code}): {}{detail}",
+                    ran.reason()
+                )),
+            )
+        }
+    }
 }
 
 /// What one pair left: stored runs per test and failures.
@@ -615,5 +630,80 @@ impl Summary<'_> {
                 "failures": p.failures,
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn finished(code: i32, stdout: &str, stderr: &str) -> Finished {
+        Finished {
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: stderr.into(),
+        }
+    }
+
+    fn run_json() -> String {
+        let run = Run {
+            schema: osprobe_core::SCHEMA_VERSION,
+            id: osprobe_core::id::new_run_id(),
+            started: osprobe_core::now_rfc3339(),
+            ended: osprobe_core::now_rfc3339(),
+            osprobe_version: "0.1.0".into(),
+            profile: osprobe_core::Profile::Smoke,
+            command: "run".into(),
+            environment: Default::default(),
+            measurements: Vec::new(),
+            skipped: Vec::new(),
+            labels: Default::default(),
+        };
+        serde_json::to_string(&run).unwrap()
+    }
+
+    #[test]
+    fn a_failing_experiment_keeps_the_run_and_fails_the_host() {
+        let ran = finished(1, &run_json(), "osprobe: fs.read  failed: disk full\n");
+        let (run, failure) = what_the_run_left(&ran, "h");
+        assert!(run.is_some());
+        let failure = failure.unwrap();
+        assert!(
+            failure.contains("reported failures") && failure.contains("disk full"),
+            "{failure}"
+        );
+        let (run, failure) = what_the_run_left(&finished(0, &run_json(), ""), "h");
+        assert!(run.is_some() && failure.is_none());
+    }
+
+    #[test]
+    fn no_run_says_why_in_ssh_s_or_osprobe_s_words() {
+        let (run, failure) = what_the_run_left(
+            &finished(
+                255,
+                "",
+                "ssh: connect to host h port 22: Connection refused\n",
+            ),
+            "h",
+        );
+        assert!(run.is_none());
+        assert_eq!(
+            failure.unwrap(),
+            "ssh to h: ssh: connect to host h port 22: Connection refused"
+        );
+        let (_, failure) = what_the_run_left(
+            &finished(
+                1,
+                "",
+                "osprobe: nothing was measured, so nothing was stored\n",
+            ),
+            "h",
+        );
+        let failure = failure.unwrap();
+        assert!(
+            failure.contains("exit 1") && failure.contains("nothing was measured"),
+            "{failure}"
+        );
     }
 }
