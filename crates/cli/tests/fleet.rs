@@ -398,6 +398,38 @@ fn a_host_of_another_architecture_is_refused_clearly() {
     assert_eq!(stored_count_or_zero(&fleet), 0);
 }
 
+#[test]
+fn a_host_that_hangs_is_given_up_after_the_host_timeout() {
+    let Some(mut fleet) = Fleet::start("fleet host timeout", 1) else {
+        return;
+    };
+    // On h1, sha256sum (run when the copy has arrived) takes its time.
+    let bin = fleet.path("slow-bin");
+    std::fs::create_dir(&bin).unwrap();
+    let slow = bin.join("sha256sum");
+    std::fs::write(&slow, "#!/bin/sh\nsleep 5\nexit 1\n").unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fleet.restart_sshd(0, &format!("PATH={}:/usr/bin:/bin", bin.display()));
+    let (out, summary) = fleet_run(
+        &fleet,
+        &format!("{}\n", fleet.host_line(0, "")),
+        &["--host-timeout", "1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{summary}");
+    let why = host(&summary, "h1")["failure"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("gave up after --host-timeout 1 s"), "{why}");
+    // What ran there ends and its partial copy goes.
+    let strays = fleet.stray_processes(Duration::from_secs(30));
+    assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
+    let cached: Vec<_> = std::fs::read_dir(fleet.path("cache-h1"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(cached.is_empty(), "{cached:?}");
+}
+
 fn stored_count_or_zero(fleet: &Fleet) -> usize {
     if fleet.path("results.db").exists() {
         stored_count(fleet)

@@ -56,6 +56,9 @@ pub struct FleetRunArgs {
         default_value = "rtt,connect,bandwidth"
     )]
     pub pair_tests: Vec<String>,
+    /// Give up on a host (and on each test of a pair) after this many seconds, stopping what runs there (default: no limit)
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..))]
+    pub host_timeout: Option<u32>,
     /// ssh configuration file to use instead of ~/.ssh/config (ssh -F)
     #[arg(long, short = 'F', value_name = "FILE")]
     pub ssh_config: Option<PathBuf>,

@@ -117,6 +117,7 @@ pub fn measure(
     dst: &End<'_>,
     profile: &str,
     tests: &[String],
+    timeout: Option<Duration>,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<PairResult>, PairError> {
     let token = token()?;
@@ -147,10 +148,18 @@ pub fn measure(
         ]) + " --token-file \"$d/token\"";
         let script = remote::with_token_file(&remote::guarded(&command));
         let line = format!("{token}\n");
-        let finished = match ssh.exec(src.target, &script, Input::Hold(line.as_bytes())) {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let finished = match ssh.exec(src.target, &script, Input::Hold(line.as_bytes()), deadline) {
             Ok(f) => f,
             Err(ExecError::Interrupted) => return Err(PairError::Interrupted),
             Err(ExecError::Local(e)) => return Err(PairError::Failed(e)),
+            Err(ExecError::TimedOut) => {
+                return Err(PairError::Failed(format!(
+                    "net {test} on {} gave up after --host-timeout {} s",
+                    src.target.name,
+                    timeout.unwrap_or_default().as_secs()
+                )))
+            }
         };
         let run = serde_json::from_slice::<Run>(&finished.stdout);
         results.push(match run {

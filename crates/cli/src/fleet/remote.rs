@@ -115,11 +115,12 @@ fn normalize_arch(uname: &str) -> String {
 }
 
 /// Copy stdin to `path` (private to the user), keep it only when its
-/// sha256 is `sha256`.
+/// sha256 is `sha256`; the partial copy is removed also on a signal.
 pub fn install(path: &str, sha256: &str) -> String {
     format!(
         "set -e; umask 077; f={path}; mkdir -p \"$(dirname \"$f\")\"; t=\"$f.part.$$\"; \
-         trap 'rm -f \"$t\"' EXIT; cat > \"$t\"; chmod 700 \"$t\"; \
+         trap 'rm -f \"$t\"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; \
+         cat > \"$t\"; chmod 700 \"$t\"; \
          h=$(sha256sum \"$t\"); h=${{h%% *}}; \
          if [ \"$h\" != {sha} ]; then echo \"the copy arrived with sha256 $h, expected {sha256}\" >&2; exit 3; fi; \
          mv -f \"$t\" \"$f\"",

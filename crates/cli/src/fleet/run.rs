@@ -8,7 +8,7 @@ use crate::fleet::inventory::{Host, Inventory};
 use crate::fleet::pairs::{self, End, PairError};
 use crate::fleet::progress::Progress;
 use crate::fleet::remote::{self, LocalBinary};
-use crate::fleet::ssh::{ExecError, Input, Ssh, Target};
+use crate::fleet::ssh::{ExecError, Finished, Input, Ssh, Target};
 use crate::fleet::FleetRunArgs;
 use anyhow::Result;
 use osprobe_core::Run;
@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Hosts measured at once by default (fewer when the inventory has fewer).
 const DEFAULT_PARALLEL: usize = 4;
@@ -45,6 +45,8 @@ struct Shared<'a> {
     binary: &'a LocalBinary,
     profile: &'a str,
     only: &'a [String],
+    /// --host-timeout: one host's whole work, probe to run.
+    timeout: Option<Duration>,
 }
 
 pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
@@ -88,6 +90,7 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
         binary: &binary,
         profile: &args.profile,
         only: &args.only,
+        timeout: args.host_timeout.map(|s| Duration::from_secs(s as u64)),
     };
     let started = Instant::now();
 
@@ -177,10 +180,16 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
         binary_bytes: binary.bytes,
         parallel,
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary.json())?);
+    // Everything is stored by now: a closed stdout (`| head`) loses
+    // nothing and must not turn into a panic, so write errors are ignored.
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&summary.json())?)
     } else {
-        print!("{}", summary.text());
+        summary.text()
+    };
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().lock().write_all(text.as_bytes());
     }
     if interrupted {
         use std::io::Write;
@@ -258,11 +267,19 @@ fn one_host(
                 false => Ok(()),
             }
         };
+        let deadline = shared.timeout.map(|t| Instant::now() + t);
         let exec = |script: &str, input: Input<'_>| {
-            shared.ssh.exec(target, script, input).map_err(|e| match e {
-                ExecError::Interrupted => "interrupted".to_string(),
-                ExecError::Local(e) => e,
-            })
+            shared
+                .ssh
+                .exec(target, script, input, deadline)
+                .map_err(|e| match e {
+                    ExecError::Interrupted => "interrupted".to_string(),
+                    ExecError::Local(e) => e,
+                    ExecError::TimedOut => format!(
+                        "gave up after --host-timeout {} s (the command there was stopped)",
+                        shared.timeout.unwrap_or_default().as_secs()
+                    ),
+                })
         };
 
         state(format!("connecting to {}", target.destination));
@@ -349,35 +366,50 @@ fn one_host(
         let t = Instant::now();
         let ran = exec(&remote::guarded(&remote::words(&words)), Input::Hold(b""))?;
         timed("run", t);
-        match serde_json::from_slice::<Run>(&ran.stdout) {
-            Ok(run) => {
-                outcome.run = Some(run);
-                if !ran.ok() {
-                    return Err(format!("osprobe run reported failures: {}", ran.reason()));
-                }
-                Ok(())
-            }
-            Err(_) if ran.ssh_failed() => {
-                Err(format!("ssh to {}: {}", target.destination, ran.reason()))
-            }
-            Err(e) => Err(format!(
-                "osprobe run there gave no run (exit {}): {}{}",
-                ran.status
-                    .code()
-                    .map_or("by signal".into(), |c| c.to_string()),
-                ran.reason(),
-                if ran.ok() {
-                    format!(" ({e})")
-                } else {
-                    String::new()
-                }
-            )),
-        }
+        let (run, failure) = what_the_run_left(&ran, &target.destination);
+        outcome.run = run;
+        failure.map_or(Ok(()), Err)
     })();
     if let Err(why) = result {
         outcome.failure = Some(why);
     }
     outcome
+}
+
+/// The run a remote `osprobe run --json` printed, and why the host failed
+/// if it did: a run whose experiments partly failed (exit 1 with JSON) is
+/// kept and the host still counts as failed; no JSON is a failure with
+/// ssh's or osprobe's own message.
+fn what_the_run_left(ran: &Finished, destination: &str) -> (Option<Run>, Option<String>) {
+    match serde_json::from_slice::<Run>(&ran.stdout) {
+        Ok(run) => {
+            let failure =
+                (!ran.ok()).then(|| format!("osprobe run reported failures: {}", ran.reason()));
+            (Some(run), failure)
+        }
+        Err(_) if ran.ssh_failed() => (
+            None,
+            Some(format!("ssh to {destination}: {}", ran.reason())),
+        ),
+        Err(e) => {
+            let code = ran
+                .status
+                .code()
+                .map_or("by signal".into(), |c| c.to_string());
+            let detail = if ran.ok() {
+                format!(" ({e})")
+            } else {
+                String::new()
+            };
+            (
+                None,
+                Some(format!(
+                    "osprobe run there gave no run (exit {code}): {}{detail}",
+                    ran.reason()
+                )),
+            )
+        }
+    }
 }
 
 /// What one pair left: stored runs per test and failures.
@@ -430,6 +462,7 @@ fn one_pair(
         &dst_end,
         &args.profile,
         &args.pair_tests,
+        args.host_timeout.map(|s| Duration::from_secs(s as u64)),
         |what| progress.note(&format!("pair {pair}: {what}")),
     );
     match measured {
@@ -597,5 +630,80 @@ impl Summary<'_> {
                 "failures": p.failures,
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn finished(code: i32, stdout: &str, stderr: &str) -> Finished {
+        Finished {
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: stderr.into(),
+        }
+    }
+
+    fn run_json() -> String {
+        let run = Run {
+            schema: osprobe_core::SCHEMA_VERSION,
+            id: osprobe_core::id::new_run_id(),
+            started: osprobe_core::now_rfc3339(),
+            ended: osprobe_core::now_rfc3339(),
+            osprobe_version: "0.1.0".into(),
+            profile: osprobe_core::Profile::Smoke,
+            command: "run".into(),
+            environment: Default::default(),
+            measurements: Vec::new(),
+            skipped: Vec::new(),
+            labels: Default::default(),
+        };
+        serde_json::to_string(&run).unwrap()
+    }
+
+    #[test]
+    fn a_failing_experiment_keeps_the_run_and_fails_the_host() {
+        let ran = finished(1, &run_json(), "osprobe: fs.read  failed: disk full\n");
+        let (run, failure) = what_the_run_left(&ran, "h");
+        assert!(run.is_some());
+        let failure = failure.unwrap();
+        assert!(
+            failure.contains("reported failures") && failure.contains("disk full"),
+            "{failure}"
+        );
+        let (run, failure) = what_the_run_left(&finished(0, &run_json(), ""), "h");
+        assert!(run.is_some() && failure.is_none());
+    }
+
+    #[test]
+    fn no_run_says_why_in_ssh_s_or_osprobe_s_words() {
+        let (run, failure) = what_the_run_left(
+            &finished(
+                255,
+                "",
+                "ssh: connect to host h port 22: Connection refused\n",
+            ),
+            "h",
+        );
+        assert!(run.is_none());
+        assert_eq!(
+            failure.unwrap(),
+            "ssh to h: ssh: connect to host h port 22: Connection refused"
+        );
+        let (_, failure) = what_the_run_left(
+            &finished(
+                1,
+                "",
+                "osprobe: nothing was measured, so nothing was stored\n",
+            ),
+            "h",
+        );
+        let failure = failure.unwrap();
+        assert!(
+            failure.contains("exit 1") && failure.contains("nothing was measured"),
+            "{failure}"
+        );
     }
 }

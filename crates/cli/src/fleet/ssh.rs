@@ -11,7 +11,7 @@ use crate::fleet::inventory::Host;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Seconds an idle control master outlives its last command: a safety net
 /// if this process dies before closing it.
@@ -105,6 +105,8 @@ pub enum ExecError {
     Interrupted,
     /// ssh could not be started or talked to.
     Local(String),
+    /// The deadline (--host-timeout) passed: the command was stopped.
+    TimedOut,
 }
 
 impl std::fmt::Display for ExecError {
@@ -112,6 +114,7 @@ impl std::fmt::Display for ExecError {
         match self {
             ExecError::Interrupted => f.write_str("interrupted"),
             ExecError::Local(e) => f.write_str(e),
+            ExecError::TimedOut => f.write_str("timed out"),
         }
     }
 }
@@ -185,12 +188,13 @@ impl Ssh {
     }
 
     /// Run `script` with the host's POSIX shell and wait for it, stopping it
-    /// on Ctrl-C here.
+    /// on Ctrl-C here or at `deadline`.
     pub fn exec(
         &self,
         target: &Target,
         script: &str,
         input: Input<'_>,
+        deadline: Option<Instant>,
     ) -> Result<Finished, ExecError> {
         let mut cmd = self.command(target);
         cmd.arg("--")
@@ -227,7 +231,7 @@ impl Ssh {
             }
             _ => None,
         };
-        let status = wait_interruptibly(&mut child)?;
+        let status = wait_interruptibly(&mut child, deadline)?;
         drop(held);
         if let Some(feeder) = feeder {
             // A copy that broke off shows as the remote hash check failing;
@@ -288,8 +292,12 @@ fn reader<R: Read + Send + 'static>(
     })
 }
 
-/// Wait for `child`, killing it if this process is asked to stop.
-pub fn wait_interruptibly(child: &mut Child) -> Result<ExitStatus, ExecError> {
+/// Wait for `child`, killing it if this process is asked to stop or the
+/// deadline passes (the remote command, guarded, stops when its ssh goes).
+pub fn wait_interruptibly(
+    child: &mut Child,
+    deadline: Option<Instant>,
+) -> Result<ExitStatus, ExecError> {
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Ok(status),
@@ -300,6 +308,11 @@ pub fn wait_interruptibly(child: &mut Child) -> Result<ExitStatus, ExecError> {
             let _ = child.kill();
             let _ = child.wait();
             return Err(ExecError::Interrupted);
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(ExecError::TimedOut);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
