@@ -338,6 +338,10 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         return out;
     };
     let matching: Vec<&Measurement> = run.measurements.iter().filter(|m| r.matches(m)).collect();
+    if let Some(rel) = &r.relative_to {
+        relative_row(run, r, rel, &matching, &mut out);
+        return out;
+    }
     let Some(first) = matching.first() else {
         let skipped = run.skipped.iter().find(|s| {
             s.experiment == *id
@@ -355,10 +359,6 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         });
         return out;
     };
-    if let Some(rel) = &r.relative_to {
-        relative_row(run, r, rel, &matching, &mut out);
-        return out;
-    }
     let (value, picked) = match r.field() {
         "prediction" => match &first.prediction {
             Some(p) => (convert(r, first.unit, p.value, None, run), *first),
@@ -1058,6 +1058,13 @@ mod tests {
         let rows = reproduce(&run(alone), &refs, None);
         assert!(
             matches!(&rows[0].status, Status::NotMeasured(t) if t.contains("same path in one run")),
+            "{:?}",
+            rows[0].status
+        );
+        // Neither point measured: the hint runs a grid holding both.
+        let rows = reproduce(&run(vec![]), &refs, None);
+        assert!(
+            matches!(&rows[0].status, Status::NotMeasured(t) if t.contains("--profile full")),
             "{:?}",
             rows[0].status
         );
