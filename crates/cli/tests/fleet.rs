@@ -117,6 +117,18 @@ fn the_smoke_profile_runs_on_every_host_and_is_stored_with_labels() {
     }
     assert_ne!(summary["fleet"], fleet_ids[0]);
     assert_eq!(stored_count(&fleet), 6);
+    // The same experiments on two machines, each named by its host label:
+    // exit 0 (nothing regressed) or 1 (something did), never a usage error.
+    let out = osprobe(&fleet.path("results.db"))
+        .args(["compare", "h1:latest", "h3:latest", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
+    let compared: Value = serde_json::from_slice(&out.stdout).expect("compare --json prints JSON");
+    let text = compared.to_string();
+    assert!(text.contains("h1") && text.contains("h3"), "{text}");
+    assert!(text.contains("cpu.syscall"), "{text}");
     let strays = fleet.stray_processes(Duration::from_secs(30));
     assert!(strays.is_empty(), "left running on the hosts: {strays:?}");
 }
