@@ -100,19 +100,8 @@ mod tests {
     use super::*;
 
     fn run(id: &str, fleet: Option<&str>) -> RunSummary {
-        RunSummary {
-            id: id.into(),
-            started: String::new(),
-            ended: String::new(),
-            profile: "smoke".into(),
-            command: String::new(),
-            hostname: "h".into(),
-            osprobe_version: String::new(),
-            measurements: 1,
-            labels: fleet
-                .map(|f| [("fleet".to_string(), f.to_string())].into())
-                .unwrap_or_default(),
-        }
+        let labels: Vec<(&str, &str)> = fleet.map(|f| ("fleet", f)).into_iter().collect();
+        crate::labels::test_summary(id, "h", &labels)
     }
 
     fn store() -> Vec<RunSummary> {

@@ -127,20 +127,7 @@ mod tests {
     use super::*;
 
     fn run(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-        RunSummary {
-            id: id.into(),
-            started: String::new(),
-            ended: String::new(),
-            profile: "smoke".into(),
-            command: String::new(),
-            hostname: hostname.into(),
-            osprobe_version: String::new(),
-            measurements: 1,
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
+        crate::labels::test_summary(id, hostname, labels)
     }
 
     fn store() -> Vec<RunSummary> {

@@ -179,20 +179,7 @@ mod tests {
     }
 
     fn summary(hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-        RunSummary {
-            id: "01".into(),
-            started: String::new(),
-            ended: String::new(),
-            profile: "smoke".into(),
-            command: String::new(),
-            hostname: hostname.into(),
-            osprobe_version: String::new(),
-            measurements: 1,
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
+        test_summary("01", hostname, labels)
     }
 
     #[test]
@@ -216,5 +203,25 @@ mod tests {
         };
         assert!(two_labels.matches(&other) && !two_labels.matches(&web));
         assert_eq!(both.describe(), "--host web-1 --label team=a");
+    }
+}
+
+/// A run's summary line for unit tests of the cli's label, host and fleet
+/// lookups.
+#[cfg(test)]
+pub(crate) fn test_summary(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
+    RunSummary {
+        id: id.into(),
+        started: String::new(),
+        ended: String::new(),
+        profile: "smoke".into(),
+        command: String::new(),
+        hostname: hostname.into(),
+        osprobe_version: String::new(),
+        measurements: 1,
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
     }
 }
