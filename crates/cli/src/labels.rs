@@ -134,6 +134,26 @@ pub fn host_of(run: &RunSummary) -> &str {
         .unwrap_or(&run.hostname)
 }
 
+/// A run's summary line for unit tests of the cli's label, host and fleet
+/// lookups.
+#[cfg(test)]
+pub(crate) fn test_summary(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
+    RunSummary {
+        id: id.into(),
+        started: String::new(),
+        ended: String::new(),
+        profile: "smoke".into(),
+        command: String::new(),
+        hostname: hostname.into(),
+        osprobe_version: String::new(),
+        measurements: 1,
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,25 +223,5 @@ mod tests {
         };
         assert!(two_labels.matches(&other) && !two_labels.matches(&web));
         assert_eq!(both.describe(), "--host web-1 --label team=a");
-    }
-}
-
-/// A run's summary line for unit tests of the cli's label, host and fleet
-/// lookups.
-#[cfg(test)]
-pub(crate) fn test_summary(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-    RunSummary {
-        id: id.into(),
-        started: String::new(),
-        ended: String::new(),
-        profile: "smoke".into(),
-        command: String::new(),
-        hostname: hostname.into(),
-        osprobe_version: String::new(),
-        measurements: 1,
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
     }
 }
