@@ -206,7 +206,7 @@ impl Drop for TimerThread {
 
 fn timespec(ns: u64) -> libc::timespec {
     libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_sec: (ns / 1_000_000_000) as _,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     }
 }

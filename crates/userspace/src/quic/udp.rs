@@ -200,7 +200,7 @@ impl Udp {
         let timeout = deadline.map(|d| {
             let left = d.saturating_duration_since(Instant::now());
             libc::timespec {
-                tv_sec: left.as_secs() as libc::time_t,
+                tv_sec: left.as_secs() as _,
                 tv_nsec: left.subsec_nanos() as libc::c_long,
             }
         });
