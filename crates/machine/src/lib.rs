@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod ctx_switch;
 pub mod fs;
 pub mod mem;
+pub mod os;
 pub mod page_cache;
 pub mod process;
 pub mod stack_timer;
@@ -31,4 +32,5 @@ pub fn register(registry: &mut Registry) {
     mem::register(registry);
     fs::register(registry);
     time::register(registry);
+    os::register(registry);
 }

@@ -1,0 +1,58 @@
+//! os.* driven through the binary with the smoke profile: every point
+//! measured, in its unit, with a positive median. No absolute figures.
+
+mod common;
+
+use assert_cmd::cargo::CommandCargoExt;
+use common::{json_of, measurements, p50, skips};
+use serde_json::Value;
+use std::process::Command;
+
+/// `osprobe bench ID --profile smoke --json`, with TMPDIR in a fresh
+/// directory so that leftover scratch files can be seen.
+fn smoke(id: &str) -> Value {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = Command::cargo_bin("osprobe")
+        .unwrap()
+        .env("TMPDIR", tmp.path())
+        .args(["bench", id, "--profile", "smoke", "--json", "--no-store"])
+        .output()
+        .unwrap();
+    let run = json_of(&out);
+    assert!(skips(&run, id).is_empty(), "{id} skipped: {:?}", skips(&run, id));
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "{id} left files behind: {left:?}");
+    run
+}
+
+/// The metrics of `id` in `run`, each checked for unit and a positive median.
+fn metrics(run: &Value, id: &str, unit: &str) -> Vec<String> {
+    let ms = measurements(run, id);
+    assert!(!ms.is_empty(), "{id}: no measurements");
+    for m in &ms {
+        if m["unit"] == unit {
+            assert!(p50(m) > 0.0, "{id} {}: {}", m["metric"], p50(m));
+        }
+    }
+    ms.iter()
+        .map(|m| m["metric"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn syscall_surface_times_every_call() {
+    let id = "os.syscall_surface";
+    let run = smoke(id);
+    let got = metrics(&run, id, "ns");
+    for op in [
+        "open_close",
+        "read",
+        "write_file",
+        "write_null",
+        "stat",
+        "fstat",
+        "getdents",
+    ] {
+        assert!(got.iter().any(|m| m == op), "{op} missing in {got:?}");
+    }
+}

@@ -1,0 +1,12 @@
+//! os.*: the rest of lmbench's OS table: the system-call surface of a file
+//! system (seed 000's syscall layer), signals, select/poll/epoll, Unix
+//! sockets, pipe bandwidth and mmap of a file. See docs/os.md.
+
+pub mod fd;
+pub mod syscall_surface;
+
+use osprobe_core::Registry;
+
+pub fn register(registry: &mut Registry) {
+    registry.register(Box::new(syscall_surface::SyscallSurface));
+}
