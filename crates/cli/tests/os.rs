@@ -56,3 +56,10 @@ fn syscall_surface_times_every_call() {
         assert!(got.iter().any(|m| m == op), "{op} missing in {got:?}");
     }
 }
+
+#[test]
+fn signal_times_installation_and_delivery() {
+    let id = "os.signal";
+    let got = metrics(&smoke(id), id, "ns");
+    assert_eq!(got, ["install", "deliver"]);
+}

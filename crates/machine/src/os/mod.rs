@@ -3,10 +3,12 @@
 //! sockets, pipe bandwidth and mmap of a file. See docs/os.md.
 
 pub mod fd;
+pub mod signal;
 pub mod syscall_surface;
 
 use osprobe_core::Registry;
 
 pub fn register(registry: &mut Registry) {
     registry.register(Box::new(syscall_surface::SyscallSurface));
+    registry.register(Box::new(signal::Signal));
 }
