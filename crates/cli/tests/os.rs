@@ -63,3 +63,10 @@ fn signal_times_installation_and_delivery() {
     let got = metrics(&smoke(id), id, "ns");
     assert_eq!(got, ["install", "deliver"]);
 }
+
+#[test]
+fn select_poll_and_epoll_are_timed_over_idle_pipes() {
+    let id = "os.select";
+    let got = metrics(&smoke(id), id, "ns");
+    assert_eq!(got, ["select", "poll", "epoll"]);
+}

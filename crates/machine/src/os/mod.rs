@@ -3,6 +3,7 @@
 //! sockets, pipe bandwidth and mmap of a file. See docs/os.md.
 
 pub mod fd;
+pub mod select;
 pub mod signal;
 pub mod syscall_surface;
 
@@ -11,4 +12,5 @@ use osprobe_core::Registry;
 pub fn register(registry: &mut Registry) {
     registry.register(Box::new(syscall_surface::SyscallSurface));
     registry.register(Box::new(signal::Signal));
+    registry.register(Box::new(select::Select));
 }
