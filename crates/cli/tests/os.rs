@@ -70,3 +70,24 @@ fn select_poll_and_epoll_are_timed_over_idle_pipes() {
     let got = metrics(&smoke(id), id, "ns");
     assert_eq!(got, ["select", "poll", "epoll"]);
 }
+
+#[test]
+fn unix_socket_round_trip_in_ns_and_bandwidth_in_bytes_per_second() {
+    let id = "os.unix_socket";
+    let run = smoke(id);
+    let got = metrics(&run, id, "ns");
+    assert_eq!(got, ["round_trip", "bandwidth"]);
+    let ms = measurements(&run, id);
+    assert_eq!(ms[0]["unit"], "ns");
+    assert_eq!(ms[1]["unit"], "bytes/s");
+    assert!(p50(ms[1]) > 0.0);
+}
+
+#[test]
+fn pipe_bandwidth_is_in_bytes_per_second() {
+    let id = "os.pipe_bandwidth";
+    let run = smoke(id);
+    let got = metrics(&run, id, "bytes/s");
+    assert_eq!(got, ["bandwidth"]);
+    assert_eq!(measurements(&run, id)[0]["unit"], "bytes/s");
+}

@@ -4,8 +4,11 @@
 
 pub mod fd;
 pub mod select;
+pub mod pipe_bandwidth;
 pub mod signal;
+pub mod stream;
 pub mod syscall_surface;
+pub mod unix_socket;
 
 use osprobe_core::Registry;
 
@@ -13,4 +16,6 @@ pub fn register(registry: &mut Registry) {
     registry.register(Box::new(syscall_surface::SyscallSurface));
     registry.register(Box::new(signal::Signal));
     registry.register(Box::new(select::Select));
+    registry.register(Box::new(unix_socket::UnixSocket));
+    registry.register(Box::new(pipe_bandwidth::PipeBandwidth));
 }
