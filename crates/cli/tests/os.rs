@@ -91,3 +91,10 @@ fn pipe_bandwidth_is_in_bytes_per_second() {
     assert_eq!(got, ["bandwidth"]);
     assert_eq!(measurements(&run, id)[0]["unit"], "bytes/s");
 }
+
+#[test]
+fn mmap_times_mapping_with_and_without_touching() {
+    let id = "os.mmap";
+    let got = metrics(&smoke(id), id, "ns");
+    assert_eq!(got, ["map_unmap", "map_touch_unmap"]);
+}

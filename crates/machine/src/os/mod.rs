@@ -3,6 +3,7 @@
 //! sockets, pipe bandwidth and mmap of a file. See docs/os.md.
 
 pub mod fd;
+pub mod mmap;
 pub mod select;
 pub mod pipe_bandwidth;
 pub mod signal;
@@ -18,4 +19,5 @@ pub fn register(registry: &mut Registry) {
     registry.register(Box::new(select::Select));
     registry.register(Box::new(unix_socket::UnixSocket));
     registry.register(Box::new(pipe_bandwidth::PipeBandwidth));
+    registry.register(Box::new(mmap::Mmap));
 }
