@@ -19,7 +19,11 @@ fn smoke(id: &str) -> Value {
         .output()
         .unwrap();
     let run = json_of(&out);
-    assert!(skips(&run, id).is_empty(), "{id} skipped: {:?}", skips(&run, id));
+    assert!(
+        skips(&run, id).is_empty(),
+        "{id} skipped: {:?}",
+        skips(&run, id)
+    );
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "{id} left files behind: {left:?}");
     run

@@ -51,10 +51,16 @@ impl Experiment for Mmap {
             Profile::Quick => &[4 * KIB, MIB, 64 * MIB],
             Profile::Full => &[4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB],
         };
-        sizes.iter().map(|&s| Params::new().with("size", s)).collect()
+        sizes
+            .iter()
+            .map(|&s| Params::new().with("size", s))
+            .collect()
     }
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
-        let size = params.int("size").unwrap_or(MIB).clamp(4096, MAX_SIZE as i64) as usize;
+        let size = params
+            .int("size")
+            .unwrap_or(MIB)
+            .clamp(4096, MAX_SIZE as i64) as usize;
         let scratch = match params.text("dir") {
             Some(d) => ScratchDir::new_in(Path::new(d))
                 .map_err(|e| ExperimentError::io(format!("--param dir={d}: cannot be used"), e))?,

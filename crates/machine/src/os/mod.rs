@@ -4,8 +4,8 @@
 
 pub mod fd;
 pub mod mmap;
-pub mod select;
 pub mod pipe_bandwidth;
+pub mod select;
 pub mod signal;
 pub mod stream;
 pub mod syscall_surface;

@@ -161,7 +161,9 @@ impl Experiment for Select {
 /// N idle pipes: the read ends low, the write ends above FD_SETSIZE.
 struct Pipes {
     read: Vec<Fd>,
-    /// Held open, or the read ends would be at end of file (ready).
+    /// Held open, or the read ends would be at end of file (ready); only
+    /// the tests write to them.
+    #[cfg_attr(not(test), allow(dead_code))]
     write: Vec<Fd>,
 }
 
@@ -175,7 +177,10 @@ impl Pipes {
             // SAFETY: duplicating our own descriptor to the lowest free
             // number at or above FD_SETSIZE; the original closes on drop.
             let high = unsafe { libc::fcntl(w.0, libc::F_DUPFD_CLOEXEC, FD_SETSIZE) };
-            write.push(Fd::check(high, "moving a pipe's write end above FD_SETSIZE")?);
+            write.push(Fd::check(
+                high,
+                "moving a pipe's write end above FD_SETSIZE",
+            )?);
             read.push(r);
         }
         let pipes = Pipes { read, write };

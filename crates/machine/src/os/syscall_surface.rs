@@ -117,7 +117,10 @@ impl Experiment for SyscallSurface {
                         ok &= r == 1;
                     }
                 })?;
-                (s, "write of 1 byte to /dev/null (lmbench lat_syscall write)")
+                (
+                    s,
+                    "write of 1 byte to /dev/null (lmbench lat_syscall write)",
+                )
             }
             "stat" => {
                 let path = c_path(&files.file)?;
@@ -129,7 +132,10 @@ impl Experiment for SyscallSurface {
                         ok &= unsafe { libc::stat(path.as_ptr(), &mut st) } == 0;
                     }
                 })?;
-                (s, "stat of the 1-byte file by its absolute path (every component looked up)")
+                (
+                    s,
+                    "stat of the 1-byte file by its absolute path (every component looked up)",
+                )
             }
             "fstat" => {
                 let fd = Fd::open(&files.file, libc::O_RDONLY)?;
