@@ -3,7 +3,7 @@
 //! The OS primitives: the clock, loops, procedure and system
 //! calls ([`cpu`]), process, program and thread creation ([`process`]), and
 //! context switches ([`ctx_switch`]); memory ([`mem`]); the file system
-//! ([`fs`]). Each experiment is described in docs/experiments.md.
+//! ([`fs`]); the rest of lmbench's OS table ([`os`]). Each experiment is described in docs/experiments.md.
 
 pub mod coroutine;
 pub mod cpu;
