@@ -4,9 +4,10 @@
 mod common;
 
 use assert_cmd::cargo::CommandCargoExt;
-use common::{json_of, measurements, p50, skips};
+use common::{children_of, interrupt, is_zombie_or_gone, json_of, measurements, p50, skips};
 use serde_json::Value;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// `osprobe bench ID --profile smoke --json`, with TMPDIR in a fresh
 /// directory so that leftover scratch files can be seen.
@@ -101,4 +102,70 @@ fn mmap_times_mapping_with_and_without_touching() {
     let id = "os.mmap";
     let got = metrics(&smoke(id), id, "ns");
     assert_eq!(got, ["map_unmap", "map_touch_unmap"]);
+}
+
+/// A full run of os.unix_socket (seconds per point), started in the
+/// background, and the forked peer it measures with once it exists.
+fn running_with_a_peer() -> (Child, u32) {
+    let child = Command::cargo_bin("osprobe")
+        .unwrap()
+        .args([
+            "--quiet",
+            "run",
+            "--only",
+            "os.unix_socket",
+            "--profile",
+            "full",
+            "--no-store",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        // A fork of osprobe (same name), not a tool the environment
+        // capture runs.
+        let peer = children_of(child.id()).into_iter().find(|&c| {
+            std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == "osprobe")
+        });
+        if let Some(peer) = peer {
+            return (child, peer);
+        }
+        assert!(Instant::now() < deadline, "no peer process appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait (generously) until `pid` has exited.
+fn gone_within(pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if is_zombie_or_gone(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    is_zombie_or_gone(pid)
+}
+
+#[test]
+fn ctrl_c_stops_and_reaps_the_peer() {
+    let (child, peer) = running_with_a_peer();
+    interrupt(child, "os.unix_socket interrupted");
+    assert!(
+        gone_within(peer, Duration::from_secs(5)),
+        "peer {peer} outlived osprobe"
+    );
+}
+
+#[test]
+fn the_peer_dies_with_a_killed_osprobe() {
+    let (mut child, peer) = running_with_a_peer();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        gone_within(peer, Duration::from_secs(5)),
+        "peer {peer} outlived a killed osprobe"
+    );
 }
