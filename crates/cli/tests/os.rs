@@ -107,7 +107,7 @@ fn mmap_times_mapping_with_and_without_touching() {
 /// A full run of os.unix_socket (seconds per point), started in the
 /// background, and the forked peer it measures with once it exists.
 fn running_with_a_peer() -> (Child, u32) {
-    let child = Command::cargo_bin("osprobe")
+    let mut child = Command::cargo_bin("osprobe")
         .unwrap()
         .args([
             "--quiet",
@@ -132,7 +132,11 @@ fn running_with_a_peer() -> (Child, u32) {
         if let Some(peer) = peer {
             return (child, peer);
         }
-        assert!(Instant::now() < deadline, "no peer process appeared");
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no peer process appeared");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
