@@ -105,9 +105,9 @@ fn mmap_times_mapping_with_and_without_touching() {
 }
 
 /// A full run of os.unix_socket (seconds per point), started in the
-/// background, and the forked peer it measures with once it exists.
-fn running_with_a_peer() -> (Child, u32) {
-    let mut child = Command::cargo_bin("osprobe")
+/// background.
+fn full_run() -> Child {
+    Command::cargo_bin("osprobe")
         .unwrap()
         .args([
             "--quiet",
@@ -121,20 +121,25 @@ fn running_with_a_peer() -> (Child, u32) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// The forked peer a running osprobe measures with, once it exists; the
+/// run is killed and reaped if none appears.
+fn peer_of(run: &mut Child) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         // A fork of osprobe (same name), not a tool the environment
         // capture runs.
-        let peer = children_of(child.id()).into_iter().find(|&c| {
+        let peer = children_of(run.id()).into_iter().find(|&c| {
             std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == "osprobe")
         });
         if let Some(peer) = peer {
-            return (child, peer);
+            return peer;
         }
         if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+            let _ = run.kill();
+            let _ = run.wait();
             panic!("no peer process appeared");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -155,7 +160,8 @@ fn gone_within(pid: u32, within: Duration) -> bool {
 
 #[test]
 fn ctrl_c_stops_and_reaps_the_peer() {
-    let (child, peer) = running_with_a_peer();
+    let mut child = full_run();
+    let peer = peer_of(&mut child);
     interrupt(child, "os.unix_socket interrupted");
     assert!(
         gone_within(peer, Duration::from_secs(5)),
@@ -165,7 +171,8 @@ fn ctrl_c_stops_and_reaps_the_peer() {
 
 #[test]
 fn the_peer_dies_with_a_killed_osprobe() {
-    let (mut child, peer) = running_with_a_peer();
+    let mut child = full_run();
+    let peer = peer_of(&mut child);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
