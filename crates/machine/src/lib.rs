@@ -3,13 +3,14 @@
 //! The OS primitives: the clock, loops, procedure and system
 //! calls ([`cpu`]), process, program and thread creation ([`process`]), and
 //! context switches ([`ctx_switch`]); memory ([`mem`]); the file system
-//! ([`fs`]). Each experiment is described in docs/experiments.md.
+//! ([`fs`]); the rest of lmbench's OS table ([`os`]). Each experiment is described in docs/experiments.md.
 
 pub mod coroutine;
 pub mod cpu;
 pub mod ctx_switch;
 pub mod fs;
 pub mod mem;
+pub mod os;
 pub mod page_cache;
 pub mod process;
 pub mod stack_timer;
@@ -31,4 +32,5 @@ pub fn register(registry: &mut Registry) {
     mem::register(registry);
     fs::register(registry);
     time::register(registry);
+    os::register(registry);
 }
