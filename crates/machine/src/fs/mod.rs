@@ -5,7 +5,9 @@ pub mod cache_size;
 pub mod cgroup;
 pub mod contention;
 pub mod files;
+pub mod fsync;
 pub mod read;
+pub mod write_io;
 
 use osprobe_core::Registry;
 
@@ -13,4 +15,5 @@ pub fn register(registry: &mut Registry) {
     cache_size::register(registry);
     read::register(registry);
     contention::register(registry);
+    fsync::register(registry);
 }
