@@ -7,6 +7,7 @@ pub mod contention;
 pub mod files;
 pub mod fsync;
 pub mod read;
+pub mod write;
 pub mod write_io;
 
 use osprobe_core::Registry;
@@ -16,4 +17,5 @@ pub fn register(registry: &mut Registry) {
     read::register(registry);
     contention::register(registry);
     fsync::register(registry);
+    write::register(registry);
 }
