@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod contention;
 pub mod files;
 pub mod fsync;
+pub mod iodepth;
 pub mod read;
 pub mod write;
 pub mod write_io;
@@ -18,4 +19,5 @@ pub fn register(registry: &mut Registry) {
     contention::register(registry);
     fsync::register(registry);
     write::register(registry);
+    iodepth::register(registry);
 }

@@ -36,7 +36,8 @@ impl OpenFlags {
     }
 }
 
-/// Open an existing file of the scratch directory for writing with `flags`.
+/// Open an existing file of the scratch directory for writing (and reading,
+/// for fs.iodepth) with `flags`.
 /// With O_DIRECT, also the alignment writes need; a file system that
 /// refuses O_DIRECT (EINVAL, e.g. tmpfs) or 4 KiB-aligned direct I/O makes
 /// the point `Unsupported`, naming the directory.
@@ -46,6 +47,7 @@ pub fn open_for_writes(
     flags: OpenFlags,
 ) -> Result<(File, Option<DioAlign>), ExperimentError> {
     let file = std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .custom_flags(flags.custom())
         .open(path)
