@@ -1,4 +1,4 @@
-//! fs.fsync and fs.write driven through the binary with the smoke profile:
+//! fs.fsync, fs.write and fs.iodepth driven through the binary with the smoke profile:
 //! the rows each point gives, their units, robust relations (never absolute
 //! times), bad directories, and that no scratch file is left behind, also
 //! after Ctrl-C.
@@ -121,10 +121,51 @@ fn fs_write_gives_bandwidth_iops_and_latency_per_point() {
 }
 
 #[test]
+fn fs_iodepth_gives_iops_bandwidth_and_latency_per_depth() {
+    let run = bench_smoke("fs.iodepth");
+    let ms = measurements(&run, "fs.iodepth");
+    if ms.is_empty() {
+        assert!(
+            skipped_for_o_direct(&run, "fs.iodepth"),
+            "neither measured nor skipped"
+        );
+        return;
+    }
+    for op in ["randread", "randwrite"] {
+        for depth in [1, 8] {
+            let of_point: Vec<_> = ms
+                .iter()
+                .filter(|m| m["params"]["op"] == op && m["params"]["depth"] == depth)
+                .collect();
+            let get = |metric: &str| {
+                of_point
+                    .iter()
+                    .find(|m| m["metric"] == metric)
+                    .unwrap_or_else(|| panic!("fs.iodepth {op} depth={depth}: no {metric}"))
+            };
+            let iops = get("iops");
+            assert_eq!(iops["unit"], "count");
+            assert!(p50(iops) > 0.0);
+            // Bandwidth is IOPS times 4 KiB, window by window.
+            let ratio = p50(get("bandwidth")) / p50(iops);
+            assert!((ratio - 4096.0).abs() < 1.0, "{ratio}");
+            assert_eq!(get("latency")["unit"], "ns");
+            assert!(p50(get("latency")) > 0.0);
+            // Which engine ran is said, and why when it is not io_uring.
+            let notes = iops["notes"].to_string();
+            assert!(
+                notes.contains("engine: io_uring") || notes.contains("io_uring is unavailable"),
+                "{notes}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_directory_that_cannot_be_used_is_an_error_naming_it() {
     let tmp = disk_tempdir();
     let missing = tmp.path().join("no-such-dir");
-    for id in ["fs.fsync", "fs.write"] {
+    for id in ["fs.fsync", "fs.write", "fs.iodepth"] {
         let out = osprobe(tmp.path())
             .args(["bench", id, "--profile", "smoke", "--no-store", "--param"])
             .arg(format!("dir={}", missing.display()))
@@ -156,7 +197,7 @@ fn a_block_size_out_of_range_is_a_usage_error() {
 /// Ctrl-C in the middle of writing: exit 130 and no scratch file left.
 #[test]
 fn interrupting_leaves_nothing_behind() {
-    for id in ["fs.write", "fs.fsync"] {
+    for id in ["fs.write", "fs.fsync", "fs.iodepth"] {
         let tmp = disk_tempdir();
         let dir = tmp.path().join("target");
         std::fs::create_dir(&dir).unwrap();
