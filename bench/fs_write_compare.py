@@ -3,7 +3,7 @@
 Commands:
   first-cpu                 the CPU osprobe pins to (lib.sh's find_cpu)
   fio-value bw|ns_per_op    stdin: `fio --output-format=json` of one write
-                            job; prints its write bandwidth in bytes/s, or
+                            (or read) job; prints its bandwidth in bytes/s, or
                             the time of one operation (write and its sync)
                             in ns, 1e9 / IOPS
   osprobe-value EXP METRIC STAT [K=V ...]
@@ -39,9 +39,10 @@ def fio_value(kind):
     job = jobs[0]
     if job.get("error"):
         fail(f"fio job {job.get('jobname')!r} failed with error {job['error']}")
-    write = job["write"]
+    # A write job, or a read job (the queue-depth comparison).
+    write = job["write"] if job["write"].get("total_ios") else job["read"]
     if not write.get("total_ios"):
-        fail(f"fio job {job.get('jobname')!r} completed no write")
+        fail(f"fio job {job.get('jobname')!r} completed no request")
     if kind == "bw":
         print(f"{write['bw_bytes']:.3f}")
     elif kind == "ns_per_op":
@@ -53,6 +54,8 @@ def fio_value(kind):
 def osprobe_value(experiment, metric, stat, pairs):
     doc = load_osprobe_doc(sys.stdin)
     unit = "ns" if experiment == "fs.fsync" else "bytes/s"
+    if experiment == "fs.iodepth":
+        unit = "bytes/s"
     m = find_measurement(doc, experiment, metric, pairs, unit)
     print(f"{m['summary'][stat]:.3f}")
 

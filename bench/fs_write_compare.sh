@@ -6,8 +6,10 @@
 #   write.direct.rand.4K   fio --rw=randwrite --bs=4k --direct=1     vs  fs.write mode=direct pattern=random block=4K
 #   write.dsync.seq.4K     fio --rw=write     --bs=4k --sync=dsync   vs  fs.write mode=dsync pattern=sequential block=4K
 #   fsync.fdatasync.4K     fio --rw=write --size=4k --fdatasync=1    vs  fs.fsync method=fdatasync block=4K
+#   qd16.randread.4K       fio --ioengine=io_uring --iodepth=16 --rw=randread --direct=1 --norandommap
+#                                                                    vs  fs.iodepth op=randread depth=16
 #
-# Every fio job: psync engine, iodepth 1, overwrite=1 (the file laid out
+# Every fio job but the last: psync engine, iodepth 1, overwrite=1 (the file laid out
 # first, as osprobe does), time based. Each tool runs R times per comparison,
 # alternating which goes first; the report gives each median, the ratio
 # osprobe/fio and a verdict against the target (within 15%).
@@ -40,7 +42,7 @@ OSPROBE="${OSPROBE:-}"
 FIO="${FIO:-}"
 OSPROBE_PROFILE="${OSPROBE_PROFILE:-quick}"
 
-readonly PAIRS=(write.buffered.seq.1M write.direct.rand.4K write.dsync.seq.4K fsync.fdatasync.4K)
+readonly PAIRS=(write.buffered.seq.1M write.direct.rand.4K write.dsync.seq.4K fsync.fdatasync.4K qd16.randread.4K)
 
 usage() {
     cat <<EOF
@@ -92,7 +94,7 @@ make_scratch() {
 check_experiments() {
     local list exp
     list="$(timeout "$TIMEOUT_S" "$OSPROBE" list 2>&1)" || die 1 "'$OSPROBE list' failed: $list"
-    for exp in fs.write fs.fsync; do
+    for exp in fs.write fs.fsync fs.iodepth; do
         grep -qx "$exp" <<<"$list" || die 2 "this osprobe ($OSPROBE) has no experiment $exp"
     done
 }
@@ -104,6 +106,7 @@ fio_cmd() {
     write.direct.rand.4K) echo "$FIO --name=w $common --size=$SIZE --rw=randwrite --bs=4k --direct=1" ;;
     write.dsync.seq.4K) echo "$FIO --name=w $common --size=$SIZE --rw=write --bs=4k --sync=dsync" ;;
     fsync.fdatasync.4K) echo "$FIO --name=w $common --size=4k --rw=write --bs=4k --fdatasync=1" ;;
+    qd16.randread.4K) echo "$FIO --name=qd --overwrite=1 --time_based --runtime=$FIO_RUNTIME_S --output-format=json --filename=$SCRATCH/fio.dat --size=$SIZE --ioengine=io_uring --iodepth=16 --rw=randread --bs=4k --direct=1 --norandommap" ;;
     esac
 }
 
@@ -114,6 +117,7 @@ osprobe_cmd() {
     write.direct.rand.4K) echo "$OSPROBE bench fs.write --param mode=direct --param pattern=random --param block=4K --param size=$SIZE $common" ;;
     write.dsync.seq.4K) echo "$OSPROBE bench fs.write --param mode=dsync --param pattern=sequential --param block=4K --param size=$SIZE $common" ;;
     fsync.fdatasync.4K) echo "$OSPROBE bench fs.fsync --param method=fdatasync --param block=4K $common" ;;
+    qd16.randread.4K) echo "$OSPROBE bench fs.iodepth --param op=randread --param depth=16 $common" ;;
     esac
 }
 
@@ -137,6 +141,12 @@ run_tool() {
         # shellcheck disable=SC2046
         out="$(checked "osprobe ($pair)" $(osprobe_cmd "$pair"))" || exit 1
         printf '%s' "$out" | "$PYTHON" "$HELPER" osprobe-value fs.fsync per_op mean method=fdatasync ||
+            die 1 "cannot read osprobe's output ($pair)"
+        ;;
+    osprobe/qd16.*)
+        # shellcheck disable=SC2046
+        out="$(checked "osprobe ($pair)" $(osprobe_cmd "$pair"))" || exit 1
+        printf '%s' "$out" | "$PYTHON" "$HELPER" osprobe-value fs.iodepth bandwidth p50 depth=16 ||
             die 1 "cannot read osprobe's output ($pair)"
         ;;
     osprobe/*)
