@@ -21,6 +21,7 @@ use super::files::{self, AlignedBuf, DioAlign, BLOCK, DIR_PARAM, MIB};
 use super::fsync::virtual_machine;
 use super::write_io::{self, OpenFlags};
 use osprobe_core::harness::value_measurement;
+use osprobe_core::model::Prediction;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Samples, Unit,
@@ -460,9 +461,28 @@ fn measurements(
         )],
     };
     let mut m = ctx.time_measurement(id, "latency", params.clone(), &samples)?;
+    m.prediction = littles_law(job.depth, &iops);
     m.notes.extend(notes.iter().cloned());
     out.push(m);
     Ok(out)
+}
+
+/// Little's law for a closed queue that always holds `depth` requests:
+/// mean latency = depth / throughput. It checks the method (a queue that
+/// was not kept full would complete faster than this) more than the device;
+/// the median of a right-skewed latency lies below the mean, hence the wide
+/// tolerance.
+fn littles_law(depth: usize, iops: &[f64]) -> Option<Prediction> {
+    let mean_iops = iops.iter().sum::<f64>() / iops.len().max(1) as f64;
+    (mean_iops > 0.0).then(|| {
+        Prediction::new(
+            depth as f64 / mean_iops * 1e9,
+            format!(
+                "Little's law: depth {depth} / {mean_iops:.0} requests per second (the mean; a long tail puts the median below)"
+            ),
+        )
+        .within(0.5)
+    })
 }
 
 #[cfg(test)]
@@ -475,6 +495,15 @@ mod tests {
         assert_eq!(quick.len(), 8);
         assert!(quick.iter().any(|p| p.int("depth") == Some(64)));
         assert_eq!(IoDepth.grid(Profile::Full).len(), 14);
+    }
+
+    #[test]
+    fn littles_law_gives_depth_over_throughput() {
+        let p = littles_law(16, &[100_000.0, 100_000.0]).unwrap();
+        assert!((p.value - 160_000.0).abs() < 1e-6, "{}", p.value);
+        assert_eq!(p.disagreement(150_000.0), None);
+        assert!(p.disagreement(40_000.0).is_some(), "a queue not kept full");
+        assert!(littles_law(4, &[0.0]).is_none());
     }
 
     #[test]
