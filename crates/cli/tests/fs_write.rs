@@ -1,4 +1,4 @@
-//! fs.fsync, fs.write and fs.iodepth driven through the binary with the smoke profile:
+//! fs.fsync, fs.write, fs.iodepth and fs.ops driven through the binary with the smoke profile:
 //! the rows each point gives, their units, robust relations (never absolute
 //! times), bad directories, and that no scratch file is left behind, also
 //! after Ctrl-C.
@@ -162,10 +162,33 @@ fn fs_iodepth_gives_iops_bandwidth_and_latency_per_depth() {
 }
 
 #[test]
+fn fs_ops_gives_every_operation_per_size() {
+    let run = bench_smoke("fs.ops");
+    let ms = measurements(&run, "fs.ops");
+    for size in [0, 4096] {
+        for op in ["create", "stat", "open_close", "readdir", "unlink"] {
+            let m = ms
+                .iter()
+                .find(|m| m["params"]["size"] == size && m["metric"] == op)
+                .unwrap_or_else(|| panic!("fs.ops size={size}: no {op}"));
+            assert_eq!(m["unit"], "ns");
+            assert_eq!(m["params"]["files"], 100);
+            assert!(p50(m) > 0.0, "{m}");
+            // One sample per file and pass (readdir: five per pass).
+            let n = m["summary"]["n"].as_u64().unwrap();
+            assert!(
+                if op == "readdir" { n >= 5 } else { n >= 100 },
+                "{op}: n={n}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_directory_that_cannot_be_used_is_an_error_naming_it() {
     let tmp = disk_tempdir();
     let missing = tmp.path().join("no-such-dir");
-    for id in ["fs.fsync", "fs.write", "fs.iodepth"] {
+    for id in ["fs.fsync", "fs.write", "fs.iodepth", "fs.ops"] {
         let out = osprobe(tmp.path())
             .args(["bench", id, "--profile", "smoke", "--no-store", "--param"])
             .arg(format!("dir={}", missing.display()))
@@ -197,7 +220,7 @@ fn a_block_size_out_of_range_is_a_usage_error() {
 /// Ctrl-C in the middle of writing: exit 130 and no scratch file left.
 #[test]
 fn interrupting_leaves_nothing_behind() {
-    for id in ["fs.write", "fs.fsync", "fs.iodepth"] {
+    for id in ["fs.write", "fs.fsync", "fs.iodepth", "fs.ops"] {
         let tmp = disk_tempdir();
         let dir = tmp.path().join("target");
         std::fs::create_dir(&dir).unwrap();

@@ -7,6 +7,7 @@ pub mod contention;
 pub mod files;
 pub mod fsync;
 pub mod iodepth;
+pub mod ops;
 pub mod read;
 pub mod write;
 pub mod write_io;
@@ -20,4 +21,5 @@ pub fn register(registry: &mut Registry) {
     fsync::register(registry);
     write::register(registry);
     iodepth::register(registry);
+    ops::register(registry);
 }
