@@ -228,6 +228,8 @@ fn io_error(job: &Job, errno: i32, offset: u64) -> ExperimentError {
 
 fn run_uring(ctx: &Context, job: &Job) -> Result<Completions, UringError> {
     use io_uring::IoUring;
+    // Declared before the ring, so dropped after it.
+    let bufs = buffers(job)?;
     let mut ring =
         IoUring::new(job.depth.next_power_of_two() as u32).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOSYS) => {
@@ -239,7 +241,6 @@ fn run_uring(ctx: &Context, job: &Job) -> Result<Completions, UringError> {
             ),
             _ => UringError::Experiment(ExperimentError::io("io_uring_setup", e)),
         })?;
-    let bufs = buffers(job)?;
     let clock = &ctx.clock;
     let mut rng = files::SplitMix64::new(SEED);
     let mut slots = Slots {
@@ -260,22 +261,35 @@ fn run_uring(ctx: &Context, job: &Job) -> Result<Completions, UringError> {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) => return Err(ExperimentError::io("io_uring_enter", e).into()),
+            Err(e) => {
+                if !drain(&mut ring, in_flight) {
+                    // The kernel may still write into the buffers: leak
+                    // them rather than free memory in use.
+                    std::mem::forget(bufs);
+                }
+                return Err(ExperimentError::io("io_uring_enter", e).into());
+            }
         }
         let now_ticks = clock.stop();
         let now = osprobe_core::clock::monotonic_ns();
         done.clear();
         done.extend(ring.completion().map(|c| (c.user_data(), c.result())));
         let stop = now >= end || osprobe_core::interrupt::requested();
+        // Every reaped request is out of flight, also those after an error
+        // below (a drain must not wait for them).
+        in_flight -= done.len();
         for &(slot, result) in &done {
             let slot = slot as usize;
-            in_flight -= 1;
             if result < 0 {
-                drain(&mut ring, in_flight);
+                if !drain(&mut ring, in_flight) {
+                    std::mem::forget(bufs);
+                }
                 return Err(io_error(job, -result, slots.offsets[slot]).into());
             }
             if result as usize != BLOCK {
-                drain(&mut ring, in_flight);
+                if !drain(&mut ring, in_flight) {
+                    std::mem::forget(bufs);
+                }
                 return Err(ExperimentError::Failed(format!(
                     "a request of {BLOCK} B at offset {} moved {result} B",
                     slots.offsets[slot]
@@ -288,7 +302,9 @@ fn run_uring(ctx: &Context, job: &Job) -> Result<Completions, UringError> {
             ));
             if !stop {
                 if !queue(&mut ring, job, &bufs, &mut slots, slot, &mut rng, clock) {
-                    drain(&mut ring, in_flight);
+                    if !drain(&mut ring, in_flight) {
+                        std::mem::forget(bufs);
+                    }
                     return Err(
                         ExperimentError::Failed("io_uring submission queue full".into()).into(),
                     );
@@ -341,14 +357,18 @@ fn queue(
     unsafe { ring.submission().push(&entry) }.is_ok()
 }
 
-/// Wait for the requests still in flight (their buffers must outlive them).
-fn drain(ring: &mut io_uring::IoUring, mut in_flight: usize) {
+/// Wait for the requests still in flight (their buffers must outlive them);
+/// false when the ring fails before all were reaped.
+fn drain(ring: &mut io_uring::IoUring, mut in_flight: usize) -> bool {
     while in_flight > 0 {
-        if ring.submit_and_wait(1).is_err() {
-            return;
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => return false,
         }
         in_flight -= ring.completion().count().min(in_flight);
     }
+    true
 }
 
 fn run_threads(ctx: &Context, job: &Job) -> Result<Completions, ExperimentError> {
