@@ -526,6 +526,41 @@ mod tests {
         assert!(littles_law(4, &[0.0]).is_none());
     }
 
+    /// Reads past the end of the file move 0 bytes: the run stops with an
+    /// error naming the offset, after reaping the other requests (it must
+    /// not hang waiting for ones already reaped).
+    #[test]
+    fn a_short_request_is_an_error_not_a_hang() {
+        let ctx = Context::for_tests(Profile::Smoke);
+        let target = files::target_dir(&Params::new()).unwrap();
+        let path = target.file("short");
+        files::create_data_file(&ctx, &path, MIB, 1).unwrap();
+        let flags = OpenFlags {
+            direct: true,
+            dsync: false,
+        };
+        let (file, align) = match write_io::open_for_writes(&path, &target, flags) {
+            Ok((f, Some(a))) => (f, a),
+            _ => return, // no O_DIRECT here: nothing to test
+        };
+        let job = Job {
+            fd: file.as_raw_fd(),
+            write: false,
+            blocks: 1 << 30,
+            depth: 8,
+            align,
+            budget: budget(Profile::Smoke),
+        };
+        let err = match run_uring(&ctx, &job) {
+            Err(UringError::Experiment(e)) => e,
+            Err(UringError::Unavailable(_)) => return,
+            Ok(_) => panic!("reads past the end succeeded"),
+        };
+        assert!(err.to_string().contains("moved 0 B"), "{err}");
+        let err = run_threads(&ctx, &job).err().expect("threads: an error");
+        assert!(err.to_string().contains("read"), "{err}");
+    }
+
     #[test]
     fn windows_count_only_whole_windows() {
         let ms = Duration::from_millis;
