@@ -469,6 +469,10 @@ pub struct AlignedBuf {
     layout: Layout,
 }
 
+// SAFETY: an AlignedBuf owns its allocation alone (no shared pointer), so
+// moving it to another thread (fs.iodepth's I/O threads) is sound.
+unsafe impl Send for AlignedBuf {}
+
 impl AlignedBuf {
     /// `len` bytes aligned to `align` (a power of two), and never less than
     /// a page, so the buffer shares no page with other data.
