@@ -8,7 +8,7 @@ use std::path::PathBuf;
     name = "osprobe",
     version = crate::version::TEXT,
     about = "A performance laboratory for Linux: measures this machine's OS primitives and stores every result",
-    after_help = "Start with `osprobe run`: about a minute, a table of results, everything stored.\n\
+    after_help = "Start with `osprobe run`: about two minutes, a table of results, everything stored.\n\
                   Results: --db PATH or postgres:// URL, else $OSPROBE_DB, else $XDG_DATA_HOME/osprobe/results.db, else ~/.local/share/osprobe/results.db."
 )]
 pub struct Cli {
@@ -281,7 +281,7 @@ pub struct SendArgs {
 
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
-    /// smoke: seconds, checks structure; quick: about a minute; full: thorough, about 20 minutes as root
+    /// smoke: seconds, checks structure; quick: about two minutes; full: thorough, half an hour or more as root
     #[arg(long, default_value = "quick", value_parser = ["smoke", "quick", "full"])]
     pub profile: String,
     /// One line per experiment (its headline measurement) instead of the full table

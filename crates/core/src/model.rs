@@ -294,7 +294,7 @@ impl Measurement {
 pub enum Profile {
     /// Tiny counts, for tests: checks structure, not precision.
     Smoke,
-    /// The default: about a minute for the whole machine.
+    /// The default: about two minutes for the whole machine.
     Quick,
     /// Thorough: wider grids, longer sampling, up to ten minutes.
     Full,

@@ -37,9 +37,12 @@ fn a_smoltcp_transfer_arrives_intact_at_the_kernel() {
     assert!(outcome.verified, "{:?}", outcome.notes);
     assert!(outcome.bytes > 1 << 20, "{}", outcome.bytes);
     assert!(!outcome.throughput_bps.is_empty());
-    // The path's round trip is 10 ms: no RTT sample can be shorter.
+    // The path's round trip is 10 ms, and the stack's RTT shows it. Not to
+    // the microsecond: a segment's timestamp is the `now` of the poll that
+    // wrote it and an ACK's that of the poll that read it, so a sample can
+    // come out tens of microseconds under the path's (CI saw 9.958 ms).
     let min = outcome.min_rtt.expect("RTT samples");
-    assert!(min >= Duration::from_millis(10), "{min:?}");
+    assert!(min >= Duration::from_millis(9), "{min:?}");
     assert!(outcome.cpu_time > Duration::ZERO);
 }
 
