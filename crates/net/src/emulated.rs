@@ -24,7 +24,7 @@
 use osprobe_core::{ExperimentError, ParamKind, ParamSpec, Params};
 use osprobe_link::netns::ThreadNetnsGuard;
 use osprobe_link::parse::{self, LossSpec, QueueLimit};
-use osprobe_link::{DirectionConfig, Link, LinkConfig, LinkCounters, Side};
+use osprobe_link::{DirectionConfig, Link, LinkConfig, LinkCounters, LinkError, Side};
 use std::time::Duration;
 
 pub const DELAY_PARAM: ParamSpec = ParamSpec {
@@ -178,6 +178,31 @@ fn duration_text(d: Duration) -> String {
     }
 }
 
+/// Raise the sender's send buffer (A) and the receiver's receive buffer (B)
+/// ceilings to `wmem` when given, and say what is in force on each side:
+/// a new namespace starts from the kernel's defaults, not this host's.
+pub fn raise_buffers(link: &Link, wmem: Option<u64>) -> Result<String, LinkError> {
+    if let Some(wmem) = wmem {
+        link.write_sysctl(Side::A, "net.ipv4.tcp_wmem", &format!("4096 16384 {wmem}"))?;
+        link.write_sysctl(Side::B, "net.ipv4.tcp_rmem", &format!("4096 131072 {wmem}"))?;
+    }
+    let read = |side, key: &str| {
+        link.read_sysctl(side, key)
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|e| format!("unreadable ({e})"))
+    };
+    Ok(format!(
+        "sender namespace tcp_wmem {}, receiver namespace tcp_rmem {} ({})",
+        read(Side::A, "net.ipv4.tcp_wmem"),
+        read(Side::B, "net.ipv4.tcp_rmem"),
+        if wmem.is_some() {
+            "raised by wmem="
+        } else {
+            "a new namespace's defaults; wmem= raises them"
+        }
+    ))
+}
+
 /// A running emulated link with this thread inside side A. Field order is
 /// drop order: the thread comes back first, then the link goes.
 pub struct EmulatedLink {
@@ -193,29 +218,8 @@ impl EmulatedLink {
     /// [`EmulatedLink::enter_client_side`].
     pub fn start(spec: EmulatedSpec) -> Result<EmulatedLink, ExperimentError> {
         let link = Link::start(spec.link_config())?;
-        let sysctl = |side, key: &str, value: &str| {
-            link.write_sysctl(side, key, value)
-                .map_err(|e| ExperimentError::Failed(e.to_string()))
-        };
-        if let Some(wmem) = spec.wmem {
-            sysctl(Side::A, "net.ipv4.tcp_wmem", &format!("4096 16384 {wmem}"))?;
-            sysctl(Side::B, "net.ipv4.tcp_rmem", &format!("4096 131072 {wmem}"))?;
-        }
-        let read = |side, key: &str| {
-            link.read_sysctl(side, key)
-                .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-                .unwrap_or_else(|e| format!("unreadable ({e})"))
-        };
-        let buffers_note = format!(
-            "sender namespace tcp_wmem {}, receiver namespace tcp_rmem {} ({})",
-            read(Side::A, "net.ipv4.tcp_wmem"),
-            read(Side::B, "net.ipv4.tcp_rmem"),
-            if spec.wmem.is_some() {
-                "raised by wmem="
-            } else {
-                "a new namespace's defaults; wmem= raises them"
-            }
-        );
+        let buffers_note =
+            raise_buffers(&link, spec.wmem).map_err(|e| ExperimentError::Failed(e.to_string()))?;
         Ok(EmulatedLink {
             guard: None,
             link,

@@ -107,27 +107,7 @@ impl EmulatedPath {
         let mut link_config = spec.link_config();
         link_config.mtu = PATH_MTU;
         let link = Link::start(link_config)?;
-        if let Some(wmem) = spec.wmem {
-            // As osprobe net does: the sender's send buffer and the
-            // receiver's receive buffer may grow to wmem.
-            link.write_sysctl(Side::A, "net.ipv4.tcp_wmem", &format!("4096 16384 {wmem}"))?;
-            link.write_sysctl(Side::B, "net.ipv4.tcp_rmem", &format!("4096 131072 {wmem}"))?;
-        }
-        let read = |side, key: &str| {
-            link.read_sysctl(side, key)
-                .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-                .unwrap_or_else(|e| format!("unreadable ({e})"))
-        };
-        let buffers_note = format!(
-            "sender namespace tcp_wmem {}, receiver namespace tcp_rmem {} ({})",
-            read(Side::A, "net.ipv4.tcp_wmem"),
-            read(Side::B, "net.ipv4.tcp_rmem"),
-            if spec.wmem.is_some() {
-                "raised by wmem="
-            } else {
-                "a new namespace's defaults; wmem= raises them"
-            }
-        );
+        let buffers_note = osprobe_net::emulated::raise_buffers(&link, spec.wmem)?;
         Ok(EmulatedPath {
             link,
             spec,
