@@ -1,26 +1,14 @@
 //! Nothing of osprobe's networking outlives it, however it dies: after
 //! SIGKILL (and SIGTERM, SIGHUP) of `osprobe link -- sleep 60` or of a
 //! `--netns` measurement, no namespace, veth, route or child process is
-//! left (polled for a few seconds: the kernel tears namespaces down in a
+//! left (polled until gone, up to a minute: the kernel tears namespaces down in a
 //! work queue). Root only.
 
 mod common;
 
-use common::{children_of, need_root, NetTraces};
+use common::{children_of, need_root, serialized, NetTraces, TEARDOWN};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// How long the kernel may take to tear everything down.
-const TEARDOWN: Duration = Duration::from_secs(3);
-
-/// One test at a time: every osprobe command sweeps dead owners' leftovers
-/// at start, so a second osprobe started by a test running beside would
-/// remove what a killed one left and hide it.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serialized() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn osprobe() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_osprobe"));

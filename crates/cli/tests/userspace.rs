@@ -4,24 +4,9 @@
 
 mod common;
 
-use common::{json_of, measurements, need_root, NetTraces};
+use common::{json_of, measurements, need_root, serialized, NetTraces, TEARDOWN};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// How long the kernel may take to tear everything down. Usually well
-/// under a second; but the kernel destroys dead namespaces one batch at a
-/// time on one work queue, and with other namespaces being torn down on a
-/// busy 2-CPU machine a batch was seen to take 27 s (for the kernel's TCP
-/// as for smoltcp). The wait ends as soon as everything is gone.
-const TEARDOWN: Duration = Duration::from_secs(60);
-
-/// One test at a time: every osprobe command sweeps dead owners'
-/// leftovers at start, which would hide what another test looks for.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serialized() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn osprobe() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_osprobe"));

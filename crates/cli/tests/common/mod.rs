@@ -147,6 +147,21 @@ pub fn ip_program() -> std::path::PathBuf {
         .unwrap_or_else(|| "ip".into())
 }
 
+/// How long the kernel may take to tear down what a dead osprobe held.
+/// Usually well under a second; but the kernel destroys dead namespaces one
+/// batch at a time on one work queue, and with other namespaces being torn
+/// down on a busy 2-CPU machine a batch was seen to take 27 s. A wait ends
+/// as soon as everything is gone.
+pub const TEARDOWN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One test of a file at a time: every osprobe command sweeps dead owners'
+/// leftovers at start, so a second osprobe started by a test running beside
+/// would remove what a killed one left and hide it.
+pub fn serialized() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// What an osprobe process made in the network, captured while it runs, to
 /// check afterwards that nothing of it is left.
 #[derive(Debug)]
