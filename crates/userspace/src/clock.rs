@@ -38,7 +38,9 @@ impl ClockMode {
             Some(p) => (p, true),
             None => (spec, false),
         };
-        let period = parse_period(period_text).ok_or_else(bad)?;
+        // The link emulator's duration syntax (10ms, 250us, 1s), so a tick
+        // is written as --delay is.
+        let period = osprobe_link::parse::duration(period_text).map_err(|_| bad())?;
         if period.is_zero() || period > Duration::from_secs(1) {
             return Err(format!(
                 "clock '{text}': the tick must be above 0 and at most 1s"
@@ -65,21 +67,6 @@ impl ClockMode {
             }
         )
     }
-}
-
-/// `10ms`, `1ms`, `250us`, `4ms`: an integer and a unit (ns, us, ms, s).
-fn parse_period(text: &str) -> Option<Duration> {
-    let digits_end = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(digits_end);
-    let value: u64 = number.parse().ok()?;
-    let ns_per_unit = match unit {
-        "ns" => 1,
-        "us" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        _ => return None,
-    };
-    Some(Duration::from_nanos(value.checked_mul(ns_per_unit)?))
 }
 
 impl fmt::Display for ClockMode {
