@@ -36,7 +36,7 @@ pub struct FleetRunArgs {
     /// Ansible inventory, INI or YAML (hosts, groups, ansible_host, ansible_user, ansible_port)
     #[arg(long, short, value_name = "FILE")]
     pub inventory: PathBuf,
-    /// smoke: seconds; quick: about a minute per host; full: thorough
+    /// smoke: seconds; quick: about two minutes per host; full: thorough
     #[arg(long, default_value = "quick", value_parser = ["smoke", "quick", "full"])]
     pub profile: String,
     /// Only experiments matching these patterns, comma-separated (e.g. `cpu.*,proc.fork`)
