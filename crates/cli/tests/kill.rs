@@ -1,7 +1,7 @@
 //! Nothing of osprobe's networking outlives it, however it dies: after
 //! SIGKILL (and SIGTERM, SIGHUP) of `osprobe link -- sleep 60` or of a
 //! `--netns` measurement, no namespace, veth, route or child process is
-//! left (polled until gone, up to a minute: the kernel tears namespaces down in a
+//! left (polled until gone, up to 3 minutes: the kernel tears namespaces down in a
 //! work queue). Root only.
 
 mod common;
