@@ -87,10 +87,14 @@ mod tests {
 
     #[test]
     fn rows_pair_the_machines_then_the_interfaces() {
-        let mut near = Environment::default();
-        near.hostname = "near".into();
-        let mut far_env = Environment::default();
-        far_env.hostname = "far".into();
+        let near = Environment {
+            hostname: "near".into(),
+            ..Environment::default()
+        };
+        let far_env = Environment {
+            hostname: "far".into(),
+            ..Environment::default()
+        };
         let far = FarEnd {
             to: "198.18.80.2".into(),
             address: "198.18.80.2:5301".into(),

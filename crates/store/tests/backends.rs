@@ -118,8 +118,10 @@ fn far_end(host: &str) -> osprobe_core::far_end::FarEnd {
         offloads: [("tso".to_string(), true), ("lro".to_string(), false)].into(),
         ..Default::default()
     };
-    let mut environment = osprobe_core::Environment::default();
-    environment.hostname = host.into();
+    let environment = osprobe_core::Environment {
+        hostname: host.into(),
+        ..Default::default()
+    };
     osprobe_core::far_end::FarEnd {
         to: host.into(),
         address: format!("{host}:5301"),
