@@ -20,6 +20,7 @@ pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod mounts;
 pub mod nic;
 pub mod owner;
 pub mod peer_text;

@@ -5,6 +5,7 @@ pub mod axis;
 pub mod chart;
 pub mod compare;
 pub mod csv;
+pub mod ends;
 pub mod fleet;
 pub mod html;
 pub mod human;

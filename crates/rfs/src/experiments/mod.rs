@@ -15,6 +15,7 @@
 //! success, on error, and on Ctrl-C (the experiment stops at its next
 //! interrupt check and unwinds).
 
+pub mod mounted;
 pub mod remote_read;
 pub mod throughput;
 
