@@ -63,8 +63,12 @@ impl Mount {
             }
             (self.source.clone(), 564)
         } else if fs == "fuse.sshfs" {
-            let (host, _) = split_host_path(&self.source)?;
-            let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+            // `[user@]host:path`: the user first, then the host.
+            let source = self
+                .source
+                .split_once('@')
+                .map_or(self.source.as_str(), |(_, h)| h);
+            let (host, _) = split_host_path(source)?;
             (host.to_string(), 22)
         } else {
             return None;
@@ -258,7 +262,8 @@ mod tests {
         for line in ["", "1 2 3", "a b c d e f", " - ", "1 2 3 4 5 6 - t"] {
             let _ = parse_line(line);
         }
-        assert!(parse_line("1 2 3 / /x rw - tmpfs").is_some());
+        assert!(parse_line("1 2 3 / /x rw - tmpfs none").is_some());
+        assert!(parse_line("1 2 3 / /x rw - tmpfs").is_none(), "no source");
         assert_eq!(unescape("a\\040b\\"), "a b\\");
         assert_eq!(unescape("\\04"), "\\04");
     }
