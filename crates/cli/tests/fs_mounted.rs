@@ -115,7 +115,9 @@ impl SshHost {
             .args(["-c", &script])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            // The round-trip probes connect and close: sshd -e would
+            // report each as a failed key exchange.
+            .stderr(Stdio::null());
         // SAFETY: async-signal-safe calls only, between fork and exec.
         unsafe {
             command.pre_exec(|| {
