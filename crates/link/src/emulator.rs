@@ -433,6 +433,18 @@ impl Link {
         self.addr(Side::B)
     }
 
+    /// The host end of a side's veth pair, in the current namespace: its
+    /// name and address (the /30's `.1`; the side's own address is `.2`).
+    pub fn host_end(&self, side: Side) -> (&str, Ipv4Addr) {
+        let pair = &self.end(side).pair;
+        (pair.host_ifname(), pair.host_addr())
+    }
+
+    /// `ip args...` inside a side's namespace.
+    pub fn ip_in(&self, side: Side, args: &[&str]) -> Result<String, LinkError> {
+        ip_in(&self.end(side).pair, args).map_err(LinkError::Setup)
+    }
+
     /// A side's label (`osprobe-<pid><c>`, the name of its veth's host end);
     /// the namespace itself has no name: see [`Link::namespace_path`].
     pub fn namespace(&self, side: Side) -> &str {
