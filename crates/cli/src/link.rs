@@ -83,6 +83,9 @@ pub struct LinkArgs {
     /// Also join A and B by a plain veth pair (peer address in $OSPROBE_LINK_REFERENCE_PEER), for comparisons
     #[arg(long)]
     pub reference_veth: bool,
+    /// Socket buffer ceiling in both namespaces (tcp_wmem/tcp_rmem maximum, net.core.wmem_max/rmem_max), e.g. 256M; default: a new namespace's (4 MiB send)
+    #[arg(long, value_name = "SIZE")]
+    pub wmem: Option<String>,
     /// MTU of the emulated link
     #[arg(long, value_name = "BYTES", default_value_t = 1500)]
     pub mtu: u32,
@@ -183,6 +186,19 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
         .split_first()
         .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
     let to = args.to.as_deref().map(resolve_host).transpose()?;
+    let wmem = args
+        .wmem
+        .as_deref()
+        .map(|w| {
+            osprobe_core::experiment::parse_bytes(w)
+                .filter(|b| (65_536..=i32::MAX as u64).contains(b))
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "--wmem {w}: a size from 64K to 2G, e.g. 256M (binary multiples)"
+                    ))
+                })
+        })
+        .transpose()?;
     interrupt::install();
     // No context here: main prefixes every error with "osprobe: ", and the
     // emulator's own message already says it is the link emulator.
@@ -191,6 +207,9 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
         None => Emulated::Link(Link::start(config)?),
     };
     let link = emulated.link();
+    if let Some(bytes) = wmem {
+        link.raise_buffers(bytes)?;
+    }
     let server = if args.serve {
         Some(start_server(link)?)
     } else {
@@ -507,8 +526,10 @@ fn render(report: &LinkReport) -> String {
             ));
         }
         text.push_str(&format!(
-            "    release error {}\n",
-            percentiles(&d.release_error)
+            "    release error {}; forwarder CPU {:.2} s ({:.0}% of one core)\n",
+            percentiles(&d.release_error),
+            d.cpu_time.as_secs_f64(),
+            100.0 * d.cpu_time.as_secs_f64() / report.duration.as_secs_f64().max(1e-9)
         ));
         if let Some(e) = &d.error {
             text.push_str(&format!("    forwarder stopped early: {e}\n"));
@@ -552,6 +573,7 @@ fn direction_json(d: &DirectionReport) -> serde_json::Value {
         "release_error": histogram_json(&d.release_error),
         "error": d.error,
         "realtime": d.realtime.as_ref().copied().unwrap_or(false),
+        "cpu_s": d.cpu_time.as_secs_f64(),
     })
 }
 
