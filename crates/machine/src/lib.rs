@@ -9,6 +9,7 @@ pub mod coroutine;
 pub mod cpu;
 pub mod ctx_switch;
 pub mod fs;
+pub mod heartbeat;
 pub mod mem;
 pub mod os;
 pub mod page_cache;
