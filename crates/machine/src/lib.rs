@@ -14,6 +14,7 @@ pub mod mem;
 pub mod os;
 pub mod page_cache;
 pub mod process;
+pub mod rfs_exec;
 pub mod stack_timer;
 pub mod time;
 pub mod tiny_elf;
