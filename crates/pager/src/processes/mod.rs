@@ -403,6 +403,18 @@ impl SharedPager {
         self.stop.store(true, Ordering::Release);
     }
 
+    /// Wait until every process has ended, stopping them all if `flag`
+    /// is raised meanwhile (an interrupt).
+    pub fn wait_or_stop(self, flag: &AtomicBool) -> Result<SharedOutcome, PagerError> {
+        while self.handler.as_ref().is_some_and(|h| !h.is_finished()) {
+            if flag.load(Ordering::Relaxed) {
+                self.stop();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.wait()
+    }
+
     /// Wait until every process has ended.
     pub fn wait(mut self) -> Result<SharedOutcome, PagerError> {
         match self.handler.take().map(|h| h.join()) {

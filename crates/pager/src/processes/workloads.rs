@@ -105,3 +105,37 @@ pub fn grow_heap(
         "the heap grew to {pages} pages by sbrk({step}), every word as written"
     ))
 }
+
+/// Fill the data region with pseudo-random words, sort them in place and
+/// check that they come out sorted with the same sum and xor.
+pub fn sort(memory: &mut ProcessMemory, seed: u64) -> Result<String, String> {
+    let words = memory.data();
+    let mut rng = osprobe_core::random::SplitMix64::new(seed);
+    let (mut sum, mut xor) = (0u64, 0u64);
+    for w in words.iter_mut() {
+        let v = rng.next_u64();
+        *w = v;
+        sum = sum.wrapping_add(v);
+        xor ^= v;
+    }
+    let started = Instant::now();
+    words.sort_unstable();
+    let n = words.len() as u64;
+    // A comparison sort reads about n log2 n words.
+    memory.done(n * (64 - n.leading_zeros() as u64), started.elapsed());
+    let words = memory.data();
+    let (mut check_sum, mut check_xor) = (0u64, 0u64);
+    for (i, &v) in words.iter().enumerate() {
+        if i > 0 && words[i - 1] > v {
+            return Err(format!(
+                "word {i} ({v:#x}) is smaller than the one before it"
+            ));
+        }
+        check_sum = check_sum.wrapping_add(v);
+        check_xor ^= v;
+    }
+    if (check_sum, check_xor) != (sum, xor) {
+        return Err("the sorted words are not the words written (sum or xor differs)".into());
+    }
+    Ok(format!("{n} words sorted, same sum and xor as written"))
+}
