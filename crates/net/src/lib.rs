@@ -13,6 +13,7 @@ pub mod ack_stall;
 pub mod auth;
 pub mod bulk;
 pub mod client;
+pub mod describe;
 pub mod diagnosis;
 pub mod emulated;
 pub mod experiments;

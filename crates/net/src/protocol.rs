@@ -11,6 +11,10 @@
 //!   the server's `Attached`, the connection carries the test's raw bytes
 //!   (no more frames).
 //!
+//! - `Describe` on a connection of its own: the server answers `Described`
+//!   with its environment (the capture a run stores) and the interface
+//!   that carries this connection, then closes (see [`crate::describe`]).
+//!
 //! A connection that closes before sending anything is fine: that is what
 //! `net.connect` does.
 //!
@@ -44,6 +48,9 @@ pub const MAX_FRAME: usize = 512 * 1024;
 /// bytes (a file name of up to 1 KiB included). A peer claiming more is
 /// refused before anything is allocated.
 pub const MAX_FIRST_FRAME: usize = 4 * 1024;
+/// The largest `Described` a client reads: an environment is a few KiB of
+/// JSON (caches, mitigations, notes); 64 KiB bounds a hostile server.
+pub const MAX_DESCRIBED_FRAME: usize = 64 * 1024;
 /// Default TCP port of `osprobe serve` (UDP echo uses the same number).
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -98,6 +105,15 @@ pub enum Message {
     Report { streams: Vec<StreamReport> },
     /// Either side: the request cannot be served; the connection closes.
     Error { code: ErrorCode, message: String },
+    /// Client, on a connection of its own: describe your machine and the
+    /// interface this connection arrived on. Proved like `Open`.
+    Describe { version: u32, proof: Option<String> },
+    /// Server: the answer to `Describe`, at most [`MAX_DESCRIBED_FRAME`]
+    /// bytes; the connection closes after it.
+    Described {
+        environment: Box<osprobe_core::Environment>,
+        nic: Option<Box<osprobe_core::nic::NicInfo>>,
+    },
 }
 
 /// What a session measures; the server's role on its data streams.
@@ -309,6 +325,13 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
         FrameError::Malformed(peer_text::escape(&e.to_string(), peer_text::MAX_CHARS))
     })?;
     msg.validate().map_err(FrameError::Invalid)?;
+    if let Message::Described { environment, nic } = &msg {
+        // Environment and NicInfo read leniently from the store (fields
+        // only ever added); from a peer, a field this build does not know
+        // is refused like any other unknown field.
+        crate::describe::refuse_unknown_fields(body, environment, nic)
+            .map_err(FrameError::Malformed)?;
+    }
     Ok(msg)
 }
 
@@ -485,6 +508,22 @@ impl Message {
                     Ok(())
                 }
             }
+            Message::Describe { proof, .. } => {
+                if let Some(p) = proof {
+                    check_hex("proof", p, PROOF_HEX_LEN)?;
+                }
+                Ok(())
+            }
+            Message::Described { environment, nic } => {
+                crate::describe::check_peer_value(
+                    "environment",
+                    &serde_json::to_value(environment).unwrap_or_default(),
+                )?;
+                crate::describe::check_peer_value(
+                    "nic",
+                    &serde_json::to_value(nic).unwrap_or_default(),
+                )
+            }
         }
     }
 
@@ -499,6 +538,8 @@ impl Message {
             Message::Finish { .. } => "finish",
             Message::Report { .. } => "report",
             Message::Error { .. } => "error",
+            Message::Describe { .. } => "describe",
+            Message::Described { .. } => "described",
         }
     }
 }
@@ -728,6 +769,11 @@ mod tests {
                 code: ErrorCode::Busy,
                 message
             }),
+            (
+                any::<u32>(),
+                proptest::option::of(hex_string(PROOF_HEX_LEN))
+            )
+                .prop_map(|(version, proof)| Message::Describe { version, proof }),
         ]
     }
 

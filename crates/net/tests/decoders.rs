@@ -47,6 +47,8 @@ fn frame_seeds() -> Vec<Vec<u8>> {
             r#"{{"type":"report","streams":[{{"stream":0,"bytes":100,"elapsed_ns":5000,"cpu_ns":1000,"reads":2,"hash":"{hash}","stored":true,"tcp_info":{{"rtt_us":10,"cwnd":[1,2.5,null]}},"error":null}}]}}"#
         ),
         r#"{"type":"error","code":"busy","message":"server full \u001b[2J"}"#.to_string(),
+        format!(r#"{{"type":"describe","version":2,"proof":"{proof}"}}"#),
+        r#"{"type":"described","environment":{"hostname":"far","caches":[{"level":1,"kind":"Data","size_bytes":32768}],"vulnerabilities":{"spectre_v2":"Mitigation: Retpolines"},"cpu_mhz":2400.5},"nic":{"name":"veth1","address":"198.18.80.2","mtu":1500,"offloads":{"tso":true},"speed_mbps":10000}}"#.to_string(),
     ];
     let mut seeds: Vec<Vec<u8>> = messages.iter().map(|m| frame(m)).collect();
     // Two frames back to back, as on a connection.

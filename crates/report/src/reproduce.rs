@@ -851,6 +851,7 @@ mod tests {
             measurements: ms,
             skipped: Vec::new(),
             labels: Default::default(),
+            far_ends: Vec::new(),
         }
     }
 
