@@ -11,6 +11,7 @@
 
 pub mod affinity;
 pub mod clock;
+pub mod counters;
 pub mod environment;
 pub mod experiment;
 pub mod fuzz;
@@ -18,6 +19,7 @@ pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod models;
 pub mod owner;
 pub mod peer_text;
 pub mod proof;
