@@ -24,6 +24,12 @@ pub fn run(args: &RunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> 
         .unwrap_or("global")
         .parse()
         .map_err(UsageError)?;
+    if replacement == Replacement::Local && frames < processes {
+        return Err(UsageError(format!(
+            "--replacement local gives each process a quota of frames: --frames {frames} cannot be shared by {processes} processes"
+        ))
+        .into());
+    }
     let pages = args.pages.unwrap_or(4 * frames as u64);
     // Every process its own trace: the same kind, its own seed.
     let traces: Vec<Vec<u64>> = match &workload {
@@ -68,10 +74,7 @@ pub fn run(args: &RunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> 
         Workload::Heap => grow_heap(memory, i, pages, sbrk),
     };
     interrupt::install();
-    let pager = SharedPager::start(config, &run_one).map_err(|e| match e {
-        osprobe_pager::PagerError::Config(text) => anyhow::Error::new(UsageError(text)),
-        other => other.into(),
-    })?;
+    let pager = SharedPager::start(config, &run_one)?;
     if !quiet && !args.json {
         eprintln!(
             "pager: {processes} processes of {} pages each (pids {}), {frames} frames, policy {}, {} replacement",

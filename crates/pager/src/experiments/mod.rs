@@ -3,6 +3,7 @@
 
 pub mod fault;
 pub mod policy;
+mod processes;
 
 use crate::uffd::Userfaultfd;
 use osprobe_core::affinity::PinGuard;
