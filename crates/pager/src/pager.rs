@@ -398,7 +398,7 @@ impl Pager {
             swap_map: SwapMap::new(config.swap_slots.unwrap_or(config.pages)),
             // Every page read back from swap is checked against what was
             // written: corruption ends the access with SIGBUS and the reason.
-            swap: Box::new(Verified::new(config.swap)),
+            swap: Verified::new(config.swap),
             policy: config.policy,
             counters: counters.clone(),
             last_error: last_error.clone(),
@@ -634,7 +634,7 @@ struct Handler {
     table: PageTable,
     frames: FrameTable,
     swap_map: SwapMap,
-    swap: Box<dyn SwapBackend>,
+    swap: Verified,
     policy: Box<dyn Policy>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<Option<String>>>,
@@ -674,8 +674,20 @@ impl ReferenceBits for LiveBits<'_> {
     }
 }
 
-/// Drop the application's page-table entry for one page (the page stays
-/// in the memfd's page cache).
+/// Sorted page numbers as runs of consecutive pages: (first, count).
+fn page_runs(sorted: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &page in sorted {
+        match runs.last_mut() {
+            Some((first, count)) if *first + *count == page => *count += 1,
+            _ => runs.push((page, 1)),
+        }
+    }
+    runs
+}
+
+/// Drop the application's page-table entries for pages from `addr` on
+/// (the pages stay in the memfd's page cache).
 fn drop_mapping(addr: u64, len: usize) {
     // SAFETY: a page of the registered mapping; MADV_DONTNEED on a shared
     // mapping only unmaps.
@@ -869,7 +881,8 @@ impl Handler {
                     self.frames.release(frame);
                     return Err(format!("swap-in of page {page}: {e}"));
                 }
-                let hash = xxhash_rust::xxh3::xxh3_128(self.buffer.bytes(self.page_size));
+                // Checked against this hash by the read: no need to hash again.
+                let hash = self.swap.written_hash(slot).unwrap_or(0);
                 let served = Served::SwapIn { eviction_ns };
                 self.count(&served);
                 if let Err(e) = self.uffd.copy(addr, self.buffer.ptr, page_bytes) {
@@ -947,8 +960,8 @@ impl Handler {
                 self.frames.release(*frame);
                 continue;
             }
-            let offset = i * self.page_size;
-            let hash = xxhash_rust::xxh3::xxh3_128(&self.buffer.bytes(len)[offset..offset + self.page_size]);
+            // Checked against this hash by the read.
+            let hash = self.swap.written_hash(slot + i as u64).unwrap_or(0);
             self.install(page + i as u64, *frame, hash);
         }
         let extra = (installed - 1) as u64;
@@ -1062,23 +1075,35 @@ impl Handler {
             frame: FrameId,
             page: u64,
             new_state: PageState,
-            write_to: Option<u64>,
+            write: Option<(u64, u128)>,
         }
-        let mut leaving = Vec::with_capacity(victims.len());
+        let mut resident = Vec::with_capacity(victims.len());
         for &frame in victims {
             let Some(f) = self.frames.get(frame).copied() else {
                 return Err(format!("policy chose frame {frame}, which is empty"));
             };
-            let page = f.page;
-            if f.referenced {
-                drop_mapping(self.page_addr(page), self.page_size);
-                if let Some(f) = self.frames.get_mut(frame) {
-                    f.referenced = false;
-                }
+            resident.push((frame, f));
+        }
+        // Take the pages away from the application first (one madvise per
+        // run of consecutive pages): from here on it cannot change them.
+        let mut mapped: Vec<u64> = resident
+            .iter()
+            .filter(|(_, f)| f.referenced)
+            .map(|(_, f)| f.page)
+            .collect();
+        mapped.sort_unstable();
+        for (first, count) in page_runs(&mapped) {
+            drop_mapping(self.page_addr(first), count as usize * self.page_size);
+        }
+        let mut leaving = Vec::with_capacity(resident.len());
+        for (frame, f) in resident {
+            if let Some(f) = self.frames.get_mut(frame) {
+                f.referenced = false;
             }
-            let changed = xxhash_rust::xxh3::xxh3_128(self.own_page(page)) != f.loaded_hash;
+            let page = f.page;
+            let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
             let entry = *self.table.entry(page);
-            let (new_state, write_to) = if changed {
+            let (new_state, write) = if hash != f.loaded_hash {
                 let slot = match entry.slot {
                     Some(slot) => slot,
                     None => self.swap_map.allocate().ok_or_else(|| {
@@ -1090,7 +1115,7 @@ impl Handler {
                     })?,
                 };
                 self.table.entry(page).slot = Some(slot);
-                (PageState::Swapped(slot), Some(slot))
+                (PageState::Swapped(slot), Some((slot, hash)))
             } else {
                 match entry.slot {
                     Some(slot) => (PageState::Swapped(slot), None),
@@ -1102,47 +1127,58 @@ impl Handler {
                 frame,
                 page,
                 new_state,
-                write_to,
+                write,
             });
         }
         let (own, page_size) = (&self.own, self.page_size);
-        let writes: Vec<(u64, &[u8])> = leaving
+        let (writes, hashes): (Vec<(u64, &[u8])>, Vec<u128>) = leaving
             .iter()
-            .filter_map(|l| l.write_to.map(|slot| (slot, own.page(l.page, page_size))))
-            .collect();
+            .filter_map(|l| {
+                l.write
+                    .map(|(slot, hash)| ((slot, own.page(l.page, page_size)), hash))
+            })
+            .unzip();
         if !writes.is_empty() {
-            let first = leaving.iter().find(|l| l.write_to.is_some()).map(|l| l.page);
-            if let Err(e) = self.swap.write_pages(&writes) {
+            let first = leaving.iter().find(|l| l.write.is_some()).map(|l| l.page);
+            if let Err(e) = self.swap.write_pages_hashed(&writes, &hashes) {
                 return Err(match writes.len() {
                     1 => format!("write-back of page {}: {e}", first.unwrap_or(0)),
-                    n => format!("write-back of {n} pages (page {} first): {e}", first.unwrap_or(0)),
+                    n => format!(
+                        "write-back of {n} pages (page {} first): {e}",
+                        first.unwrap_or(0)
+                    ),
                 });
             }
             bump(&self.counters.write_backs, writes.len() as u64);
             bump(&self.counters.bytes_out, (writes.len() * self.page_size) as u64);
         }
-        // Only now may the pages leave memory.
-        for (i, l) in leaving.iter().enumerate() {
-            let offset = l.page as usize * self.page_size;
+        // Only now may the pages leave memory: one hole per run.
+        leaving.sort_unstable_by_key(|l| l.page);
+        let pages: Vec<u64> = leaving.iter().map(|l| l.page).collect();
+        let mut done = 0;
+        for (first, count) in page_runs(&pages) {
             // SAFETY: punching a hole in our own memfd.
             let rc = unsafe {
                 libc::fallocate(
                     self.memfd.as_raw_fd(),
                     libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    offset as libc::off_t,
-                    self.page_size as libc::off_t,
+                    (first as usize * self.page_size) as libc::off_t,
+                    (count as usize * self.page_size) as libc::off_t,
                 )
             };
             if rc != 0 {
                 let e = io::Error::last_os_error();
-                for gone in &leaving[..i] {
+                for gone in &leaving[..done] {
                     self.frames.release(gone.frame);
                 }
-                return Err(format!("removing page {} from memory: {e}", l.page));
+                return Err(format!("removing page {first} from memory: {e}"));
             }
-            self.table.entry(l.page).state = l.new_state;
-            self.frames.vacate(l.frame);
-            bump(&self.counters.evictions, 1);
+            for l in &leaving[done..done + count as usize] {
+                self.table.entry(l.page).state = l.new_state;
+                self.frames.vacate(l.frame);
+                bump(&self.counters.evictions, 1);
+            }
+            done += count as usize;
         }
         Ok(())
     }
@@ -1182,5 +1218,20 @@ impl Handler {
         if let Ok(mut last) = self.last_error.lock() {
             *last = Some(message);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page_runs;
+
+    #[test]
+    fn page_runs_join_consecutive_pages_only() {
+        assert_eq!(page_runs(&[]), vec![]);
+        assert_eq!(page_runs(&[4]), vec![(4, 1)]);
+        assert_eq!(
+            page_runs(&[1, 2, 3, 7, 9, 10]),
+            vec![(1, 3), (7, 1), (9, 2)]
+        );
     }
 }

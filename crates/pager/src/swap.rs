@@ -203,25 +203,42 @@ impl SwapBackend for Verified {
     }
 
     fn write_pages(&mut self, pages: &[(u64, &[u8])]) -> Result<(), SwapError> {
-        let mut hashes = Vec::with_capacity(pages.len());
-        for (slot, page) in pages {
-            let at = self.slot_index(*slot)?;
-            // Forgotten first: a batch that fails half-way leaves no slot
-            // that could be read back with what it held before.
-            self.written[at] = None;
-            hashes.push((at, xxhash_rust::xxh3::xxh3_128(page)));
-        }
-        self.inner.write_pages(pages)?;
-        for (at, hash) in hashes {
-            self.written[at] = Some(hash.to_le_bytes());
-        }
-        Ok(())
+        let hashes: Vec<u128> = pages
+            .iter()
+            .map(|(_, page)| xxhash_rust::xxh3::xxh3_128(page))
+            .collect();
+        self.write_pages_hashed(pages, &hashes)
     }
 }
 
 impl Verified {
-    /// The hash of what was written to `slot`, or why it cannot be read.
-    fn written_hash(&self, slot: u64) -> Result<u128, SwapError> {
+    /// [`SwapBackend::write_pages`] for a caller that already hashed the
+    /// pages (the pager hashes a page to tell whether it changed; hashing
+    /// it again here would cost as much once more).
+    pub fn write_pages_hashed(
+        &mut self,
+        pages: &[(u64, &[u8])],
+        hashes: &[u128],
+    ) -> Result<(), SwapError> {
+        debug_assert_eq!(pages.len(), hashes.len());
+        let mut at = Vec::with_capacity(pages.len());
+        for (slot, _) in pages {
+            let index = self.slot_index(*slot)?;
+            // Forgotten first: a batch that fails half-way leaves no slot
+            // that could be read back with what it held before.
+            self.written[index] = None;
+            at.push(index);
+        }
+        self.inner.write_pages(pages)?;
+        for (index, hash) in at.into_iter().zip(hashes) {
+            self.written[index] = Some(hash.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// The hash of what was written to `slot` (after a successful read,
+    /// the hash of what was read), or why it cannot be read.
+    pub fn written_hash(&self, slot: u64) -> Result<u128, SwapError> {
         usize::try_from(slot)
             .ok()
             .and_then(|at| self.written.get(at).copied().flatten())
@@ -501,6 +518,44 @@ mod tests {
         assert_eq!(map.in_use(), 1);
         assert_eq!(map.allocate(), Some(0));
         assert_eq!(map.allocate(), None);
+    }
+
+    #[test]
+    fn slot_runs_sort_and_join_consecutive_slots() {
+        let (a, b, c) = ([1u8][..].to_vec(), [2u8][..].to_vec(), [3u8][..].to_vec());
+        let runs = slot_runs(&[(5, &c[..]), (3, &a[..]), (4, &b[..]), (9, &a[..])]);
+        let slots: Vec<Vec<u64>> = runs
+            .iter()
+            .map(|r| r.iter().map(|(s, _)| *s).collect())
+            .collect();
+        assert_eq!(slots, vec![vec![3, 4, 5], vec![9]]);
+        assert_eq!(runs[0][2].1, &c[..]);
+    }
+
+    #[test]
+    fn verified_batches_read_back_what_was_written_and_catch_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut swap = Verified::new(Box::new(FileSwap::temporary(dir.path()).unwrap()));
+        let pages: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 4096]).collect();
+        let batch: Vec<(u64, &[u8])> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (10 + i as u64, &p[..]))
+            .collect();
+        swap.write_pages(&batch).unwrap();
+        let mut back = vec![0u8; 4 * 4096];
+        swap.read_pages(10, &mut back, 4096).unwrap();
+        assert_eq!(back, pages.concat());
+        // A slot never written in the run: refused before reading.
+        assert!(matches!(
+            swap.read_pages(12, &mut back, 4096),
+            Err(SwapError::NeverWritten { slot: 14, .. })
+        ));
+        // A page changed behind the pager's back: an error, zeros only.
+        swap.inner.write_page(11, &[9u8; 4096]).unwrap();
+        let e = swap.read_pages(10, &mut back, 4096).unwrap_err();
+        assert!(matches!(e, SwapError::Corrupt { slot: 11, .. }), "{e}");
+        assert!(back.iter().all(|&b| b == 0));
     }
 
     #[test]
