@@ -25,6 +25,7 @@ pub mod netns;
 pub mod parse;
 pub mod segment;
 pub mod serving;
+pub mod testbed;
 pub mod trace;
 pub mod tun;
 
