@@ -216,8 +216,8 @@ impl<'a> GsoTcp4<'a> {
         (count * self.t.headers + (end - start)) as u64
     }
 
-    /// Segments `first..first + count` as one packet in `out` (vnet header
-    /// + IP packet): a GSO packet when `count` > 1, a plain segment when 1.
+    /// Segments `first..first + count` as one packet in `out` (the vnet
+    /// header, then the IP packet): a GSO packet when `count` > 1, a plain segment when 1.
     /// Each carries its own IPv4 header (total length, identification
     /// counting up from the first segment's, header checksum) and TCP
     /// header (sequence number advanced; FIN and PSH only if it ends with
