@@ -219,9 +219,9 @@ fn record(samples: &mut Vec<f64>, ns: f64) {
 }
 
 /// A mapping that is unmapped on drop.
-struct Mapping {
-    addr: *mut u8,
-    len: usize,
+pub(crate) struct Mapping {
+    pub(crate) addr: *mut u8,
+    pub(crate) len: usize,
 }
 
 // SAFETY: the mapping is plain memory; who touches it is the pager's
@@ -230,7 +230,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn shared(fd: &OwnedFd, len: usize) -> Result<Mapping, PagerError> {
+    pub(crate) fn shared(fd: &OwnedFd, len: usize) -> Result<Mapping, PagerError> {
         // SAFETY: a fresh shared mapping of our memfd.
         let addr = unsafe {
             libc::mmap(
@@ -566,7 +566,7 @@ pub(crate) fn page_size() -> usize {
     }
 }
 
-fn memfd(len: usize) -> Result<OwnedFd, PagerError> {
+pub(crate) fn memfd(len: usize) -> Result<OwnedFd, PagerError> {
     // SAFETY: a NUL-terminated name and flags.
     let fd = unsafe { libc::memfd_create(c"osprobe-pager".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {

@@ -30,6 +30,9 @@ pub trait Policy: Send {
     fn referenced(&mut self, frame: FrameId, page: u64);
     /// The frame to evict. Called only when all frames are in use.
     fn victim(&mut self, bits: &mut dyn ReferenceBits) -> FrameId;
+    /// The page in `frame` left memory without being a victim (its
+    /// process ended): the frame is empty until `loaded` names it again.
+    fn forget(&mut self, _frame: FrameId) {}
     /// `frame` (just chosen as a victim) is leaving: it holds no page
     /// until the next `loaded`. Policies that keep state per frame make
     /// sure they do not offer it again meanwhile (the live pager asks for
@@ -86,6 +89,10 @@ impl Policy for Fifo {
         // The pager asks only when every frame is full, so the queue
         // holds them all.
         self.queue.pop_front().unwrap_or(0)
+    }
+
+    fn forget(&mut self, frame: FrameId) {
+        self.queue.retain(|f| *f != frame);
     }
 }
 

@@ -275,6 +275,22 @@ impl Userfaultfd {
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+
+    /// The features the handshake settled on.
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+
+    /// A userfaultfd opened and registered by another process and passed
+    /// here (SCM_RIGHTS) with the features of its handshake: the ioctls
+    /// then act on that process's memory.
+    pub fn from_received(fd: OwnedFd, features: u64, user_mode_only: bool) -> Userfaultfd {
+        Userfaultfd {
+            fd,
+            features,
+            user_mode_only,
+        }
+    }
 }
 
 /// The system call first; when it is forbidden, /dev/userfaultfd; when

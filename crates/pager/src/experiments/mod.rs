@@ -4,6 +4,7 @@
 
 pub mod fault;
 pub mod policy;
+mod processes;
 pub mod scan;
 
 use crate::uffd::Userfaultfd;
