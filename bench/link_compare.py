@@ -222,12 +222,12 @@ def bounds(meta, samples, name, loss):
 
 def binding(found, rate):
     """What bounds a stream, in words."""
+    if "loss_bound_bps" in found and rate <= 2 * found["loss_bound_bps"]:
+        return "the loss-based bound MSS/RTT x sqrt(3/2p)"
     if found.get("uplink_cpu", 0) >= BUSY:
         return f"the uplink forwarder (one core, {found['uplink_cpu']:.0%} busy)"
     if found.get("machine_busy", 0) >= BUSY:
-        return f"the machine's CPUs ({found['machine_busy']:.0%} busy: sender, receiver, forwarders)"
-    if "loss_bound_bps" in found and rate <= 2 * found["loss_bound_bps"]:
-        return "the loss-based bound MSS/RTT x sqrt(3/2p)"
+        return f"the machine's CPUs ({found['machine_busy']:.0%} busy: sender, receiver, forwarders, anything else running)"
     if rate >= 0.8 * found["buffer_bps"]:
         return "the socket buffer ceiling / RTT"
     if "cwnd_bps" in found and rate >= 0.5 * found["cwnd_bps"]:
