@@ -243,6 +243,7 @@ fn measure(
         measurements,
         skipped: outcome.skipped,
         labels,
+        far_ends: Vec::new(),
     };
     if let Some(store) = &mut store {
         store.save_run(&run).context("storing the run")?;

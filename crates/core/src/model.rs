@@ -351,6 +351,10 @@ pub struct Run {
     /// for a run on this machine alone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The remote hosts measured against (`--to`), each described with its
+    /// interface and this machine's towards it. Empty for local runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub far_ends: Vec<crate::far_end::FarEnd>,
 }
 
 impl Run {

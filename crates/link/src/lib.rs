@@ -13,15 +13,19 @@ pub mod bottleneck;
 pub mod delay;
 pub mod emulator;
 pub mod forwarder;
+pub mod forwarding;
 pub mod fuzz;
 pub mod histogram;
 pub mod impairment;
 mod iproute;
 pub mod loss;
+pub mod masquerade;
+pub mod middlebox;
 pub mod netns;
 pub mod parse;
 pub mod segment;
 pub mod serving;
+pub mod testbed;
 pub mod trace;
 pub mod tun;
 
@@ -32,6 +36,7 @@ pub use emulator::{
 };
 pub use histogram::LogHistogram;
 pub use impairment::DirectionConfig;
+pub use middlebox::Middlebox;
 pub use parse::{LossSpec, ParseError, QueueLimit};
 pub use serving::ServingThread;
 pub use trace::Trace;

@@ -587,6 +587,7 @@ mod tests {
             measurements: vec![],
             skipped,
             labels: Default::default(),
+            far_ends: Vec::new(),
         };
         assert_eq!(
             summary_line(&run, 200),
