@@ -71,7 +71,7 @@ mod tests {
         ];
         let note = counters_note(&m).unwrap();
         assert!(
-            note.starts_with("counted per operation: task-clock 61.2 ns"),
+            note.starts_with("counted per operation: task-clock 61.2"),
             "{note}"
         );
         assert!(note.contains("page-faults 0"), "{note}");
