@@ -11,6 +11,7 @@
 //! [`TestPath`] is dropped. An emulated path without `delay` gets
 //! [`DEFAULT_DELAY`] each way.
 
+pub mod mounted;
 pub mod remote_read;
 pub mod throughput;
 
