@@ -193,6 +193,12 @@ fn measure(
     if let Some(warning) = crate::version::debug_build_warning() {
         eprintln!("{warning}");
     }
+    // What the performance counters can count is said once per run, where
+    // some experiment is CPU-bound (the others are not counted).
+    let counters = osprobe_core::counters::probe();
+    if plan.items.iter().any(|(e, _)| e.cpu_bound()) {
+        environment.notes.push(counters.note.clone());
+    }
     if !opts.json && !opts.brief {
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
@@ -206,6 +212,7 @@ fn measure(
     }
     let mut ctx = Context::new(profile, clock, environment.clone());
     ctx.peer_token = peer_token;
+    ctx.counters = counters;
     let outcome = {
         let mut bar = Bar::new(plan.points(), quiet);
         runner::execute(&plan, &ctx, &mut bar)
@@ -229,6 +236,8 @@ fn measure(
     for m in &mut measurements {
         m.run = id.clone();
     }
+    // Models that need other experiments' figures of this run.
+    osprobe_core::models::apply(&mut measurements, &environment);
     let run = Run {
         schema: SCHEMA_VERSION,
         id,

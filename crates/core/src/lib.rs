@@ -12,6 +12,7 @@
 
 pub mod affinity;
 pub mod clock;
+pub mod counters;
 pub mod environment;
 pub mod experiment;
 pub mod far_end;
@@ -20,6 +21,7 @@ pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod models;
 pub mod mounts;
 pub mod nic;
 pub mod owner;

@@ -256,6 +256,10 @@ pub struct Measurement {
     pub samples: Option<Vec<f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histogram: Option<Histogram>,
+    /// Performance counters per operation (perf_event_open), on CPU-bound
+    /// measurements where the run could count them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<crate::counters::Counted>,
 }
 
 impl Measurement {
@@ -279,6 +283,7 @@ impl Measurement {
             notes: Vec::new(),
             samples: None,
             histogram: None,
+            counters: Vec::new(),
         }
     }
 

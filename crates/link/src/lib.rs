@@ -8,20 +8,29 @@
 //! and releasing each packet within microseconds of its due time
 //! ([`forwarder`]). The models are pure and tested on their own;
 //! [`impairment`] composes them per direction.
+//!
+//! [`Middlebox`] puts the emulator in front of a real host: A's traffic
+//! crosses the link and leaves through this host's routing, masqueraded
+//! ([`masquerade`]) with forwarding switched on per device
+//! ([`forwarding`]); see docs/link.md.
 
 pub mod bottleneck;
 pub mod delay;
 pub mod emulator;
 pub mod forwarder;
+pub mod forwarding;
 pub mod fuzz;
 pub mod histogram;
 pub mod impairment;
 mod iproute;
 pub mod loss;
+pub mod masquerade;
+pub mod middlebox;
 pub mod netns;
 pub mod parse;
 pub mod segment;
 pub mod serving;
+pub mod testbed;
 pub mod trace;
 pub mod tun;
 
@@ -32,6 +41,7 @@ pub use emulator::{
 };
 pub use histogram::LogHistogram;
 pub use impairment::DirectionConfig;
+pub use middlebox::Middlebox;
 pub use parse::{LossSpec, ParseError, QueueLimit};
 pub use serving::ServingThread;
 pub use trace::Trace;

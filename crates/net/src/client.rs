@@ -270,6 +270,11 @@ impl Session {
         &self.test
     }
 
+    /// The session id (hex) the server gave.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// A new data connection joined to the session as stream `index`, with
     /// `options` applied before it connects.
     pub fn attach(&self, index: u32, options: &ConnectOptions) -> Result<TcpStream, NetError> {

@@ -150,6 +150,23 @@ pub enum TestSpec {
     /// The receiver of `net.ack_stall`: window clamped to one `segment`,
     /// delayed ACKs or TCP_QUICKACK re-armed after every read.
     AckStall { segment: u32, quickack: bool },
+    /// The server sends on each stream (iperf3 -R): `write_size`-byte
+    /// writes for `duration_ms`, or until the client closes; with `cpu`,
+    /// the sending threads run on that CPU. See [`crate::modes`].
+    Source {
+        streams: u32,
+        write_size: u32,
+        duration_ms: u32,
+        cpu: Option<u32>,
+    },
+    /// UDP datagrams of `size` bytes to a port of this session alone, which
+    /// the server announces on stream 0; it counts loss, jitter and
+    /// reordering until stream 0 closes. See [`crate::modes`].
+    UdpSink { size: u32 },
+    /// Connect/request/response/close transactions (netperf TCP_CRR) on a
+    /// listener of this session alone, announced on stream 0: each
+    /// connection sends `size` bytes and gets `size` bytes back.
+    Crr { size: u32 },
 }
 
 impl TestSpec {
@@ -159,7 +176,8 @@ impl TestSpec {
             TestSpec::Echo { streams, .. }
             | TestSpec::Sink { streams, .. }
             | TestSpec::File { streams, .. } => *streams,
-            TestSpec::AckStall { .. } => 1,
+            TestSpec::Source { streams, .. } => *streams,
+            TestSpec::AckStall { .. } | TestSpec::UdpSink { .. } | TestSpec::Crr { .. } => 1,
         }
     }
 
@@ -170,6 +188,9 @@ impl TestSpec {
             TestSpec::Sink { .. } => "sink",
             TestSpec::File { .. } => "file",
             TestSpec::AckStall { .. } => "ack_stall",
+            TestSpec::Source { .. } => "source",
+            TestSpec::UdpSink { .. } => "udp_sink",
+            TestSpec::Crr { .. } => "crr",
         }
     }
 }
@@ -196,6 +217,25 @@ pub struct StreamReport {
     pub tcp_info: Option<serde_json::Value>,
     /// Why the stream failed, if it did.
     pub error: Option<String>,
+    /// What a UDP receiver counted (udp_sink sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpCounts>,
+}
+
+/// What the receiver of a UDP test counted, in iperf3's terms: datagrams
+/// and payload bytes received, those that arrived after a later one
+/// (reordered), and the RFC 3550 interarrival jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdpCounts {
+    pub datagrams: u64,
+    pub bytes: u64,
+    /// Arrived with a sequence number below the highest seen before.
+    pub reordered: u64,
+    /// Highest sequence number seen, plus one (0: none).
+    pub highest: u64,
+    /// RFC 3550 jitter at the end, nanoseconds.
+    pub jitter_ns: f64,
 }
 
 /// Why a request was refused.
@@ -452,6 +492,11 @@ impl Message {
                     if s.error.as_ref().is_some_and(|e| e.len() > MAX_TEXT) {
                         return Err("stream error text too long".into());
                     }
+                    if s.udp
+                        .is_some_and(|u| !u.jitter_ns.is_finite() || u.jitter_ns < 0.0)
+                    {
+                        return Err("UDP jitter must be a finite number >= 0".into());
+                    }
                 }
                 Ok(())
             }
@@ -530,6 +575,23 @@ impl TestSpec {
             TestSpec::AckStall { segment, .. } => {
                 check_range("segment", *segment as u64, 1, MAX_ECHO_SIZE as u64)
             }
+            TestSpec::Source {
+                streams,
+                write_size,
+                duration_ms,
+                ..
+            } => {
+                check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
+                check_range("write_size", *write_size as u64, 1, MAX_IO_SIZE as u64)?;
+                check_range("duration_ms", *duration_ms as u64, 1, 24 * 3600 * 1000)
+            }
+            TestSpec::UdpSink { size } => check_range(
+                "size",
+                *size as u64,
+                crate::modes::UDP_HEADER as u64,
+                MAX_ECHO_SIZE as u64,
+            ),
+            TestSpec::Crr { size } => check_range("size", *size as u64, 1, MAX_ECHO_SIZE as u64),
         }
     }
 }
@@ -581,6 +643,13 @@ mod tests {
             stored: Some(true),
             tcp_info: Some(json.clone()),
             error: None,
+            udp: Some(UdpCounts {
+                datagrams: u64::MAX,
+                bytes: u64::MAX,
+                reordered: u64::MAX,
+                highest: u64::MAX,
+                jitter_ns: f64::MAX,
+            }),
         };
         let report = Message::Report {
             streams: (0..MAX_STREAMS).map(stream).collect(),
@@ -619,6 +688,21 @@ mod tests {
                 }),
             (1..=MAX_ECHO_SIZE, any::<bool>())
                 .prop_map(|(segment, quickack)| TestSpec::AckStall { segment, quickack }),
+            (
+                1..=MAX_STREAMS,
+                1..=MAX_IO_SIZE,
+                1u32..=86_400_000,
+                proptest::option::of(0u32..64)
+            )
+                .prop_map(|(streams, write_size, duration_ms, cpu)| TestSpec::Source {
+                    streams,
+                    write_size,
+                    duration_ms,
+                    cpu
+                }),
+            (crate::modes::UDP_HEADER as u32..=MAX_ECHO_SIZE)
+                .prop_map(|size| TestSpec::UdpSink { size }),
+            (1..=MAX_ECHO_SIZE).prop_map(|size| TestSpec::Crr { size }),
         ]
     }
 
@@ -846,6 +930,26 @@ mod tests {
                 },
                 5,
             ),
+            open(
+                TestSpec::Source {
+                    streams: 1,
+                    write_size: 0,
+                    duration_ms: 1000,
+                    cpu: None,
+                },
+                5,
+            ),
+            open(
+                TestSpec::Source {
+                    streams: 1,
+                    write_size: 1,
+                    duration_ms: 0,
+                    cpu: None,
+                },
+                5,
+            ),
+            open(TestSpec::UdpSink { size: 8 }, 5),
+            open(TestSpec::Crr { size: 0 }, 5),
             open(
                 TestSpec::Sink {
                     streams: 1,

@@ -1112,6 +1112,35 @@ impl Shared {
                 self.receive_file(stream, session, index, *bytes, how, name.as_deref())
             }
             TestSpec::AckStall { quickack, .. } => ack_stall_receiver(stream, *quickack, session),
+            TestSpec::Source {
+                write_size,
+                duration_ms,
+                cpu,
+                ..
+            } => crate::modes::source(
+                stream,
+                (*write_size as usize).min(MAX_SERVER_BUFFER),
+                Duration::from_millis(*duration_ms as u64),
+                *cpu,
+                &session.closed,
+            ),
+            TestSpec::UdpSink { size } => match session_id_bytes(&session.id) {
+                Some(id) => crate::modes::udp_sink(
+                    stream,
+                    id,
+                    session.peer.ip(),
+                    *size as usize,
+                    &session.closed,
+                ),
+                None => Err("malformed session id".into()),
+            },
+            TestSpec::Crr { size } => crate::modes::crr(
+                stream,
+                session.peer.ip(),
+                *size as usize,
+                self.config.idle_timeout,
+                &session.closed,
+            ),
         };
         match result {
             Ok(mut report) => {
@@ -1230,7 +1259,20 @@ fn describe(spec: &TestSpec) -> String {
                 "delayed acks"
             }
         ),
+        TestSpec::Source {
+            streams,
+            write_size,
+            duration_ms,
+            ..
+        } => format!("source ({streams} streams, {write_size} B writes, {duration_ms} ms)"),
+        TestSpec::UdpSink { size } => format!("UDP sink ({size} B datagrams)"),
+        TestSpec::Crr { size } => format!("connect/request/response ({size} B)"),
     }
+}
+
+/// The 16 bytes of a session id (32 hex digits).
+fn session_id_bytes(id: &str) -> Option<[u8; 16]> {
+    protocol::unhex(id)?.try_into().ok()
 }
 
 fn discard_unclaimed_files(session: &Session) {
