@@ -203,6 +203,13 @@ fn measure(
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
     }
+    // The remote hosts, described before they are measured.
+    let far_ends =
+        crate::far_end::describe_all(&crate::far_end::hosts(&plan), peer_token.as_deref());
+    if !far_ends.is_empty() && !opts.json && !opts.brief {
+        print!("{}", crate::far_end::block(&environment, &far_ends));
+        println!();
+    }
     let mut ctx = Context::new(profile, clock, environment.clone());
     ctx.peer_token = peer_token;
     ctx.counters = counters;
@@ -243,7 +250,7 @@ fn measure(
         measurements,
         skipped: outcome.skipped,
         labels,
-        far_ends: Vec::new(),
+        far_ends,
     };
     if let Some(store) = &mut store {
         store.save_run(&run).context("storing the run")?;
@@ -369,6 +376,10 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
         println!();
         print!("{}", osprobe_report::environment_block(&run.environment));
         println!();
+        let ends = osprobe_report::ends::ends_block_fit(&run, osprobe_report::terminal_width());
+        if !ends.is_empty() {
+            println!("{ends}");
+        }
         print!(
             "{}",
             osprobe_report::run_results(&run, osprobe_report::terminal_width())

@@ -83,7 +83,7 @@ pub struct LinkArgs {
     /// Also join A and B by a plain veth pair (peer address in $OSPROBE_LINK_REFERENCE_PEER), for comparisons
     #[arg(long)]
     pub reference_veth: bool,
-    /// Socket buffer ceiling in both namespaces (tcp_wmem/tcp_rmem maximum, net.core.wmem_max/rmem_max), e.g. 256M; default: a new namespace's (4 MiB send)
+    /// TCP buffer ceiling in both namespaces (the maximum of tcp_wmem and tcp_rmem), e.g. 256M; default: a new namespace's (4 MiB to send)
     #[arg(long, value_name = "SIZE")]
     pub wmem: Option<String>,
     /// MTU of the emulated link

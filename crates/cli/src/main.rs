@@ -9,6 +9,7 @@ mod compare;
 mod docs;
 mod export;
 mod export_import;
+mod far_end;
 mod fleet;
 mod fleetref;
 mod hostref;

@@ -45,6 +45,7 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         max_clients: args.max_clients as usize,
         dir: args.dir.clone(),
         max_bytes,
+        build: crate::version::build_info(),
         ..ServerConfig::default()
     };
     let events: osprobe_net::server::EventSink = if quiet {

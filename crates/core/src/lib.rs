@@ -22,6 +22,7 @@ pub mod id;
 pub mod interrupt;
 pub mod model;
 pub mod models;
+pub mod mounts;
 pub mod nic;
 pub mod owner;
 pub mod peer_text;

@@ -359,6 +359,7 @@ impl Link {
                 output: Arc::clone(&self.end(from.other()).tun),
                 impairments: Impairments::new(config, seeds.next_u64(), origin),
                 segment: config.needs_segments(),
+                coalesce: !config.has_bottleneck(),
                 vnet: self.config.offload,
                 spin_ns,
                 realtime: self.config.realtime,
@@ -576,16 +577,17 @@ impl Link {
         Ok(self.end(side).pair.write_sysctl(key, value)?)
     }
 
-    /// Raise the socket buffer ceilings in both namespaces to `bytes`:
-    /// the maximum of `tcp_wmem` and `tcp_rmem` (what autotuning may grow
-    /// a TCP socket's buffers to) and `net.core.wmem_max` / `rmem_max`
-    /// (what SO_SNDBUF / SO_RCVBUF may ask for). A new namespace starts
-    /// from the kernel's defaults (here 4 MiB and 32 MiB for TCP, 4 MiB for
-    /// the core limits), whatever this host set: through a long delay they,
-    /// not the emulator, bound one stream (4 MiB per 100 ms round trip is
-    /// 0.34 Gbit/s).
+    /// Raise the TCP buffer ceilings in both namespaces to `bytes`: the
+    /// maximum of `tcp_wmem` and `tcp_rmem`, what autotuning may grow a
+    /// TCP socket's buffers to. A new namespace starts from the kernel's
+    /// defaults (here 4 MiB to send, 32 MiB to receive), whatever this host
+    /// set: through a long delay they, not the emulator, bound one stream
+    /// (4 MiB per 100 ms round trip is 0.34 Gbit/s). `net.core.wmem_max` and
+    /// `rmem_max` (the ceiling of an explicit SO_SNDBUF) are read-only
+    /// inside a namespace on this kernel, so a program that sets its buffer
+    /// itself (iperf3 -w) stays at 4 MiB: let autotuning grow it instead.
     pub fn raise_buffers(&self, bytes: u64) -> Result<(), LinkError> {
-        if bytes < 65_536 || bytes > i32::MAX as u64 {
+        if !(65_536..=i32::MAX as u64).contains(&bytes) {
             return Err(LinkError::Invalid(format!(
                 "socket buffer ceiling {bytes} bytes: accepted 64K..2G"
             )));
@@ -593,8 +595,6 @@ impl Link {
         for side in [Side::A, Side::B] {
             self.write_sysctl(side, "net.ipv4.tcp_wmem", &format!("4096 16384 {bytes}"))?;
             self.write_sysctl(side, "net.ipv4.tcp_rmem", &format!("4096 131072 {bytes}"))?;
-            self.write_sysctl(side, "net.core.wmem_max", &bytes.to_string())?;
-            self.write_sysctl(side, "net.core.rmem_max", &bytes.to_string())?;
         }
         Ok(())
     }

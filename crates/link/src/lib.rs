@@ -8,6 +8,11 @@
 //! and releasing each packet within microseconds of its due time
 //! ([`forwarder`]). The models are pure and tested on their own;
 //! [`impairment`] composes them per direction.
+//!
+//! [`Middlebox`] puts the emulator in front of a real host: A's traffic
+//! crosses the link and leaves through this host's routing, masqueraded
+//! ([`masquerade`]) with forwarding switched on per device
+//! ([`forwarding`]); see docs/link.md.
 
 pub mod bottleneck;
 pub mod delay;
@@ -25,6 +30,7 @@ pub mod netns;
 pub mod parse;
 pub mod segment;
 pub mod serving;
+pub mod testbed;
 pub mod trace;
 pub mod tun;
 

@@ -96,6 +96,7 @@ impl<'a> Report<'a> {
             );
         }
         environment(&mut out, run);
+        crate::ends::ends_section(&mut out, run);
         if self.references.is_some() {
             let _ = write!(
                 out,
@@ -172,6 +173,9 @@ fn header(out: &mut String, run: &Run, sections: &[Section], references: bool) {
         let _ = write!(out, "<a href=\"#extra-{i}\">{}</a>", escape(&s.title));
     }
     out.push_str("<a href=\"#environment\">Environment</a>");
+    if !run.far_ends.is_empty() {
+        out.push_str("<a href=\"#ends\">Near and far end</a>");
+    }
     if references {
         out.push_str("<a href=\"#references\">Reference studies</a>");
     }

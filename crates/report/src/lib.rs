@@ -6,6 +6,7 @@ pub mod chart;
 pub mod compare;
 pub mod counters;
 pub mod csv;
+pub mod ends;
 pub mod fleet;
 pub mod html;
 pub mod human;

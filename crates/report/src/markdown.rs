@@ -29,6 +29,22 @@ pub fn run_markdown(run: &Run) -> String {
     for n in &run.environment.notes {
         let _ = write!(out, "\nNote: {}\n", cell(n));
     }
+    for far in &run.far_ends {
+        let _ = write!(
+            out,
+            "\n## Near and far end (--to {})\n\n| | near | far |\n|---|---|---|\n",
+            cell(&far.to)
+        );
+        for (label, near, far_value) in osprobe_core::far_end::side_by_side(&run.environment, far) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                cell(&label),
+                cell(&near),
+                cell(&far_value)
+            );
+        }
+    }
     out.push_str("\n## Results\n\n");
     out.push_str(&measurements_markdown(&run.measurements));
     if !run.skipped.is_empty() {

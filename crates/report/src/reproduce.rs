@@ -798,6 +798,13 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
         run.environment.hostname,
         run.environment.cpu_model
     );
+    // A run against remote hosts: which machines and interfaces the
+    // network rows measured between.
+    let ends = crate::ends::ends_block_fit(run, crate::terminal_width());
+    if !ends.is_empty() {
+        out.push('\n');
+        out.push_str(&ends);
+    }
     let mut notes: Vec<String> = Vec::new();
     let mut note_ref = |n: &str| {
         let i = notes.iter().position(|k| k == n).unwrap_or_else(|| {

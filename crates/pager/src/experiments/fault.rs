@@ -22,7 +22,8 @@ use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Requirements, Samples,
 };
-use osprobe_rfs::experiments::{TestPath, DELAY_PARAM, PATH_PARAM};
+use osprobe_link::testbed::{DELAY_PARAM, PATH_PARAM};
+use osprobe_rfs::experiments::TestPath;
 use osprobe_rfs::{ClientOptions, Transport};
 use std::time::Instant;
 

@@ -3,18 +3,15 @@
 //! `fs.remote_read` (the CSE 221 report section 6.3: a 4 KiB block read from a file
 //! on a remote server).
 //!
-//! Both run a server of this crate in a thread and the client in the
-//! experiment's thread, over one of three paths (the `path` parameter):
-//!
-//! - `loopback`: the server on 127.0.0.1.
-//! - `netns`: the server inside a network namespace joined by veth (root).
-//! - `emulated`: the server in side B of osprobe-link's emulated link and
-//!   the client's sockets in side A, with `delay` each way (root).
-//!
-//! Whatever a path builds is removed when its [`TestPath`] is dropped: on
-//! success, on error, and on Ctrl-C (the experiment stops at its next
-//! interrupt check and unwinds).
+//! Both run a server of this crate and the client in the experiment's
+//! thread, over a path of osprobe-link's testbed (the `path` parameter and
+//! its companions, [`osprobe_link::testbed`]): the testbed starts the
+//! servers where the path puts them and keeps this thread on the client
+//! end while the [`TestPath`] lives; whatever it built is removed when the
+//! [`TestPath`] is dropped. An emulated path without `delay` gets
+//! [`DEFAULT_DELAY`] each way.
 
+pub mod mounted;
 pub mod remote_read;
 pub mod throughput;
 
@@ -23,16 +20,14 @@ use crate::service::{Outcome, Peer, Service, ServiceConfig};
 use crate::{Client, ClientError, ClientOptions, OpenMode, Server, ServerOptions, Transports};
 use osprobe_core::scratch::ScratchDir;
 use osprobe_core::{Context, ExperimentError, ParamKind, ParamSpec, Params, Registry};
-use osprobe_link::netns::NetnsPair;
-use osprobe_link::serving::{ServeBody, ServingThread};
-use osprobe_link::{DirectionConfig, Link, LinkConfig};
+use osprobe_link::testbed::{self, ServerHost, Servers, Testbed};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+pub use osprobe_link::testbed::{PathKind, DELAY_PARAM, PATH_PARAM};
 
 /// Add this crate's experiments to `registry`.
 pub fn register(registry: &mut Registry) {
@@ -40,36 +35,8 @@ pub fn register(registry: &mut Registry) {
     registry.register(Box::new(remote_read::RemoteRead));
 }
 
-pub const PATHS: &[&str] = &["loopback", "netns", "emulated"];
-
-pub const PATH_PARAM: ParamSpec = ParamSpec {
-    name: "path",
-    help: "loopback (127.0.0.1), netns (the server in a network namespace joined by veth; root) or emulated (osprobe's link emulator with `delay` each way; root)",
-    kind: ParamKind::Choice(PATHS),
-};
-
-/// The same form as osprobe-net's `delay` (checked with osprobe-link's
-/// parser, bounded by the emulator's limit); defined here because
-/// experiment crates do not depend on each other.
-pub const DELAY_PARAM: ParamSpec = ParamSpec {
-    name: "delay",
-    help: "path=emulated: one-way delay each way (the round trip is twice this; default 5ms)",
-    kind: ParamKind::Checked {
-        form: "DURATION, e.g. 5ms",
-        check: check_delay,
-    },
-};
-
 /// One-way delay of the emulated path when `delay` is not given.
-const DEFAULT_DELAY: Duration = Duration::from_millis(5);
-
-fn parse_delay(raw: &str) -> Result<Duration, String> {
-    osprobe_link::parse::delay(raw).map_err(|e| e.to_string())
-}
-
-fn check_delay(raw: &str) -> Result<(), String> {
-    parse_delay(raw).map(|_| ())
-}
+pub const DEFAULT_DELAY: &str = "5ms";
 
 pub const WINDOW_PARAM: ParamSpec = ParamSpec {
     name: "window",
@@ -77,169 +44,41 @@ pub const WINDOW_PARAM: ParamSpec = ParamSpec {
     kind: ParamKind::Int { min: 1, max: 64 },
 };
 
-/// Which path, from the `path` parameter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathKind {
-    Loopback,
-    Netns,
-    Emulated,
-}
-
-impl PathKind {
-    pub fn of(params: &Params) -> Result<PathKind, ExperimentError> {
-        match params.text("path").unwrap_or("loopback") {
-            "loopback" => Ok(PathKind::Loopback),
-            "netns" => Ok(PathKind::Netns),
-            "emulated" => Ok(PathKind::Emulated),
-            other => Err(ExperimentError::Failed(format!(
-                "path '{other}': expected one of {}",
-                PATHS.join(", ")
-            ))),
-        }
-    }
-}
-
 /// Whether this machine can build the netns and emulated paths; the
 /// reason when not.
 pub fn namespaces_available() -> Result<(), String> {
-    osprobe_link::netns::available()
+    PathKind::Netns.available()
 }
 
 pub fn emulator_available() -> Result<(), String> {
-    osprobe_link::check_requirements().map_err(|e| e.to_string())
+    PathKind::Emulated.available()
 }
 
-/// An rfs server and a TCP bandwidth sink on one path, with an export
-/// directory holding the files the experiment reads and writes.
-pub struct TestPath {
-    pub kind: PathKind,
-    /// In words, for notes.
-    pub description: String,
+/// Where the measuring side reaches the servers.
+pub struct Far {
     /// The rfs server (UDP and TCP on one port).
     pub server: SocketAddr,
     /// A plain TCP sink beside the server, for the path's bandwidth.
     sink: SocketAddr,
-    // Field order is drop order: the threads stop before their namespaces
-    // go, and the files go last.
-    threads: Vec<ServingThread>,
-    netns: Option<NetnsPair>,
-    link: Option<Link>,
-    export: ScratchDir,
 }
 
-impl TestPath {
-    /// Build the path `params` names.
-    pub fn open(params: &Params) -> Result<TestPath, ExperimentError> {
-        let export = ScratchDir::new().map_err(|e| ExperimentError::io("export directory", e))?;
-        match PathKind::of(params)? {
-            PathKind::Loopback => {
-                let mut path = TestPath {
-                    kind: PathKind::Loopback,
-                    description: "loopback 127.0.0.1".into(),
-                    server: unspecified(),
-                    sink: unspecified(),
-                    threads: Vec::new(),
-                    netns: None,
-                    link: None,
-                    export,
-                };
-                path.start_servers(Ipv4Addr::LOCALHOST, |f| {
-                    ServingThread::plain_thread("osprobe-rfs-server")(f)
-                })?;
-                Ok(path)
-            }
-            PathKind::Netns => {
-                namespaces_available().map_err(ExperimentError::Unsupported)?;
-                osprobe_link::netns::sweep_stale();
-                let pair = NetnsPair::create().map_err(|e| {
-                    ExperimentError::Failed(format!("building the netns host: {e}"))
-                })?;
-                let peer = pair.peer_addr();
-                let description = format!(
-                    "netns {} via veth {} -> {}",
-                    pair.name(),
-                    pair.host_addr(),
-                    peer
-                );
-                let mut path = TestPath {
-                    kind: PathKind::Netns,
-                    description,
-                    server: unspecified(),
-                    sink: unspecified(),
-                    threads: Vec::new(),
-                    netns: Some(pair),
-                    link: None,
-                    export,
-                };
-                let pair = path.netns.take();
-                let started = match &pair {
-                    Some(p) => path.start_servers(peer, |f| p.spawn_in(f)),
-                    None => Ok(()),
-                };
-                path.netns = pair;
-                started?;
-                Ok(path)
-            }
-            PathKind::Emulated => {
-                emulator_available().map_err(ExperimentError::Unsupported)?;
-                // Checked when the command line was read; a grid's own
-                // value is a constant in this crate.
-                let delay = match params.text("delay") {
-                    Some(raw) => parse_delay(raw)
-                        .map_err(|why| ExperimentError::Failed(format!("delay '{raw}': {why}")))?,
-                    None => DEFAULT_DELAY,
-                };
-                let link = Link::start(LinkConfig::symmetric(DirectionConfig::delay(delay)))?;
-                let server_ip = link.addr_b();
-                let description = format!(
-                    "emulated link {} -> {}, {:?} each way (round trip {:?}), namespaces {} and {}",
-                    link.addr_a(),
-                    server_ip,
-                    delay,
-                    2 * delay,
-                    link.namespace_a(),
-                    link.namespace_b()
-                );
-                let mut path = TestPath {
-                    kind: PathKind::Emulated,
-                    description,
-                    server: unspecified(),
-                    sink: unspecified(),
-                    threads: Vec::new(),
-                    netns: None,
-                    link: Some(link),
-                    export,
-                };
-                let link = path.link.take();
-                let started = match &link {
-                    Some(l) => path.start_servers(server_ip, |f| l.spawn_in_b(f)),
-                    None => Ok(()),
-                };
-                path.link = link;
-                started?;
-                Ok(path)
-            }
-        }
-    }
+/// The servers this crate hands to the testbed: the rfs server over an
+/// export directory, and a bandwidth sink.
+struct RfsServers {
+    export: PathBuf,
+}
 
-    /// The directory the server exports.
-    pub fn export(&self) -> &Path {
-        self.export.path()
-    }
+impl Servers for RfsServers {
+    type Far = Far;
 
-    /// Start the rfs server and the bandwidth sink on `ip`, each in a
-    /// thread `spawn` starts where the server side lives.
-    fn start_servers<S>(&mut self, ip: Ipv4Addr, spawn: S) -> Result<(), ExperimentError>
-    where
-        S: Fn(ServeBody) -> io::Result<JoinHandle<io::Result<()>>>,
-    {
-        let bind = SocketAddr::new(IpAddr::V4(ip), 0);
-        let export = self.export.path().to_path_buf();
+    fn start(&mut self, host: &mut ServerHost<'_>) -> Result<Far, ExperimentError> {
+        let bind = testbed::any_port(host.ip());
+        let export = self.export.clone();
         let options = ServerOptions {
             max_clients: 64,
             ..ServerOptions::default()
         };
-        self.server = self.start_thread(&spawn, "rfs server", move |stop, ready| {
+        let server = host.start("rfs server", move |stop, ready| {
             let server = Server::bind(bind, Transports::BOTH, &export, options)
                 .map_err(|e| io::Error::other(e.to_string()));
             let server = match server {
@@ -254,7 +93,7 @@ impl TestPath {
                 .serve(&stop)
                 .map_err(|e| io::Error::other(e.to_string()))
         })?;
-        self.sink = self.start_thread(&spawn, "bandwidth sink", move |stop, ready| {
+        let sink = host.start("bandwidth sink", move |stop, ready| {
             let listener = match TcpListener::bind(bind).and_then(|l| {
                 l.set_nonblocking(true)?;
                 Ok(l)
@@ -269,63 +108,67 @@ impl TestPath {
             serve_sink(&listener, &stop);
             Ok(())
         })?;
-        Ok(())
+        Ok(Far { server, sink })
     }
 
-    fn start_thread<S, F>(
-        &mut self,
-        spawn: &S,
-        what: &str,
-        body: F,
-    ) -> Result<SocketAddr, ExperimentError>
-    where
-        S: Fn(ServeBody) -> io::Result<JoinHandle<io::Result<()>>>,
-        F: FnOnce(
-                Arc<AtomicBool>,
-                std::sync::mpsc::Sender<Result<SocketAddr, String>>,
-            ) -> io::Result<()>
-            + Send
-            + 'static,
-    {
-        let (serving, addr) = ServingThread::start(spawn, what, body)?;
-        self.threads.push(serving);
-        Ok(addr)
+    fn find(&mut self, to: &str) -> Result<(Far, String), ExperimentError> {
+        Err(ExperimentError::Unsupported(format!(
+            "path=remote (to={to}): the file service's experiments run on loopback, netns or emulated"
+        )))
     }
+}
 
-    /// Run `f` where the client side lives (side A of an emulated link,
-    /// else this thread) and return its result. Sockets stay in the
-    /// namespace they were created in, so a client made here can be used
-    /// from the experiment's thread afterwards.
-    fn on_client_side<T, F>(&self, f: F) -> Result<T, ExperimentError>
-    where
-        T: Send + 'static,
-        F: FnOnce() -> T + Send + 'static,
-    {
-        match &self.link {
-            None => Ok(f()),
-            Some(link) => link
-                .spawn_in_a(move || Ok(f()))
-                .map_err(|e| ExperimentError::io("entering the client's namespace", e))?
-                .join()
-                .map_err(|_| ExperimentError::Failed("the client thread panicked".into()))?
-                .map_err(|e| ExperimentError::io("the client's namespace", e)),
+/// An rfs server and a TCP bandwidth sink on one path, with an export
+/// directory holding the files the experiment reads and writes.
+pub struct TestPath {
+    pub kind: PathKind,
+    /// In words, for notes.
+    pub description: String,
+    /// The rfs server (UDP and TCP on one port).
+    pub server: SocketAddr,
+    // Field order is drop order: the path (servers, namespaces, this
+    // thread's place) goes before the files.
+    testbed: Testbed<Far>,
+    export: ScratchDir,
+}
+
+impl TestPath {
+    /// Build the path `params` names.
+    pub fn open(params: &Params) -> Result<TestPath, ExperimentError> {
+        let export = ScratchDir::new().map_err(|e| ExperimentError::io("export directory", e))?;
+        let mut params = params.clone();
+        if PathKind::of(&params)? == PathKind::Emulated && params.get("delay").is_none() {
+            params = params.with("delay", DEFAULT_DELAY);
         }
+        let mut servers = RfsServers {
+            export: export.path().to_path_buf(),
+        };
+        let testbed = Testbed::open(&params, &mut servers)?;
+        Ok(TestPath {
+            kind: testbed.kind,
+            description: testbed.description.clone(),
+            server: testbed.far.server,
+            testbed,
+            export,
+        })
     }
 
-    /// A client of the path's server.
+    /// The directory the server exports.
+    pub fn export(&self) -> &Path {
+        self.export.path()
+    }
+
+    /// A client of the path's server, from the client end (this thread).
     pub fn client(&self, options: ClientOptions) -> Result<Client, ExperimentError> {
-        let server = self.server;
-        self.on_client_side(move || Client::connect(server, options))?
-            .map_err(failed)
+        Client::connect(self.server, options).map_err(failed)
     }
 
     /// The path's bandwidth: a plain TCP stream of `bytes` to the sink,
     /// timed over its second half (slow start and the send buffer filling
     /// are over by then), in bytes per second.
     pub fn tcp_bandwidth(&self, bytes: u64) -> Result<f64, ExperimentError> {
-        let sink = self.sink;
-        let mut stream = self
-            .on_client_side(move || TcpStream::connect_timeout(&sink, Duration::from_secs(5)))?
+        let sink = self.testbed.far.sink;
+        let mut stream = TcpStream::connect_timeout(&sink, Duration::from_secs(5))
             .map_err(|e| ExperimentError::io(format!("connecting to the sink at {sink}"), e))?;
         let io_err = |e| ExperimentError::io("TCP bandwidth stream", e);
         stream
@@ -355,10 +198,6 @@ impl TestPath {
         }
         Ok((bytes - at_half) as f64 / secs)
     }
-}
-
-fn unspecified() -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
 }
 
 /// Largest stream the sink accepts.
@@ -598,14 +437,8 @@ mod tests {
     use osprobe_core::{Experiment, Profile};
 
     #[test]
-    fn delay_takes_a_duration_and_bad_values_name_the_form() {
-        assert_eq!(parse_delay("2ms"), Ok(Duration::from_millis(2)));
-        assert_eq!(parse_delay("500us"), Ok(Duration::from_micros(500)));
-        assert!(DELAY_PARAM.parse("5ms").is_ok());
-        let e = DELAY_PARAM.parse("fast").unwrap_err();
-        assert!(e.contains("'fast'") && e.contains("5ms"), "{e}");
-        assert!(DELAY_PARAM.parse("61s").is_err());
-        assert!(DELAY_PARAM.parse("-1ms").is_err());
+    fn the_default_delay_is_a_delay() {
+        assert!(DELAY_PARAM.parse(DEFAULT_DELAY).is_ok());
     }
 
     #[test]

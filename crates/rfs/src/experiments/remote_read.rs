@@ -29,7 +29,7 @@ pub struct RemoteRead;
 const BLOCK: usize = 4096;
 const FILE: &str = "fs-remote-read.bin";
 
-const PARAMS: [ParamSpec; 5] = [
+const PARAMS: [ParamSpec; 6] = [
     ParamSpec {
         name: "size",
         help: "size of the remote file",
@@ -46,6 +46,11 @@ const PARAMS: [ParamSpec; 5] = [
         kind: ParamKind::Choice(&["tcp", "udp"]),
     },
     DELAY_PARAM,
+    ParamSpec {
+        name: "dir",
+        help: "read through this directory of a mounted file system (nfs, cifs, 9p, fuse.sshfs, ... or a local one) instead of osprobe's server: the mount is recorded from mountinfo and the round trip taken from its server; path/window/transport do not apply",
+        kind: ParamKind::Path,
+    },
 ];
 
 fn point(path: &str, size_mib: i64) -> Params {
@@ -107,6 +112,9 @@ impl Experiment for RemoteRead {
             "udp" => Transport::Udp,
             _ => Transport::Tcp,
         };
+        if let Some(dir) = params.text("dir") {
+            return super::mounted::run(ctx, self.id(), params, dir, size);
+        }
         let blocks = (size / BLOCK as u64) as usize;
         let path = TestPath::open(params)?;
         make_file(path.export(), FILE, size)?;

@@ -1,0 +1,50 @@
+//! The `remote` path: an `osprobe serve` on another host, named by the
+//! `to` parameter as HOST, HOST:PORT, a bare IPv6 address or [V6]:PORT.
+
+use osprobe_core::ExperimentError;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+/// `HOST[:PORT]` (or `[v6]:PORT`) to one address; `default_port` when the
+/// text names none.
+pub fn resolve(to: &str, default_port: u16) -> Result<SocketAddr, ExperimentError> {
+    let with_port = if to.parse::<SocketAddr>().is_ok() || has_port(to) {
+        to.to_string()
+    } else if to.contains(':') && !to.starts_with('[') {
+        format!("[{to}]:{default_port}") // a bare IPv6 address
+    } else {
+        format!("{to}:{default_port}")
+    };
+    let mut addrs = with_port.to_socket_addrs().map_err(|e| {
+        ExperimentError::Failed(format!(
+            "cannot resolve '{to}': {e} (expected HOST or HOST:PORT, e.g. 192.0.2.7:{default_port})"
+        ))
+    })?;
+    addrs
+        .next()
+        .ok_or_else(|| ExperimentError::Failed(format!("'{to}' resolves to no address")))
+}
+
+fn has_port(to: &str) -> bool {
+    match to.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty()
+                && (!host.contains(':') || host.ends_with(']'))
+                && port.parse::<u16>().is_ok()
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_and_port_forms_resolve() {
+        assert_eq!(resolve("127.0.0.1", 5301).unwrap().port(), 5301);
+        assert_eq!(resolve("127.0.0.1:7000", 5301).unwrap().port(), 7000);
+        assert_eq!(resolve("::1", 5301).unwrap().port(), 5301);
+        assert_eq!(resolve("[::1]:7000", 5301).unwrap().port(), 7000);
+        // No test of a failed lookup: it would send a DNS query off this machine.
+    }
+}
