@@ -716,8 +716,14 @@ pub(crate) struct FrameBuffer {
 
 impl FrameBuffer {
     pub(crate) fn new() -> FrameBuffer {
+        FrameBuffer::with_capacity(0)
+    }
+
+    /// Room for `bytes` (at least two frames): a client that keeps a
+    /// window of replies in flight reads them with fewer system calls.
+    pub(crate) fn with_capacity(bytes: usize) -> FrameBuffer {
         FrameBuffer {
-            buf: vec![0u8; 2 * (MAX_MESSAGE + 4)],
+            buf: vec![0u8; bytes.max(2 * (MAX_MESSAGE + 4))],
             start: 0,
             end: 0,
             current: None,

@@ -173,8 +173,8 @@ impl Experiment for PageScan {
         let (counters, _) = pager.finish();
         if counters.failures > 0 {
             return Err(ExperimentError::Failed(format!(
-                "the pager failed {} faults: {}",
-                counters.failures, "see the reason logged above"
+                "the pager failed {} faults (the reason is logged above)",
+                counters.failures
             )));
         }
         let setting = format!(
