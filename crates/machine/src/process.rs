@@ -141,7 +141,9 @@ impl Experiment for Spawn {
         if binary == "rfs" {
             return spawn_over_rfs(ctx, self.id(), method, params);
         }
-        if params.text("path").is_some() || params.text("delay").is_some() {
+        // The default path is harmless; another one, or a delay, would be
+        // silently ignored by a local binary.
+        if params.text("path").is_some_and(|p| p != "loopback") || params.text("delay").is_some() {
             return Err(ExperimentError::Unsupported(
                 "path and delay apply to binary=rfs only".into(),
             ));

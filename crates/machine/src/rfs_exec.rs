@@ -76,8 +76,8 @@ impl RemoteProgram {
     /// How the client talks to the server, for notes.
     pub fn client_note(&self) -> String {
         format!(
-            "rfs over {:?}, {} requests of up to {} bytes in flight",
-            self.client.transport(),
+            "rfs over {}, {} requests of up to {} bytes in flight",
+            self.client.transport().name(),
             self.client.window(),
             self.client.packet()
         )
