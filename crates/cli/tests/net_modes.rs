@@ -36,7 +36,7 @@ fn udp_counts_what_arrived_and_the_small_packet_rate() {
     let run = run(&["net", "udp"]);
     common::assert_follows_schema(&run);
     let ms = measurements(&run, "net.udp");
-    for size in ["size=1460", "size=64"] {
+    for size in ["\"size\":1460", "\"size\":64"] {
         let received = metric(&ms, "received", size);
         assert!(p50(received) > 0.0, "{received}");
         let loss = p50(metric(&ms, "loss", size));
@@ -46,7 +46,7 @@ fn udp_counts_what_arrived_and_the_small_packet_rate() {
         assert!(p50(metric(&ms, "packets_per_s", size)) > 0.0);
     }
     // The offered rate bounds what the sender sent, with room for pacing.
-    let sent = p50(metric(&ms, "sent", "bitrate=100mbit"));
+    let sent = p50(metric(&ms, "sent", "100mbit"));
     assert!(sent <= 100e6 / 8.0 * 1.1, "sent {sent} B/s at 100 Mbit/s");
 }
 
