@@ -28,7 +28,7 @@ struct FarHost {
 
 impl FarHost {
     fn start() -> FarHost {
-        let tag = format!("{:x}", std::process::id() & 0xffff_ff);
+        let tag = format!("{:x}", std::process::id() & 0x00ff_ffff);
         let near_veth = format!("ofe{tag}n");
         let far_veth = format!("ofe{tag}f");
         let osprobe = assert_cmd::cargo::cargo_bin("osprobe");

@@ -102,7 +102,7 @@ impl SshHost {
             d = dir.path().display()
         );
         std::fs::write(path("sshd_config"), config).unwrap();
-        let tag = format!("{:x}", std::process::id() & 0xffff_ff);
+        let tag = format!("{:x}", std::process::id() & 0x00ff_ffff);
         let (near_veth, far_veth) = (format!("osf{tag}n"), format!("osf{tag}f"));
         let ip = ip_program();
         let script = format!(
