@@ -13,8 +13,8 @@
 //! per `window` blocks plus the server's own time per block.
 
 use super::{
-    check, failed, getattr_round_trip_ns, make_file, server_rate, ServerOp, TestPath, DELAY_PARAM,
-    PATH_PARAM, WINDOW_PARAM,
+    check, failed, getattr_round_trip_ns, server_rate, ServerOp, TestPath, DELAY_PARAM, PATH_PARAM,
+    TO_PARAM, WINDOW_PARAM,
 };
 use crate::{ClientOptions, OpenMode, Transport};
 use osprobe_core::model::Prediction;
@@ -29,7 +29,7 @@ pub struct RemoteRead;
 const BLOCK: usize = 4096;
 const FILE: &str = "fs-remote-read.bin";
 
-const PARAMS: [ParamSpec; 5] = [
+const PARAMS: [ParamSpec; 6] = [
     ParamSpec {
         name: "size",
         help: "size of the remote file",
@@ -39,6 +39,7 @@ const PARAMS: [ParamSpec; 5] = [
         },
     },
     PATH_PARAM,
+    TO_PARAM,
     WINDOW_PARAM,
     ParamSpec {
         name: "transport",
@@ -108,8 +109,8 @@ impl Experiment for RemoteRead {
             _ => Transport::Tcp,
         };
         let blocks = (size / BLOCK as u64) as usize;
-        let path = TestPath::open(params)?;
-        make_file(path.export(), FILE, size)?;
+        let mut path = TestPath::open(ctx, params)?;
+        path.put_file(FILE, size)?;
         let mut client = path.client(ClientOptions {
             transport,
             window,
