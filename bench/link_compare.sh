@@ -11,9 +11,15 @@
 #               under a paced 100 Mbit/s UDP flow
 #   rtt         osprobe net rtt (UDP) through 20 ms each way: the median
 #               must be 40 ms
+#   longfat     seed 001's middlebox: one iperf3 TCP stream through 50 ms
+#               each way with `--wmem 256M`, bbr and cubic, without loss and
+#               with 1% loss of data packets; with what bounds each (the
+#               send buffer, the congestion window, the loss-based bound,
+#               the forwarders' and the machine's CPU)
 #
 # Targets (issue 5): >= 2.5 Gbit/s and >= 0.3x veth; release error p99 below
-# 100 us; the RTT within 1 ms. Needs root (namespaces, TUN), iperf3 (installed
+# 100 us; the RTT within 1 ms. Issue 16: through 50 ms each way without
+# loss >= 5 Gbit/s; with 1% loss bbr >= 10x cubic (seed 001: 13.6x). Needs root (namespaces, TUN), iperf3 (installed
 # from Debian's packages when missing) and python3. See bench/README.md.
 # Exit: 0 all measured (whatever the verdicts), 1 a tool failed while
 # measuring, 2 cannot start.
@@ -36,6 +42,16 @@ DURATION_S="${DURATION_S:-4}"
 RELEASE_DELAY_MS="${RELEASE_DELAY_MS:-10}"
 UDP_RATE="${UDP_RATE:-100M}"
 TIMEOUT_S="${TIMEOUT_S:-120}"
+# The long fat pipe: one-way delay in ms, socket buffer ceiling, seconds per
+# stream (slow start to a 60 MB window takes over a second at 100 ms), loss.
+LONG_DELAY_MS="${LONG_DELAY_MS:-50}"
+WMEM="${WMEM:-256M}"
+LONG_DURATION_S="${LONG_DURATION_S:-10}"
+LOSS="${LOSS:-1%}"
+# all, or longfat: only the long-fat-pipe streams (issue 16's targets).
+SECTIONS="${SECTIONS:-all}"
+# Seconds of the iperf3 test being run (run_link); empty: DURATION_S.
+TEST_S=""
 PYTHON="${PYTHON:-python3}"
 OSPROBE="${OSPROBE:-}"
 IPERF3="${IPERF3:-}"
@@ -53,7 +69,10 @@ through 20 ms each way; print the figures against the targets.
   --no-build   do not run cargo build; use \$OSPROBE or target/release/osprobe
 
 Environment: RUNS, DURATION_S ($DURATION_S), RELEASE_DELAY_MS ($RELEASE_DELAY_MS),
-UDP_RATE ($UDP_RATE, iperf3 -b), TIMEOUT_S ($TIMEOUT_S), IPERF3, OSPROBE, PYTHON.
+UDP_RATE ($UDP_RATE, iperf3 -b), LONG_DELAY_MS ($LONG_DELAY_MS), WMEM ($WMEM),
+LONG_DURATION_S ($LONG_DURATION_S), LOSS ($LOSS), SECTIONS ($SECTIONS: all or
+longfat), TIMEOUT_S ($TIMEOUT_S), IPERF3,
+OSPROBE, PYTHON.
 EOF
 }
 
@@ -99,7 +118,7 @@ run_link() {
     local what="$1" targets="$2" client_args="$3"
     shift 3
     if ! TARGETS="$targets" CLIENT_ARGS="$client_args" ROUND="$round" WORK="$WORK" \
-        DURATION_S="$DURATION_S" IPERF3="$IPERF3" \
+        DURATION_S="${TEST_S:-$DURATION_S}" IPERF3="$IPERF3" \
         timeout "$TIMEOUT_S" "$OSPROBE" link -q "$@" -- bash -c "$INNER" 2>"$WORK/tool.err"; then
         die 1 "$what failed: $(cat "$WORK/tool.err")"
     fi
@@ -109,6 +128,11 @@ main() {
     parse_args "$@"
     [[ "$DURATION_S" =~ ^[1-9][0-9]*$ ]] || die 2 "DURATION_S must be a positive integer"
     [[ "$RELEASE_DELAY_MS" =~ ^[1-9][0-9]*$ ]] || die 2 "RELEASE_DELAY_MS must be a positive integer"
+    [[ "$LONG_DELAY_MS" =~ ^[1-9][0-9]*$ ]] || die 2 "LONG_DELAY_MS must be a positive integer"
+    [[ "$LONG_DURATION_S" =~ ^[1-9][0-9]*$ ]] || die 2 "LONG_DURATION_S must be a positive integer"
+    [[ "$LOSS" =~ ^[0-9]+(\.[0-9]+)?%$ ]] || die 2 "LOSS must be a percentage, e.g. 1%"
+    [[ "$SECTIONS" == all || "$SECTIONS" == longfat ]] || die 2 "SECTIONS must be all or longfat"
+    [[ "$WMEM" =~ ^[1-9][0-9]*[KMG]?$ ]] || die 2 "WMEM must be a size, e.g. 256M"
     [[ "$(id -u)" == 0 ]] || die 2 "the link emulator needs root (namespaces, /dev/net/tun)"
     command -v "$PYTHON" >/dev/null || die 2 "$PYTHON is needed for the report (apt-get install python3)"
     command -v ss >/dev/null || die 2 "ss is needed (apt-get install iproute2)"
@@ -127,50 +151,89 @@ main() {
     record meta udp_rate "$UDP_RATE"
     record meta kernel "$(uname -r)"
     record meta cpus "$(nproc)"
+    record meta long_delay_ms "$LONG_DELAY_MS"
+    record meta wmem "$WMEM"
+    record meta long_duration_s "$LONG_DURATION_S"
+    record meta loss "$LOSS"
 
-    local round order
+    local round
     for ((round = 1; round <= RUNS; round++)); do
-        if ((round % 2)); then
-            order="emulator=OSPROBE_LINK_PEER veth=OSPROBE_LINK_REFERENCE_PEER"
-        else
-            order="veth=OSPROBE_LINK_REFERENCE_PEER emulator=OSPROBE_LINK_PEER"
-        fi
-        log "round $round/$RUNS: throughput ($order)"
-        run_link "throughput" "$order" "" --reference-veth --json "$WORK/link_tput$round.json"
-        for tool in emulator veth; do
-            record sample throughput "$tool" "$round" \
-                "$("$PYTHON" "$HELPER" iperf3-bps "$WORK/$tool$round.json")"
-        done
-        "$PYTHON" "$HELPER" link-release "$WORK/link_tput$round.json" throughput.nodelay "$round" >>"$RECORDS"
-
-        log "round $round/$RUNS: throughput without offloads (every wire packet read and written alone)"
-        run_link "throughput (no offload)" "nooffload=OSPROBE_LINK_PEER" "" --no-offload
-        record sample throughput.nooffload emulator "$round" \
-            "$("$PYTHON" "$HELPER" iperf3-bps "$WORK/nooffload$round.json")"
-
-        log "round $round/$RUNS: release error, TCP through ${RELEASE_DELAY_MS} ms each way"
-        run_link "release (tcp)" "tcp=OSPROBE_LINK_PEER" "" \
-            --delay "${RELEASE_DELAY_MS}ms" --json "$WORK/link_tcp$round.json"
-        "$PYTHON" "$HELPER" link-release "$WORK/link_tcp$round.json" release.tcp "$round" >>"$RECORDS"
-        record sample throughput.delayed emulator "$round" \
-            "$("$PYTHON" "$HELPER" iperf3-bps "$WORK/tcp$round.json")"
-
-        log "round $round/$RUNS: release error, UDP at $UDP_RATE through ${RELEASE_DELAY_MS} ms each way"
-        run_link "release (udp)" "udp=OSPROBE_LINK_PEER" "-u -b $UDP_RATE" \
-            --delay "${RELEASE_DELAY_MS}ms" --json "$WORK/link_udp$round.json"
-        "$PYTHON" "$HELPER" link-release "$WORK/link_udp$round.json" release.udp "$round" >>"$RECORDS"
-
-        log "round $round/$RUNS: osprobe net rtt through 20 ms each way"
-        # The single quotes are deliberate: osprobe link substitutes the peer.
-        # shellcheck disable=SC2016
-        if ! timeout "$TIMEOUT_S" "$OSPROBE" link -q --delay 20ms --serve -- \
-            "$OSPROBE" net rtt --to '$OSPROBE_LINK_PEER' --param proto=udp \
-            --profile quick --json --no-store >"$WORK/rtt$round.json" 2>"$WORK/tool.err"; then
-            die 1 "osprobe net rtt through the link failed: $(cat "$WORK/tool.err")"
-        fi
-        record sample rtt osprobe "$round" "$("$PYTHON" "$HELPER" rtt-p50 "$WORK/rtt$round.json")"
+        [[ "$SECTIONS" == longfat ]] || issue5_round
+        longfat_round
     done
     report
+}
+
+# The emulator against veth, its release error and the RTT (issue 5).
+issue5_round() {
+    local order
+    if ((round % 2)); then
+        order="emulator=OSPROBE_LINK_PEER veth=OSPROBE_LINK_REFERENCE_PEER"
+    else
+        order="veth=OSPROBE_LINK_REFERENCE_PEER emulator=OSPROBE_LINK_PEER"
+    fi
+    log "round $round/$RUNS: throughput ($order)"
+    run_link "throughput" "$order" "" --reference-veth --json "$WORK/link_tput$round.json"
+    for tool in emulator veth; do
+        record sample throughput "$tool" "$round" \
+            "$("$PYTHON" "$HELPER" iperf3-bps "$WORK/$tool$round.json")"
+    done
+    "$PYTHON" "$HELPER" link-release "$WORK/link_tput$round.json" throughput.nodelay "$round" >>"$RECORDS"
+
+    log "round $round/$RUNS: throughput without offloads (every wire packet read and written alone)"
+    run_link "throughput (no offload)" "nooffload=OSPROBE_LINK_PEER" "" --no-offload
+    record sample throughput.nooffload emulator "$round" \
+        "$("$PYTHON" "$HELPER" iperf3-bps "$WORK/nooffload$round.json")"
+
+    log "round $round/$RUNS: release error, TCP through ${RELEASE_DELAY_MS} ms each way"
+    run_link "release (tcp)" "tcp=OSPROBE_LINK_PEER" "" \
+        --delay "${RELEASE_DELAY_MS}ms" --json "$WORK/link_tcp$round.json"
+    "$PYTHON" "$HELPER" link-release "$WORK/link_tcp$round.json" release.tcp "$round" >>"$RECORDS"
+    record sample throughput.delayed emulator "$round" \
+        "$("$PYTHON" "$HELPER" iperf3-bps "$WORK/tcp$round.json")"
+
+    log "round $round/$RUNS: release error, UDP at $UDP_RATE through ${RELEASE_DELAY_MS} ms each way"
+    run_link "release (udp)" "udp=OSPROBE_LINK_PEER" "-u -b $UDP_RATE" \
+        --delay "${RELEASE_DELAY_MS}ms" --json "$WORK/link_udp$round.json"
+    "$PYTHON" "$HELPER" link-release "$WORK/link_udp$round.json" release.udp "$round" >>"$RECORDS"
+
+    log "round $round/$RUNS: osprobe net rtt through 20 ms each way"
+    # The single quotes are deliberate: osprobe link substitutes the peer.
+    # shellcheck disable=SC2016
+    if ! timeout "$TIMEOUT_S" "$OSPROBE" link -q --delay 20ms --serve -- \
+        "$OSPROBE" net rtt --to '$OSPROBE_LINK_PEER' --param proto=udp \
+        --profile quick --json --no-store >"$WORK/rtt$round.json" 2>"$WORK/tool.err"; then
+        die 1 "osprobe net rtt through the link failed: $(cat "$WORK/tool.err")"
+    fi
+    record sample rtt osprobe "$round" "$("$PYTHON" "$HELPER" rtt-p50 "$WORK/rtt$round.json")"
+}
+
+# Seed 001's middlebox: one stream through a long fat pipe (issue 16).
+longfat_round() {
+    local loss cc name
+    for loss in none "$LOSS"; do
+        for cc in bbr cubic; do
+            name="longfat.$cc"
+            local impair=()
+            if [[ "$loss" != none ]]; then
+                name="longfat.loss.$cc"
+                impair=(--uplink-loss "$loss")
+            fi
+            log "round $round/$RUNS: one $cc stream through ${LONG_DELAY_MS} ms each way, --wmem $WMEM, loss $loss"
+            TEST_S="$LONG_DURATION_S"
+            head -1 /proc/stat >"$WORK/stat_before"
+            run_link "$name" "${name//./_}=OSPROBE_LINK_PEER" "-C $cc" \
+                --delay "${LONG_DELAY_MS}ms" --wmem "$WMEM" "${impair[@]}" \
+                --json "$WORK/link_$name$round.json"
+            head -1 /proc/stat >"$WORK/stat_after"
+            TEST_S=""
+            record sample "$name" emulator "$round" \
+                "$("$PYTHON" "$HELPER" iperf3-bps "$WORK/${name//./_}$round.json")"
+            "$PYTHON" "$HELPER" stream-detail "$WORK/${name//./_}$round.json" \
+                "$WORK/link_$name$round.json" "$WORK/stat_before" "$WORK/stat_after" \
+                "$name" "$round" >>"$RECORDS"
+        done
+    done
 }
 
 main "$@"

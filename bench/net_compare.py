@@ -292,7 +292,8 @@ def print_table(meta, tolerance, rows):
     print(f"{meta.get('iperf3_version')}; qperf {meta.get('qperf_version')} "
           f"({meta.get('qperf_where')}); {meta.get('sockperf_version')}")
     print(f"osprobe {meta.get('osprobe_version')}; kernel {meta.get('kernel')}; "
-          f"{meta.get('cpus')} CPU(s); unpinned"
+          f"{meta.get('cpus')} CPU(s); bandwidth placement: iperf3 -A "
+          f"{meta.get('bw_affinity', '0')} (1: as osprobe's pin=auto); round trips unpinned"
           + (f", and '+pin' rows with every process on CPU {meta.get('cpu')}"
              if meta.get("pinned") else ""))
     print()

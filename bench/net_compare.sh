@@ -56,6 +56,12 @@ RTT_TOLERANCE_PCT="${RTT_TOLERANCE_PCT:-10}"
 TRANSFER_TARGET="${TRANSFER_TARGET:-0.9}"
 # 1: a second pass with every process of both tools pinned to one CPU.
 PINNED="${PINNED:-0}"
+# 1 (default): iperf3's bandwidth runs get -A SENDER,RECEIVER, the CPUs
+# osprobe net.bandwidth's pin=auto puts its sender and receiver on (the
+# second and the first allowed CPU), so both tools measure the same
+# placement; 0: iperf3 unpinned, the scheduler's placement against
+# osprobe's fixed one (what the issue's 0.92x compared).
+BW_AFFINITY="${BW_AFFINITY:-1}"
 # No single invocation may hang the script: each is killed after this long.
 TIMEOUT_S="${TIMEOUT_S:-120}"
 # Parent of the scratch directory for the transfer's file and the server's
@@ -90,7 +96,7 @@ Environment: RUNS/ROUNDS, WRITE_SIZE ($WRITE_SIZE), DURATION_S ($DURATION_S),
 MULTI_STREAMS ($MULTI_STREAMS), RTT_SIZE ($RTT_SIZE), RTT_S ($RTT_S),
 TRANSFER_MIB ($TRANSFER_MIB), BW_TARGET ($BW_TARGET), MULTI_TARGET ($MULTI_TARGET),
 RTT_TOLERANCE_PCT ($RTT_TOLERANCE_PCT), TRANSFER_TARGET ($TRANSFER_TARGET),
-PINNED ($PINNED), TIMEOUT_S ($TIMEOUT_S), BENCH_DIR (not tmpfs), IPERF3, QPERF,
+PINNED ($PINNED), BW_AFFINITY ($BW_AFFINITY: iperf3 -A as osprobe's pin=auto), TIMEOUT_S ($TIMEOUT_S), BENCH_DIR (not tmpfs), IPERF3, QPERF,
 SOCKPERF (binaries), OSPROBE (osprobe binary), PYTHON (python3).
 EOF
 }
@@ -109,6 +115,7 @@ check_settings() {
     # optional K or M, binary in both.
     [[ "$WRITE_SIZE" =~ ^[1-9][0-9]*[KM]?$ ]] || die 2 "WRITE_SIZE must look like 128K (K or M), got '$WRITE_SIZE'"
     [[ "$PINNED" =~ ^[01]$ ]] || die 2 "PINNED must be 0 or 1, got '$PINNED'"
+    [[ "$BW_AFFINITY" =~ ^[01]$ ]] || die 2 "BW_AFFINITY must be 0 or 1, got '$BW_AFFINITY'"
     ((DURATION_S * 2 + 30 <= TIMEOUT_S)) || die 2 "TIMEOUT_S ($TIMEOUT_S) is too short for DURATION_S=$DURATION_S"
     ((RTT_S * 2 + 30 <= TIMEOUT_S)) || die 2 "TIMEOUT_S ($TIMEOUT_S) is too short for RTT_S=$RTT_S"
 }
@@ -313,13 +320,23 @@ pin_prefix() {
 }
 
 iperf3_cmd() {
-    local streams="$1" port="$IPERF3_PORT"
+    local streams="$1" port="$IPERF3_PORT" affinity=""
     if [[ "${2:-}" == pin ]]; then port="$IPERF3_PIN_PORT"; fi
-    echo "$(pin_prefix "${2:-}")$IPERF3 -c 127.0.0.1 -p $port -l $WRITE_SIZE -P $streams -t $DURATION_S -J"
+    # The pinned pass puts everything on one CPU already.
+    if ((BW_AFFINITY)) && [[ "${2:-}" != pin && -n "${BW_CPUS:-}" ]]; then affinity=" -A $BW_CPUS"; fi
+    echo "$(pin_prefix "${2:-}")$IPERF3 -c 127.0.0.1 -p $port -l $WRITE_SIZE -P $streams -t $DURATION_S$affinity -J"
+}
+
+# The sender and receiver CPUs of osprobe's pin=auto, as iperf3 -A's
+# "client,server": the second and the first allowed CPU. Empty with one CPU
+# (osprobe then does not pin either).
+find_bw_cpus() {
+    BW_CPUS="$("$PYTHON" -c 'import os; c = sorted(os.sched_getaffinity(0)); print(f"{c[1]},{c[0]}" if len(c) > 1 else "")')" ||
+        die 2 "$PYTHON cannot read this process's CPU affinity"
 }
 
 osprobe_bw_cmd() {
-    echo "$(pin_prefix "${2:-}")$OSPROBE bench net.bandwidth --param path=loopback --param streams=$1 --param write_size=$WRITE_SIZE --param duration_ms=$((DURATION_S * 1000)) --profile full --json --no-store --quiet"
+    echo "$(pin_prefix "${2:-}")$OSPROBE bench net.bandwidth --param path=loopback --param streams=$1 --param write_size=$WRITE_SIZE --param direction=forward --param duration_ms=$((DURATION_S * 1000)) --profile full --json --no-store --quiet"
 }
 
 qperf_cmd() {
@@ -473,6 +490,7 @@ write_meta() {
     record meta rtt_s "$RTT_S"
     record meta transfer_mib "$TRANSFER_MIB"
     record meta pinned "$PINNED"
+    record meta bw_affinity "$BW_AFFINITY${BW_CPUS:+ (iperf3 -A $BW_CPUS)}"
     record meta cpu "$CPU"
     record meta cpus "$(nproc)"
     record meta scratch_dir "$SCRATCH"
@@ -570,6 +588,7 @@ main() {
     build_osprobe
     check_osprobe
     find_cpu
+    find_bw_cpus
     find_qperf_netns
     make_file
     start_servers

@@ -24,6 +24,9 @@ Subcommands:
                             (p50, random order)
   policy-rows               stdin: a pager.policy run document; prints one
                             tab-separated "policy" record per fault count
+  scan-rows RUN             stdin: a pager.scan run document; prints one
+                            tab-separated "scan" record per point: RUN,
+                            read-around, scan and rfs get p50 in bit/s
   report FILE [--json]      FILE: the records pager_compare.sh wrote; prints
                             the tables, or JSON with --json
 """
@@ -166,6 +169,77 @@ def policy_rows():
         reasons = skipped_reasons(doc)
         fail("no pager.policy/faults measurement in osprobe's output"
              + (f" (skipped: {reasons})" if reasons else ""))
+
+
+def scan_rows(run):
+    """scan RUN READ_AROUND SCAN_BPS GET_BPS: one line per pager.scan point."""
+    doc = load_osprobe_doc(sys.stdin)
+    gets = {}
+    for m in measurements(doc, "pager.scan", "rfs_get"):
+        gets[str(m["params"].get("read_around"))] = m["summary"]["p50"]
+    rows = 0
+    for m in measurements(doc, "pager.scan", "scan"):
+        ra = str(m["params"].get("read_around"))
+        if ra not in gets:
+            continue
+        print("\t".join(["scan", run, ra, f"{m['summary']['p50']:.0f}", f"{gets[ra]:.0f}"]))
+        rows += 1
+    if not rows:
+        reasons = skipped_reasons(doc)
+        fail("no pager.scan measurement in osprobe's output"
+             + (f" (skipped: {reasons})" if reasons else ""))
+
+
+# The issue's target: a sequential scan through rfs swap at least half of
+# rfs get's throughput on the same path.
+SCAN_TARGET = 0.5
+
+
+def scan_table(path):
+    """Per read-around: the medians over the runs of scan and rfs get, the
+    ratio of each run and its median, and the verdict (read-around only)."""
+    by_ra = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] != "scan":
+                continue
+            _, _run, ra, scan, get = fields
+            by_ra.setdefault(int(ra), []).append((float(scan), float(get)))
+    rows = []
+    for ra in sorted(by_ra):
+        runs = by_ra[ra]
+        ratios = [s / g for s, g in runs if g > 0]
+        ratio = statistics.median(ratios) if ratios else None
+        rows.append({
+            "read_around": ra,
+            "scan_median_bps": statistics.median(s for s, _ in runs),
+            "rfs_get_median_bps": statistics.median(g for _, g in runs),
+            "ratio_runs": ratios,
+            "ratio_median": ratio,
+            "target": SCAN_TARGET if ra > 1 else None,
+            "target_met": (ratio is not None and ratio >= SCAN_TARGET) if ra > 1 else None,
+        })
+    return rows
+
+
+def print_scan(meta, rows):
+    if not rows:
+        return
+    print()
+    print(f"Sequential scan through rfs swap vs rfs get, same path (pager.scan, {meta.get('runs')} "
+          f"run(s): {meta.get('scan_command')})")
+    header = ["read-around", "scan Gbit/s", "rfs get Gbit/s", "scan/get", "runs", "target", "verdict"]
+    body = []
+    for r in rows:
+        verdict = "-" if r["target"] is None else ("met" if r["target_met"] else "BELOW")
+        body.append([str(r["read_around"]), f"{r['scan_median_bps'] / 1e9:.2f}",
+                     f"{r['rfs_get_median_bps'] / 1e9:.2f}",
+                     "-" if r["ratio_median"] is None else f"{r['ratio_median']:.2f}",
+                     " ".join(f"{x:.2f}" for x in r["ratio_runs"]),
+                     "-" if r["target"] is None else f">= {r['target']:g}", verdict])
+    for text in table_lines(header, body):
+        print(text)
 
 
 def load_policy(path):
@@ -399,12 +473,14 @@ def report(path, as_json):
     meta, pairs, samples = load_records(path, ("pager_command", "peer_command"))
     targets, rows = compare(meta, pairs, samples)
     policy = policy_table(load_policy(path))
+    scan = scan_table(path)
     if as_json:
         json.dump({"meta": meta, "targets_p50_us": targets, "comparisons": rows,
-                   "policy": policy}, sys.stdout, indent=2)
+                   "policy": policy, "scan": scan}, sys.stdout, indent=2)
         print()
     else:
         print_tables(meta, targets, rows, policy)
+        print_scan(meta, scan)
 
 
 def main(argv):
@@ -421,6 +497,8 @@ def main(argv):
         kernel_fault(args[0])
     elif cmd == "policy-rows":
         policy_rows()
+    elif cmd == "scan-rows" and len(args) == 1:
+        scan_rows(args[0])
     elif cmd == "report" and args:
         report(args[0], "--json" in args[1:])
     else:

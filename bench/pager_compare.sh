@@ -9,6 +9,9 @@
 #                                                          own notes)
 #   swap_in_rfs   pager.fault fault=swap_in_rfs path=loopback  vs  the pager's swap_in_file
 #   policy        pager.policy (quick profile, once): faults per policy, offline and live
+#   scan          pager.scan read_around=1 and 128, loopback TCP, 32 x 32 KiB: a sequential
+#                 scan through rfs swap against rfs get of the same bytes on the same path
+#                 (each round; target: scan >= 0.5x rfs get with read-around)
 #
 # Each comparison runs R times, the pager and the kernel alternating which
 # goes first; the report gives medians over the runs of each run's p50, the
@@ -143,6 +146,9 @@ kernel_cmd() {
 
 policy_cmd() { echo "$OSPROBE bench pager.policy --profile quick --json --no-store --quiet"; }
 
+# The quick grid of pager.scan: read-around off (1) and 128 pages.
+scan_cmd() { echo "$OSPROBE bench pager.scan --profile quick --param frames=${SCAN_FRAMES:-4096} --json --no-store --quiet"; }
+
 # What each comparison sets against what: the pager's command and the other
 # side's (for swap_in_rfs, the pager's own local swap-in).
 peer_cmd() {
@@ -207,6 +213,7 @@ write_meta() {
     record meta unprivileged_userfaultfd "$(cat /proc/sys/vm/unprivileged_userfaultfd 2>/dev/null || echo unknown)"
     record meta started "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     record meta policy_command "$(policy_cmd)"
+    record meta scan_command "$(scan_cmd)"
     local pair
     for pair in "${PAIRS[@]}"; do
         record pair "$pair" "$(pager_cmd "$pair")" "$(peer_cmd "$pair")"
@@ -247,6 +254,20 @@ measure_policy() {
     log "pager.policy: $(wc -l <<<"$rows") points"
 }
 
+# The scan against rfs get: one pager.scan run per round (it alternates
+# the two inside), its points as "scan" records.
+measure_scan() {
+    local run out rows
+    for ((run = 1; run <= RUNS; run++)); do
+        # shellcheck disable=SC2046
+        out="$(checked "osprobe (pager.scan)" $(scan_cmd))" || exit 1
+        rows="$(printf '%s' "$out" | "$PYTHON" "$HELPER" scan-rows "$run")" ||
+            die 1 "cannot read osprobe's output (pager.scan)"
+        printf '%s\n' "$rows" >>"$RECORDS"
+        log "run $run/$RUNS  pager.scan: $(tr '\t' ' ' <<<"$rows" | tr '\n' ';')"
+    done
+}
+
 cleanup() {
     rm -rf "${WORK:-}"
 }
@@ -266,6 +287,7 @@ main() {
     write_meta
     measure
     measure_policy
+    measure_scan
     record meta ended "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     report
 }

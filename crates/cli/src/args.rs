@@ -178,7 +178,7 @@ impl ExposureArgs {
 
 #[derive(Debug, Args)]
 pub struct NetArgs {
-    /// The test: rtt, connect, bandwidth, transfer.file_size, transfer.packet_size, transfer.connections, ack_stall, cc
+    /// The test: rtt, connect, bandwidth, transfer.file_size, transfer.packet_size, transfer.connections, ack_stall, cc, udp, rr, loaded_latency
     pub test: String,
     /// Measure against `osprobe serve` on this host
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "netns")]

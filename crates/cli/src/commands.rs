@@ -209,6 +209,12 @@ fn measure(
     if let Some(warning) = crate::version::debug_build_warning() {
         eprintln!("{warning}");
     }
+    // What the performance counters can count is said once per run, where
+    // some experiment is CPU-bound (the others are not counted).
+    let counters = osprobe_core::counters::probe();
+    if plan.items.iter().any(|(e, _)| e.cpu_bound()) {
+        environment.notes.push(counters.note.clone());
+    }
     if !opts.json && !opts.brief {
         print!("{}", osprobe_report::environment_block(&environment));
         println!();
@@ -216,6 +222,7 @@ fn measure(
     crate::remote::install_locator(peer_token.clone());
     let mut ctx = Context::new(profile, clock, environment.clone());
     ctx.peer_token = peer_token;
+    ctx.counters = counters;
     let outcome = {
         let mut bar = Bar::new(plan.points(), quiet);
         runner::execute(&plan, &ctx, &mut bar)
@@ -251,6 +258,8 @@ fn measure(
     for m in &mut measurements {
         m.run = id.clone();
     }
+    // Models that need other experiments' figures of this run.
+    osprobe_core::models::apply(&mut measurements, &environment);
     let run = Run {
         schema: SCHEMA_VERSION,
         id,
@@ -263,6 +272,7 @@ fn measure(
         measurements,
         skipped: outcome.skipped,
         labels,
+        far_ends: Vec::new(),
     };
     if let Some(store) = &mut store {
         store.save_run(&run).context("storing the run")?;

@@ -12,4 +12,6 @@ pub fn sweep() {
     osprobe_core::scratch::sweep_default_places();
     osprobe_machine::fs::cgroup::sweep_everywhere();
     osprobe_link::netns::sweep_stale_if_root();
+    // Middleboxes' nftables tables and forwarding settings (restored).
+    osprobe_link::middlebox::sweep_stale_if_root();
 }

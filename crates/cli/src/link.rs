@@ -8,11 +8,11 @@ use osprobe_core::interrupt;
 use osprobe_link::emulator::{ENV_PEER, ENV_REFERENCE_PEER};
 use osprobe_link::{
     parse, DirectionConfig, DirectionReport, JitterDistribution, Link, LinkConfig, LinkReport,
-    LogHistogram, QueueLimit, Trace,
+    LogHistogram, Middlebox, QueueLimit, Trace,
 };
 use osprobe_net::server::{Server, ServerConfig};
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Child, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +35,11 @@ osprobe: `osprobe link --delay 50ms --serve -- osprobe net rtt --to '$OSPROBE_LI
 `nsenter --net=$OSPROBE_LINK_NS_B ...` from within CMD ($OSPROBE_LINK_NS_A/B are paths to the \
 namespaces, which have no names: they, their devices and CMD die with osprobe, even by kill -9).\n\
 Delay, jitter, loss, rate and queue apply to both directions (uplink: A->B, downlink: B->A); \
-a trace replaces the rate for its direction. Needs root.")]
+a trace replaces the rate for its direction. Needs root.\n\
+With --to HOST the emulator is a middlebox in front of a real host: CMD still runs in A, and its \
+traffic to HOST ($OSPROBE_LINK_PEER) crosses the emulator and then this host's own routing, \
+masqueraded to this host's address (an nftables table and forwarding on the outgoing device, \
+removed afterwards): `osprobe link --to 192.0.2.7 --delay 50ms -- ping -c 3 192.0.2.7`.")]
 pub struct LinkArgs {
     /// One-way delay each way, e.g. 50ms, 250us
     #[arg(long, value_name = "DELAY", default_value = "0ms")]
@@ -73,9 +77,15 @@ pub struct LinkArgs {
     /// Run an osprobe server in B on $OSPROBE_LINK_PEER:5301 while CMD runs
     #[arg(long)]
     pub serve: bool,
+    /// Put the emulator in front of a real host: CMD's traffic to HOST (in $OSPROBE_LINK_PEER) crosses the emulator, then leaves through this host's routing, masqueraded (needs nft)
+    #[arg(long, value_name = "HOST", conflicts_with_all = ["serve", "reference_veth"])]
+    pub to: Option<String>,
     /// Also join A and B by a plain veth pair (peer address in $OSPROBE_LINK_REFERENCE_PEER), for comparisons
     #[arg(long)]
     pub reference_veth: bool,
+    /// TCP buffer ceiling in both namespaces (the maximum of tcp_wmem and tcp_rmem), e.g. 256M; default: a new namespace's (4 MiB to send)
+    #[arg(long, value_name = "SIZE")]
+    pub wmem: Option<String>,
     /// MTU of the emulated link
     #[arg(long, value_name = "BYTES", default_value_t = 1500)]
     pub mtu: u32,
@@ -175,16 +185,37 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
         .command
         .split_first()
         .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
+    let to = args.to.as_deref().map(resolve_host).transpose()?;
+    let wmem = args
+        .wmem
+        .as_deref()
+        .map(|w| {
+            osprobe_core::experiment::parse_bytes(w)
+                .filter(|b| (65_536..=i32::MAX as u64).contains(b))
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "--wmem {w}: a size from 64K to 2G, e.g. 256M (binary multiples)"
+                    ))
+                })
+        })
+        .transpose()?;
     interrupt::install();
     // No context here: main prefixes every error with "osprobe: ", and the
     // emulator's own message already says it is the link emulator.
-    let link = Link::start(config)?;
+    let emulated = match to {
+        Some(to) => Emulated::Middlebox(Middlebox::start(to, config)?),
+        None => Emulated::Link(Link::start(config)?),
+    };
+    let link = emulated.link();
+    if let Some(bytes) = wmem {
+        link.raise_buffers(bytes)?;
+    }
     let server = if args.serve {
-        Some(start_server(&link)?)
+        Some(start_server(link)?)
     } else {
         None
     };
-    let peer = link.addr_b().to_string();
+    let peer = emulated.peer().to_string();
     let reference_peer = link.reference_veth().map(|(_, b)| b.to_string());
     let expand = |arg: &OsString| -> OsString {
         let Some(text) = arg.to_str() else {
@@ -200,11 +231,11 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
     };
     let rest: Vec<OsString> = rest.iter().map(expand).collect();
     if !quiet {
-        eprintln!("{}", describe(&link, server.is_some()));
+        eprintln!("{}", describe(&emulated, server.is_some()));
     }
     // Spawned from this thread, which waits for it: the child's death
     // signal (SIGKILL when osprobe dies) is tied to the spawning thread.
-    let outcome = link
+    let outcome = emulated
         .command_in_a(program, &rest)
         .and_then(|mut command| command.spawn())
         .with_context(|| format!("starting {} in namespace A", program.to_string_lossy()))
@@ -213,7 +244,7 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
         stop.store(true, Ordering::SeqCst);
         let _ = handle.join();
     }
-    let report = link.stop();
+    let report = emulated.stop();
     if !quiet {
         eprint!("{}", render(&report));
     }
@@ -230,6 +261,67 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     }
     Ok(exit_code(status))
+}
+
+/// The plain link (A and B), or the middlebox (A in front of a real host).
+enum Emulated {
+    Link(Link),
+    Middlebox(Middlebox),
+}
+
+impl Emulated {
+    fn link(&self) -> &Link {
+        match self {
+            Emulated::Link(link) => link,
+            Emulated::Middlebox(middlebox) => middlebox.link(),
+        }
+    }
+
+    /// Where CMD's traffic goes: B, or the real host.
+    fn peer(&self) -> std::net::Ipv4Addr {
+        match self {
+            Emulated::Link(link) => link.addr_b(),
+            Emulated::Middlebox(middlebox) => middlebox.to(),
+        }
+    }
+
+    fn command_in_a(
+        &self,
+        program: &OsString,
+        args: &[OsString],
+    ) -> std::io::Result<std::process::Command> {
+        match self {
+            Emulated::Link(link) => link.command_in_a(program, args),
+            Emulated::Middlebox(middlebox) => middlebox.command_in_a(program, args),
+        }
+    }
+
+    fn stop(self) -> LinkReport {
+        match self {
+            Emulated::Link(link) => link.stop(),
+            Emulated::Middlebox(middlebox) => middlebox.stop(),
+        }
+    }
+}
+
+/// `--to HOST`: an IPv4 address, or a name resolved to its first IPv4
+/// address (the emulated link carries IPv4).
+fn resolve_host(host: &str) -> Result<IpAddr> {
+    if let Ok(addr) = host.parse::<IpAddr>() {
+        return Ok(addr);
+    }
+    let addrs = (host, 0u16).to_socket_addrs().map_err(|e| {
+        UsageError(format!(
+            "--to {host}: not an IP address, and the name does not resolve ({e})"
+        ))
+    })?;
+    let addrs: Vec<SocketAddr> = addrs.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .map(|a| a.ip())
+        .ok_or_else(|| UsageError(format!("--to {host}: the name resolves to no address")).into())
 }
 
 type ServerHandle = (
@@ -299,7 +391,8 @@ fn exit_code(status: ExitStatus) -> ExitCode {
     }
 }
 
-fn describe(link: &Link, serving: bool) -> String {
+fn describe(emulated: &Emulated, serving: bool) -> String {
+    let link = emulated.link();
     let c = link.config();
     let direction = |d: &DirectionConfig| {
         let mut parts = vec![format!("delay {:?}", d.delay)];
@@ -351,6 +444,25 @@ fn describe(link: &Link, serving: bool) -> String {
         direction(&c.uplink),
         direction(&c.downlink)
     );
+    if let Emulated::Middlebox(m) = emulated {
+        let route = m.route();
+        text.push_str(&format!(
+            "\n  middlebox: B routes A's traffic out through this host to {} (device {}{}{})",
+            m.to(),
+            route.device,
+            route.via.map(|v| format!(", via {v}")).unwrap_or_default(),
+            if route.local {
+                ", an address of this host".to_string()
+            } else {
+                format!(
+                    ", masqueraded to {}",
+                    route
+                        .source
+                        .map_or("this host's address".to_string(), |s| s.to_string())
+                )
+            }
+        ));
+    }
     if serving {
         text.push_str(&format!(
             "\n  osprobe server in B on {}:{SERVE_PORT}",
@@ -414,8 +526,10 @@ fn render(report: &LinkReport) -> String {
             ));
         }
         text.push_str(&format!(
-            "    release error {}\n",
-            percentiles(&d.release_error)
+            "    release error {}; forwarder CPU {:.2} s ({:.0}% of one core)\n",
+            percentiles(&d.release_error),
+            d.cpu_time.as_secs_f64(),
+            100.0 * d.cpu_time.as_secs_f64() / report.duration.as_secs_f64().max(1e-9)
         ));
         if let Some(e) = &d.error {
             text.push_str(&format!("    forwarder stopped early: {e}\n"));
@@ -459,6 +573,7 @@ fn direction_json(d: &DirectionReport) -> serde_json::Value {
         "release_error": histogram_json(&d.release_error),
         "error": d.error,
         "realtime": d.realtime.as_ref().copied().unwrap_or(false),
+        "cpu_s": d.cpu_time.as_secs_f64(),
     })
 }
 

@@ -17,6 +17,8 @@ use osprobe_pager::{Pager, PagerConfig, ServiceTimes};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod processes;
+
 #[derive(Debug, Args)]
 pub struct PagerArgs {
     #[command(subcommand)]
@@ -29,7 +31,8 @@ pub enum PagerCommand {
     Run(RunArgs),
 }
 
-pub const WORKLOADS: &str = "sequential, loop, uniform, zipf, classic (access traces) or sort";
+pub const WORKLOADS: &str =
+    "sequential, loop, uniform, zipf, classic (access traces), sort or heap";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -65,7 +68,16 @@ pub struct RunArgs {
     /// Print the outcome as JSON
     #[arg(long)]
     pub json: bool,
-    /// The workload: sequential, loop, uniform, zipf, classic or sort
+    /// Run the workload in N processes served by one pager (one frame table of --frames frames, one swap; --pages each, each trace with its own seed)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=processes::MAX_PROCESSES))]
+    pub processes: Option<u32>,
+    /// With --processes: global (one policy over all frames: a fault may evict another process's page) or local (a quota of frames per process)
+    #[arg(long, value_name = "global|local", value_parser = ["global", "local"])]
+    pub replacement: Option<String>,
+    /// The heap workload: pages per sbrk call
+    #[arg(long, value_name = "PAGES", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub sbrk: u64,
+    /// The workload: sequential, loop, uniform, zipf, classic, sort, or heap (a heap grown by sbrk to --pages pages; runs on the processes' pager)
     #[arg(last = true, value_name = "WORKLOAD", required = true, num_args = 1..)]
     pub workload: Vec<String>,
 }
@@ -76,9 +88,10 @@ pub fn pager(args: PagerArgs, quiet: bool) -> Result<ExitCode> {
     }
 }
 
-enum Workload {
+pub(crate) enum Workload {
     Trace(TraceKind),
     Sort,
+    Heap,
 }
 
 fn parse_workload(words: &[String]) -> Result<Workload, UsageError> {
@@ -91,12 +104,15 @@ fn parse_workload(words: &[String]) -> Result<Workload, UsageError> {
     if word == "sort" {
         return Ok(Workload::Sort);
     }
+    if word == "heap" {
+        return Ok(Workload::Heap);
+    }
     word.parse::<TraceKind>()
         .map(Workload::Trace)
         .map_err(|_| UsageError(format!("workload '{word}': expected one of {WORKLOADS}")))
 }
 
-fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
+pub(crate) fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
     let Some(raw) = &args.swap else {
         return Ok(Box::new(FileSwap::temporary(&std::env::temp_dir())?));
     };
@@ -138,6 +154,15 @@ fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
 
 fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     let workload = parse_workload(&args.workload)?;
+    if args.processes.is_some() || matches!(workload, Workload::Heap) {
+        return processes::run(&args, workload, quiet);
+    }
+    if args.replacement.is_some() {
+        return Err(UsageError(
+            "--replacement chooses how processes share frames: it needs --processes N".into(),
+        )
+        .into());
+    }
     let frames = args.frames as usize;
     let pages = args.pages.unwrap_or(4 * frames as u64);
     let trace = match workload {
@@ -145,7 +170,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
             let length = args.length.unwrap_or(20 * pages) as usize;
             Some(generate(kind, pages, length, frames, args.seed))
         }
-        Workload::Sort => None,
+        Workload::Sort | Workload::Heap => None,
     };
     // The classic string names pages 1..=5.
     let pages = match &trace {

@@ -69,6 +69,30 @@ mod tests {
                     r.what
                 );
             }
+            // A row naming its path is of an experiment that runs over one.
+            if r.path.is_some() {
+                assert!(
+                    exp.params().iter().any(|p| p.name == "path"),
+                    "reference '{}': {id} has no path parameter",
+                    r.what
+                );
+            }
+            if let Some(local) = &r.local {
+                let exp = registry.get(&local.experiment).unwrap_or_else(|| {
+                    panic!(
+                        "reference '{}': unknown local experiment {}",
+                        r.what, local.experiment
+                    )
+                });
+                for name in local.params.0.keys() {
+                    assert!(
+                        exp.params().iter().any(|p| p.name == *name),
+                        "reference '{}': {} has no parameter '{name}'",
+                        r.what,
+                        local.experiment
+                    );
+                }
+            }
         }
     }
 }

@@ -402,6 +402,11 @@ pub struct Context {
     /// The secret of a remote `osprobe serve --token`: given on the command
     /// line or in OSPROBE_TOKEN, never stored with the run.
     pub peer_token: Option<String>,
+    /// The performance counters this run can count (probed once).
+    pub counters: crate::counters::Availability,
+    /// Whether the experiment being run is CPU-bound, so that its samples
+    /// are counted; the runner sets it per experiment.
+    pub counting: std::sync::atomic::AtomicBool,
 }
 
 impl Context {
@@ -413,7 +418,18 @@ impl Context {
             environment,
             timer_overhead_ticks,
             peer_token: None,
+            counters: crate::counters::probe(),
+            counting: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// The run's counters opened on the calling thread, when the experiment
+    /// is CPU-bound and the run has any.
+    pub fn counter_set(&self) -> Option<crate::counters::CounterSet> {
+        if !self.counting.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        crate::counters::CounterSet::open(&self.counters)
     }
 
     /// A context for tests: the given profile, CLOCK_MONOTONIC, a default

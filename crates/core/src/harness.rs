@@ -65,9 +65,11 @@ pub struct Samples {
 impl Samples {
     /// Subtract a measured overhead from every sample and say so.
     pub fn subtract(mut self, overhead_ns: f64, what: &str) -> Samples {
+        let before = crate::counters::fingerprint(&self.ns);
         for x in &mut self.ns {
             *x -= overhead_ns;
         }
+        crate::counters::rekey(before, &self.ns);
         self.notes.push(format!(
             "{what} subtracted: {overhead_ns:.2} ns per operation"
         ));
@@ -147,7 +149,7 @@ impl<'a> Harness<'a> {
             let t1 = clock.stop();
             clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead) / iterations as f64
         };
-        let ns = self.collect(|| Ok(batch()))?;
+        let ns = self.collect(iterations, || Ok(batch()))?;
         Ok(Samples {
             ns,
             iterations,
@@ -163,7 +165,7 @@ impl<'a> Harness<'a> {
     ) -> Result<Samples, ExperimentError> {
         let clock = &self.ctx.clock;
         let overhead = self.ctx.timer_overhead_ticks;
-        let ns = self.collect(|| {
+        let ns = self.collect(1, || {
             let t0 = clock.start();
             op()?;
             let t1 = clock.stop();
@@ -183,7 +185,7 @@ impl<'a> Harness<'a> {
         op: impl FnMut() -> Result<f64, ExperimentError>,
     ) -> Result<Samples, ExperimentError> {
         Ok(Samples {
-            ns: self.collect(op)?,
+            ns: self.collect(1, op)?,
             iterations: 1,
             notes: Vec::new(),
         })
@@ -219,9 +221,13 @@ impl<'a> Harness<'a> {
         }
     }
 
-    /// Warm up, then take samples until the budget says stop.
+    /// Warm up, then take samples until the budget says stop. Performance
+    /// counters (where the run has them and the experiment is CPU-bound)
+    /// count the sampling, not the warm-up, per operation: `iterations`
+    /// per sample.
     fn collect(
         &self,
+        iterations: u64,
         mut sample: impl FnMut() -> Result<f64, ExperimentError>,
     ) -> Result<Vec<f64>, ExperimentError> {
         let warmup_end = monotonic_ns() + self.budget.warmup.as_nanos() as u64;
@@ -232,6 +238,10 @@ impl<'a> Harness<'a> {
                 break;
             }
         }
+        let counters = self.ctx.counter_set();
+        if let Some(c) = &counters {
+            c.start();
+        }
         let end = monotonic_ns() + self.budget.time.as_nanos() as u64;
         let mut out = Vec::with_capacity(self.budget.min_samples.max(64));
         loop {
@@ -239,9 +249,14 @@ impl<'a> Harness<'a> {
             out.push(sample()?);
             let enough = out.len() >= self.budget.min_samples && monotonic_ns() >= end;
             if enough || out.len() >= self.budget.max_samples {
-                return Ok(out);
+                break;
             }
         }
+        if let Some(c) = counters {
+            let operations = (out.len() as u64).saturating_mul(iterations);
+            crate::counters::record(&out, c.stop(operations));
+        }
+        Ok(out)
     }
 
     fn method_notes(&self, iterations: u64) -> Vec<String> {
@@ -272,6 +287,7 @@ impl Context {
         })?;
         let mut m = Measurement::new(experiment, metric, params, Unit::Nanoseconds, summary);
         m.cycles = self.clock.cycles_per_ns().map(|c| m.summary.scaled(c));
+        m.counters = crate::counters::find(&samples.ns);
         m.notes.extend(samples.notes.iter().cloned());
         m.notes.extend(quality_notes(&m.summary));
         Ok(m)
@@ -354,6 +370,55 @@ mod tests {
             .unwrap();
         assert_eq!(m.unit, Unit::Nanoseconds);
         assert!(m.cycles.is_none(), "monotonic clock has no cycles");
+    }
+
+    #[test]
+    fn counters_follow_the_samples_into_the_measurement() {
+        let ctx = ctx();
+        if !ctx
+            .counters
+            .events
+            .contains(&crate::counters::Event::TaskClock)
+        {
+            crate::testing::skip("perf_event_open offers no task clock here");
+            return;
+        }
+        let samples = ctx
+            .harness()
+            .per_op(|n| {
+                for i in 0..n {
+                    std::hint::black_box(i);
+                }
+            })
+            .unwrap()
+            .subtract(0.1, "nothing much");
+        let m = ctx
+            .time_measurement("t.x", "loop", Params::new(), &samples)
+            .unwrap();
+        let clock = m
+            .counters
+            .iter()
+            .find(|c| c.event == "task-clock")
+            .expect("task clock counted");
+        // The task clock per iteration is about the time per iteration:
+        // within a factor of ten either way (the harness's own work is in it).
+        assert!(
+            clock.per_op > m.summary.p50 / 10.0 && clock.per_op < m.summary.p50.max(0.01) * 10.0,
+            "{clock:?} vs {}",
+            m.summary.p50
+        );
+        // Not counted when the experiment is not CPU-bound.
+        ctx.counting
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        let s = ctx.harness().per_op(|n| {
+            for i in 0..n {
+                std::hint::black_box(i);
+            }
+        });
+        let m = ctx
+            .time_measurement("t.x", "loop", Params::new(), &s.unwrap())
+            .unwrap();
+        assert!(m.counters.is_empty());
     }
 
     #[test]

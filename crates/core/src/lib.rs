@@ -6,18 +6,23 @@
 //! - [`model`]: `Run`, `Measurement`, units — the JSON and store shape;
 //! - [`experiment`]: the `Experiment` trait and the registry;
 //! - [`environment`]: the machine a run was measured on;
+//! - [`nic`], [`far_end`]: the interface a test crossed, and the far host;
 //! - [`affinity`], [`interrupt`], [`id`]: pinning, Ctrl-C, run ids;
 //! - [`testing`]: honest skips and the decoders' mutation loop, for tests.
 
 pub mod affinity;
 pub mod clock;
+pub mod counters;
 pub mod environment;
 pub mod experiment;
+pub mod far_end;
 pub mod fuzz;
 pub mod harness;
 pub mod id;
 pub mod interrupt;
 pub mod model;
+pub mod models;
+pub mod nic;
 pub mod owner;
 pub mod peer_text;
 pub mod proof;

@@ -256,6 +256,10 @@ pub struct Measurement {
     pub samples: Option<Vec<f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histogram: Option<Histogram>,
+    /// Performance counters per operation (perf_event_open), on CPU-bound
+    /// measurements where the run could count them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<crate::counters::Counted>,
 }
 
 impl Measurement {
@@ -279,6 +283,7 @@ impl Measurement {
             notes: Vec::new(),
             samples: None,
             histogram: None,
+            counters: Vec::new(),
         }
     }
 
@@ -346,6 +351,10 @@ pub struct Run {
     /// for a run on this machine alone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The remote hosts measured against (`--to`), each described with its
+    /// interface and this machine's towards it. Empty for local runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub far_ends: Vec<crate::far_end::FarEnd>,
 }
 
 impl Run {

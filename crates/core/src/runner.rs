@@ -74,6 +74,8 @@ pub fn execute(
     let mut out = Outcome::default();
     for (exp, grid) in &plan.items {
         let unmet = exp.requirements().unmet();
+        ctx.counting
+            .store(exp.cpu_bound(), std::sync::atomic::Ordering::Relaxed);
         for params in grid {
             observer.point_started(exp.id(), params);
             let result = match &unmet {
@@ -86,6 +88,7 @@ pub fn execute(
                     if !exp.cpu_bound() {
                         for m in &mut ms {
                             m.cycles = None;
+                            m.counters.clear();
                         }
                     }
                     out.measurements.extend(ms)
@@ -140,6 +143,13 @@ mod tests {
             let summary = Summary::of(&[100.0, 110.0]).unwrap();
             let mut m = Measurement::new(self.id, "op", params.clone(), Unit::Nanoseconds, summary);
             m.cycles = Some(m.summary.scaled(2.0));
+            m.counters = vec![crate::counters::Counted {
+                event: "task-clock".into(),
+                per_op: 100.0,
+                unit: Unit::Nanoseconds,
+                user_only: false,
+                running: 1.0,
+            }];
             Ok(vec![m])
         }
     }
@@ -167,5 +177,15 @@ mod tests {
         };
         assert!(cycles("test.syscall"));
         assert!(!cycles("test.round_trip"), "a round trip has no cycles");
+        let counted = |id: &str| {
+            !out.measurements
+                .iter()
+                .find(|m| m.experiment == id)
+                .unwrap()
+                .counters
+                .is_empty()
+        };
+        assert!(counted("test.syscall"));
+        assert!(!counted("test.round_trip"), "nor counters");
     }
 }

@@ -23,6 +23,24 @@
 //!   the rest), then calls each due callback with a [`Fired`] record
 //!   (due and actual time, so lateness = fired - due).
 //!
+//! Periodic timers (the SOS clock driver's 100 ms heartbeat). A periodic
+//! timer keeps its id and fires every `period` until removed; each firing
+//! is numbered (`tick`, from 0). How its next deadline is set is the
+//! [`Rearm`] given at registration:
+//!
+//! - [`Rearm::Absolute`]: next = first + (tick + 1) * period. The
+//!   deadlines form a fixed grid, so lateness never accumulates: a late
+//!   tick makes only itself late. Ticks that a stall let pass are fired
+//!   back to back, none is skipped, so the number of ticks always says how
+//!   many periods have elapsed (what a heartbeat that counts time needs).
+//! - [`Rearm::FromFired`]: next = fired + period, where fired is when the
+//!   callback was called; what a callback that registers its successor
+//!   does. Every tick's lateness is carried into all later deadlines, so
+//!   the ticks drift behind the grid; `time.timers mode=rearm` measures it.
+//!
+//! A periodic timer is re-armed after its callback returns; removing it
+//! while its callback runs stops it (the call that runs is not undone).
+//!
 //! Waking the service when an earlier timer arrives. While it waits for a
 //! deadline, someone may register a timer due sooner; the thread must then
 //! wait for the new deadline instead. The wait is a futex on a generation
@@ -66,7 +84,7 @@
 use crate::clock::monotonic_ns;
 use crate::sleep::Strategy;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -99,6 +117,57 @@ pub enum TimerError {
     /// As many timers as the maximum are pending.
     #[error("too many timers: at most {max} may be pending at once")]
     Full { max: usize },
+    /// A periodic timer's period was zero (it would fire without end).
+    #[error("a periodic timer's period must be at least 1 ns, not 0")]
+    ZeroPeriod,
+}
+
+/// How a periodic timer's next deadline is set (see the module
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rearm {
+    /// next = first + (tick + 1) * period: a fixed grid, no drift.
+    Absolute,
+    /// next = fired + period: each tick's lateness carries into the next.
+    FromFired,
+}
+
+impl Rearm {
+    /// The word used in parameters and notes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rearm::Absolute => "absolute",
+            Rearm::FromFired => "rearm",
+        }
+    }
+}
+
+/// What makes a timer periodic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Periodic {
+    /// The first deadline, CLOCK_MONOTONIC nanoseconds: tick 0's.
+    pub first_ns: u64,
+    /// Nanoseconds between ticks (never 0).
+    pub period_ns: u64,
+    pub rearm: Rearm,
+}
+
+impl Periodic {
+    /// Where tick `tick` would be on the grid of `first_ns + k * period`:
+    /// every tick's deadline under [`Rearm::Absolute`]; what
+    /// [`Rearm::FromFired`] drifts away from.
+    pub fn grid_ns(&self, tick: u64) -> u64 {
+        self.first_ns
+            .saturating_add(tick.saturating_mul(self.period_ns))
+    }
+
+    /// The deadline after tick `tick`, which was called at `fired_ns`.
+    fn next_deadline(&self, tick: u64, fired_ns: u64) -> u64 {
+        match self.rearm {
+            Rearm::Absolute => self.grid_ns(tick.saturating_add(1)),
+            Rearm::FromFired => fired_ns.saturating_add(self.period_ns),
+        }
+    }
 }
 
 /// A timer that is due, as [`TimerQueue::pop_due`] hands it out.
@@ -108,6 +177,19 @@ pub struct Due<T> {
     /// Its deadline, CLOCK_MONOTONIC nanoseconds.
     pub due_ns: u64,
     pub payload: T,
+    /// Which firing of a periodic timer this is (from 0); 0 for a one-shot.
+    pub tick: u64,
+    /// Set for a periodic timer: give it back with [`TimerQueue::rearm`].
+    pub periodic: Option<Periodic>,
+}
+
+/// A pending timer in [`TimerQueue`].
+#[derive(Debug)]
+struct Entry<T> {
+    deadline: u64,
+    payload: T,
+    tick: u64,
+    periodic: Option<Periodic>,
 }
 
 /// Pending timers in order of deadline; no thread, no clock. See the
@@ -117,8 +199,12 @@ pub struct TimerQueue<T> {
     /// (deadline, id), earliest first; may hold stale entries of removed
     /// timers, but never at the top.
     heap: BinaryHeap<Reverse<(u64, u64)>>,
-    /// The live timers: id -> (deadline, payload).
-    live: HashMap<u64, (u64, T)>,
+    /// The live timers by id.
+    live: HashMap<u64, Entry<T>>,
+    /// Periodic timers handed out by `pop_due` and not yet given back with
+    /// `rearm`: still registered (they count against the maximum), and
+    /// removing one here stops it.
+    firing: HashSet<u64>,
     next_id: u64,
     max: usize,
 }
@@ -129,6 +215,7 @@ impl<T> TimerQueue<T> {
         TimerQueue {
             heap: BinaryHeap::new(),
             live: HashMap::new(),
+            firing: HashSet::new(),
             next_id: 0,
             max,
         }
@@ -139,32 +226,104 @@ impl<T> TimerQueue<T> {
         self.max
     }
 
-    /// Pending timers.
+    /// Pending timers (a periodic timer being fired counts: it is still
+    /// registered).
     pub fn len(&self) -> usize {
-        self.live.len()
+        self.live.len() + self.firing.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live.is_empty()
+        self.len() == 0
     }
 
     /// Add a timer due at `deadline_ns` (CLOCK_MONOTONIC nanoseconds; a
     /// past deadline is due at once).
     pub fn push(&mut self, deadline_ns: u64, payload: T) -> Result<TimerId, TimerError> {
-        if self.live.len() >= self.max {
+        self.insert(deadline_ns, payload, None)
+    }
+
+    /// Add a periodic timer: first due at `first_ns`, then every
+    /// `period_ns` as `rearm` says, each time it is given back with
+    /// [`TimerQueue::rearm`].
+    pub fn push_periodic(
+        &mut self,
+        first_ns: u64,
+        period_ns: u64,
+        rearm: Rearm,
+        payload: T,
+    ) -> Result<TimerId, TimerError> {
+        if period_ns == 0 {
+            return Err(TimerError::ZeroPeriod);
+        }
+        let periodic = Periodic {
+            first_ns,
+            period_ns,
+            rearm,
+        };
+        self.insert(first_ns, payload, Some(periodic))
+    }
+
+    fn insert(
+        &mut self,
+        deadline: u64,
+        payload: T,
+        periodic: Option<Periodic>,
+    ) -> Result<TimerId, TimerError> {
+        if self.len() >= self.max {
             return Err(TimerError::Full { max: self.max });
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.heap.push(Reverse((deadline_ns, id)));
-        self.live.insert(id, (deadline_ns, payload));
+        self.heap.push(Reverse((deadline, id)));
+        let entry = Entry {
+            deadline,
+            payload,
+            tick: 0,
+            periodic,
+        };
+        self.live.insert(id, entry);
         Ok(TimerId(id))
     }
 
+    /// Give back a periodic timer that [`TimerQueue::pop_due`] handed out
+    /// once its tick is done (`fired_ns`: when it was acted on, which
+    /// [`Rearm::FromFired`] counts from). It is pending again under the
+    /// same id, due at its next deadline. Gives the payload back instead
+    /// when the timer is not to run again: it is one-shot, or was removed
+    /// while out.
+    pub fn rearm(&mut self, due: Due<T>, fired_ns: u64) -> Result<TimerId, T> {
+        let Some(periodic) = due.periodic else {
+            return Err(due.payload);
+        };
+        if !self.firing.remove(&due.id.0) {
+            return Err(due.payload);
+        }
+        let deadline = periodic.next_deadline(due.tick, fired_ns);
+        self.heap.push(Reverse((deadline, due.id.0)));
+        let entry = Entry {
+            deadline,
+            payload: due.payload,
+            tick: due.tick.saturating_add(1),
+            periodic: Some(periodic),
+        };
+        self.live.insert(due.id.0, entry);
+        Ok(due.id)
+    }
+
+    /// True while a periodic timer is out between `pop_due` and `rearm`.
+    pub fn is_firing(&self, id: TimerId) -> bool {
+        self.firing.contains(&id.0)
+    }
+
     /// Remove a pending timer and give back its payload; None if it is not
-    /// pending (already popped, removed, or never existed).
+    /// pending (already popped, removed, or never existed). A periodic
+    /// timer that is out firing is stopped too (it will not be re-armed),
+    /// but its payload is with the caller of `pop_due`, so None.
     pub fn remove(&mut self, id: TimerId) -> Option<T> {
-        let (_, payload) = self.live.remove(&id.0)?;
+        if self.firing.remove(&id.0) {
+            return None;
+        }
+        let Entry { payload, .. } = self.live.remove(&id.0)?;
         self.drop_stale_top();
         // Rebuild once stale entries outnumber live ones: keeps the heap
         // within twice the live size (plus slack, so that a small queue is
@@ -173,7 +332,7 @@ impl<T> TimerQueue<T> {
             self.heap = self
                 .live
                 .iter()
-                .map(|(&id, &(deadline, _))| Reverse((deadline, id)))
+                .map(|(&id, entry)| Reverse((entry.deadline, id)))
                 .collect();
         }
         Some(payload)
@@ -181,7 +340,7 @@ impl<T> TimerQueue<T> {
 
     /// The deadline of a pending timer.
     pub fn deadline_of(&self, id: TimerId) -> Option<u64> {
-        self.live.get(&id.0).map(|&(deadline, _)| deadline)
+        self.live.get(&id.0).map(|entry| entry.deadline)
     }
 
     /// The earliest deadline pending.
@@ -190,7 +349,8 @@ impl<T> TimerQueue<T> {
     }
 
     /// The earliest timer if it is due at `now_ns` (deadline <= now);
-    /// call repeatedly to take every due timer, earliest first.
+    /// call repeatedly to take every due timer, earliest first. A periodic
+    /// timer stays registered: give it back with [`TimerQueue::rearm`].
     pub fn pop_due(&mut self, now_ns: u64) -> Option<Due<T>> {
         let &Reverse((deadline, id)) = self.heap.peek()?;
         if deadline > now_ns {
@@ -198,12 +358,17 @@ impl<T> TimerQueue<T> {
         }
         self.heap.pop();
         // The top is never stale, so the id is live.
-        let (due_ns, payload) = self.live.remove(&id)?;
+        let entry = self.live.remove(&id)?;
+        if entry.periodic.is_some() {
+            self.firing.insert(id);
+        }
         self.drop_stale_top();
         Some(Due {
             id: TimerId(id),
-            due_ns,
-            payload,
+            due_ns: entry.deadline,
+            payload: entry.payload,
+            tick: entry.tick,
+            periodic: entry.periodic,
         })
     }
 
@@ -254,6 +419,8 @@ pub struct Fired {
     pub due_ns: u64,
     /// When the callback was called (read just before the call).
     pub fired_ns: u64,
+    /// Which firing of a periodic timer this is (from 0); 0 for a one-shot.
+    pub tick: u64,
 }
 
 impl Fired {
@@ -266,6 +433,15 @@ impl Fired {
 
 /// What the service calls when a timer fires.
 pub type Callback = Box<dyn FnOnce(Fired) + Send>;
+
+/// What the service calls each time a periodic timer fires.
+pub type PeriodicCallback = Box<dyn FnMut(Fired) + Send>;
+
+/// A pending timer's callback in the service's queue.
+enum Action {
+    Once(Callback),
+    Every(PeriodicCallback),
+}
 
 /// A thread that runs callbacks at their deadlines. See the module
 /// documentation. Dropping it is [`TimerService::shutdown`].
@@ -285,7 +461,7 @@ struct Shared {
 }
 
 struct State {
-    queue: TimerQueue<Callback>,
+    queue: TimerQueue<Action>,
     stopping: bool,
 }
 
@@ -344,10 +520,48 @@ impl TimerService {
         F: FnOnce(Fired) + Send + 'static,
     {
         let deadline = when.deadline_ns(monotonic_ns());
+        self.insert(deadline, |queue| {
+            queue.push(deadline, Action::Once(Box::new(callback)))
+        })
+    }
+
+    /// Call `callback` at `first`, then every `period` (next deadline as
+    /// `rearm` says) until the timer is removed or the service stops.
+    /// Fails when `max_timers` are pending or the period is zero. A
+    /// callback that panics is not called again.
+    pub fn register_periodic<F>(
+        &self,
+        first: When,
+        period: Duration,
+        rearm: Rearm,
+        callback: F,
+    ) -> Result<TimerId, TimerError>
+    where
+        F: FnMut(Fired) + Send + 'static,
+    {
+        let first_ns = first.deadline_ns(monotonic_ns());
+        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+        self.insert(first_ns, |queue| {
+            queue.push_periodic(
+                first_ns,
+                period_ns,
+                rearm,
+                Action::Every(Box::new(callback)),
+            )
+        })
+    }
+
+    /// Add a timer due at `deadline` with `push`, waking the service
+    /// thread when it is the new earliest.
+    fn insert(
+        &self,
+        deadline: u64,
+        push: impl FnOnce(&mut TimerQueue<Action>) -> Result<TimerId, TimerError>,
+    ) -> Result<TimerId, TimerError> {
         let (id, earliest) = {
             let mut state = self.shared.lock();
             let before = state.queue.next_deadline();
-            let id = state.queue.push(deadline, Box::new(callback))?;
+            let id = push(&mut state.queue)?;
             let earliest = before.is_none_or(|b| deadline < b);
             if earliest {
                 // Under the lock, so the service thread either sees the new
@@ -363,14 +577,20 @@ impl TimerService {
         Ok(id)
     }
 
-    /// Cancel a pending timer: true if it was pending and will not fire;
-    /// false if it has fired, is firing, was removed or never existed.
+    /// Cancel a pending timer: true if it was pending and will not fire
+    /// (again, for a periodic timer: one whose callback is running is
+    /// stopped after the call); false if a one-shot timer has fired or is
+    /// firing, or the timer was removed or never existed.
     pub fn remove(&self, id: TimerId) -> bool {
         // The callback is dropped after the lock is released (its drop is
         // user code). No wake-up: the service finds nothing due at the old
         // deadline and waits again.
-        let removed = self.shared.lock().queue.remove(id);
-        removed.is_some()
+        let (removed, was_firing) = {
+            let mut state = self.shared.lock();
+            let was_firing = state.queue.is_firing(id);
+            (state.queue.remove(id), was_firing)
+        };
+        removed.is_some() || was_firing
     }
 
     /// Timers registered and not yet fired or removed.
@@ -439,7 +659,7 @@ impl fmt::Debug for TimerService {
 /// The service thread: take what is due, run it, wait for the next
 /// deadline or for news.
 fn service_loop(shared: &Shared) {
-    let mut due: Vec<Due<Callback>> = Vec::new();
+    let mut due: Vec<Due<Action>> = Vec::new();
     loop {
         let (deadline, generation) = {
             let mut state = shared.lock();
@@ -457,20 +677,45 @@ fn service_loop(shared: &Shared) {
         };
         if !due.is_empty() {
             for d in due.drain(..) {
-                let fired = Fired {
-                    id: d.id,
-                    due_ns: d.due_ns,
-                    fired_ns: monotonic_ns(),
-                };
-                let callback = d.payload;
-                if catch_unwind(AssertUnwindSafe(move || callback(fired))).is_err() {
-                    shared.panicked.fetch_add(1, Ordering::Relaxed);
-                }
+                fire(shared, d);
             }
             // Firing took time: look again before waiting.
             continue;
         }
         wait(shared, deadline, generation);
+    }
+}
+
+/// Call one due timer's callback, outside the lock, and give a periodic
+/// one back to the queue.
+fn fire(shared: &Shared, mut d: Due<Action>) {
+    let fired = Fired {
+        id: d.id,
+        due_ns: d.due_ns,
+        fired_ns: monotonic_ns(),
+        tick: d.tick,
+    };
+    let panicked = match d.payload {
+        Action::Once(callback) => catch_unwind(AssertUnwindSafe(move || callback(fired))).is_err(),
+        Action::Every(ref mut callback) => {
+            let panicked = catch_unwind(AssertUnwindSafe(|| callback(fired))).is_err();
+            // A periodic timer goes back unless it panicked (its state may
+            // be broken) or the service is stopping; what is not re-armed
+            // is dropped after the lock is released (its drop is user code).
+            let mut state = shared.lock();
+            let unarmed = if panicked || state.stopping {
+                state.queue.remove(d.id);
+                Some(d.payload)
+            } else {
+                state.queue.rearm(d, fired.fired_ns).err()
+            };
+            drop(state);
+            drop(unarmed);
+            panicked
+        }
+    };
+    if panicked {
+        shared.panicked.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -879,7 +1124,177 @@ mod tests {
             id: TimerId(1),
             due_ns: 100,
             fired_ns: 130,
+            tick: 0,
         };
         assert_eq!(f.lateness_ns(), 30);
+    }
+
+    #[test]
+    fn queue_absolute_periodic_keeps_its_grid_and_catches_up() {
+        let mut q = TimerQueue::new(4);
+        let id = q.push_periodic(1_000, 100, Rearm::Absolute, 'p').unwrap();
+        let d = q.pop_due(1_000).unwrap();
+        assert_eq!((d.id, d.due_ns, d.tick), (id, 1_000, 0));
+        assert_eq!(
+            q.len(),
+            1,
+            "a periodic timer being fired is still registered"
+        );
+        assert!(q.is_firing(id));
+        // Acted on late: the next deadline stays on the grid.
+        assert_eq!(q.rearm(d, 1_050), Ok(id));
+        assert_eq!(q.deadline_of(id), Some(1_100));
+        assert!(q.pop_due(1_099).is_none());
+        // A stall past two deadlines: the missed ticks come back to back.
+        let d = q.pop_due(1_330).unwrap();
+        assert_eq!((d.due_ns, d.tick), (1_100, 1));
+        q.rearm(d, 1_330).unwrap();
+        let d = q.pop_due(1_330).unwrap();
+        assert_eq!((d.due_ns, d.tick), (1_200, 2));
+        q.rearm(d, 1_331).unwrap();
+        let d = q.pop_due(1_331).unwrap();
+        assert_eq!((d.due_ns, d.tick), (1_300, 3));
+        let p = d.periodic.unwrap();
+        assert_eq!(p.grid_ns(d.tick), d.due_ns);
+        q.rearm(d, 1_332).unwrap();
+        assert!(q.pop_due(1_399).is_none());
+        assert_eq!(q.next_deadline(), Some(1_400));
+    }
+
+    #[test]
+    fn queue_rearm_from_fired_carries_lateness() {
+        let mut q = TimerQueue::new(4);
+        let id = q.push_periodic(1_000, 100, Rearm::FromFired, ()).unwrap();
+        let d = q.pop_due(1_010).unwrap();
+        q.rearm(d, 1_010).unwrap();
+        assert_eq!(q.deadline_of(id), Some(1_110));
+        let d = q.pop_due(1_200).unwrap();
+        assert_eq!(d.tick, 1);
+        q.rearm(d, 1_200).unwrap();
+        assert_eq!(q.deadline_of(id), Some(1_300), "the grid would say 1_200");
+    }
+
+    #[test]
+    fn queue_periodic_removal_and_limits() {
+        let mut q = TimerQueue::new(2);
+        assert_eq!(
+            q.push_periodic(1, 0, Rearm::Absolute, 'z'),
+            Err(TimerError::ZeroPeriod)
+        );
+        // Removed while pending: gone, payload back.
+        let a = q.push_periodic(10, 10, Rearm::Absolute, 'a').unwrap();
+        assert_eq!(q.remove(a), Some('a'));
+        assert!(q.is_empty());
+        // Removed while firing: not re-armed, the payload comes back from rearm.
+        let b = q.push_periodic(10, 10, Rearm::Absolute, 'b').unwrap();
+        let d = q.pop_due(10).unwrap();
+        q.push(1_000, 'x').unwrap();
+        assert_eq!(
+            q.push(1_000, 'y'),
+            Err(TimerError::Full { max: 2 }),
+            "a firing periodic timer holds its place"
+        );
+        assert_eq!(q.remove(b), None);
+        assert!(!q.is_firing(b));
+        assert_eq!(q.rearm(d, 10), Err('b'));
+        assert_eq!(q.len(), 1);
+        // A one-shot timer is never re-armed.
+        let d = q.pop_due(1_000).unwrap();
+        assert_eq!(d.periodic, None);
+        assert_eq!(q.rearm(d, 1_000), Err('x'));
+        assert!(q.is_empty());
+        let e = TimerError::ZeroPeriod.to_string();
+        assert!(e.contains("period") && e.contains("not 0"), "{e}");
+    }
+
+    /// Collects the ticks of a periodic timer on the service, then removes it.
+    fn ticks_of(rearm: Rearm, period: Duration, count: usize) -> (Vec<Fired>, TimerService) {
+        let service = TimerService::new(4).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let id = service
+            .register_periodic(When::After(period), period, rearm, move |f| {
+                let _ = tx.send(f);
+            })
+            .unwrap();
+        assert_eq!(service.pending(), 1);
+        let ticks: Vec<Fired> = (0..count)
+            .map(|_| rx.recv_timeout(PATIENCE).expect("the next tick"))
+            .collect();
+        assert!(
+            service.remove(id),
+            "a periodic timer is pending until removed"
+        );
+        // A tick that was running when it was removed may still arrive;
+        // after that, none.
+        while rx.recv_timeout(period * 5).is_ok() {}
+        std::thread::sleep(period * 5);
+        assert!(rx.try_recv().is_err(), "{rearm:?}: ticked after removal");
+        assert_eq!(service.pending(), 0);
+        assert!(ticks.iter().all(|f| f.id == id));
+        (ticks, service)
+    }
+
+    #[test]
+    fn absolute_periodic_ticks_stay_on_their_grid() {
+        let period = Duration::from_millis(2);
+        let (ticks, _service) = ticks_of(Rearm::Absolute, period, 25);
+        let first = ticks[0].due_ns;
+        for (k, f) in ticks.iter().enumerate() {
+            assert_eq!(f.tick, k as u64);
+            assert_eq!(f.due_ns, first + k as u64 * period.as_nanos() as u64);
+            assert!(f.fired_ns >= f.due_ns, "tick {k} fired early");
+        }
+    }
+
+    #[test]
+    fn rearmed_periodic_ticks_drift_and_never_catch_up() {
+        let period = Duration::from_millis(2);
+        let period_ns = period.as_nanos() as u64;
+        let (ticks, _service) = ticks_of(Rearm::FromFired, period, 25);
+        let first = ticks[0].due_ns;
+        let mut drift_before = 0;
+        for (k, f) in ticks.iter().enumerate() {
+            assert_eq!(f.tick, k as u64);
+            if k > 0 {
+                assert_eq!(f.due_ns, ticks[k - 1].fired_ns + period_ns);
+            }
+            // Behind the grid by at least as much as the tick before.
+            let drift = f.fired_ns - (first + k as u64 * period_ns);
+            assert!(drift >= drift_before, "tick {k}: drift shrank");
+            drift_before = drift;
+        }
+        assert!(drift_before > 0, "25 ticks that were never late at all");
+    }
+
+    #[test]
+    fn a_panicking_periodic_callback_is_stopped() {
+        let service = TimerService::new(4).unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        service
+            .register_periodic(
+                When::After(Duration::ZERO),
+                Duration::from_millis(1),
+                Rearm::Absolute,
+                move |_| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    panic!("periodic callback panics on purpose")
+                },
+            )
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        service
+            .register(When::After(Duration::from_millis(20)), move |_| {
+                let _ = tx.send(());
+            })
+            .unwrap();
+        rx.recv_timeout(PATIENCE).expect("the service goes on");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(service.panicked(), 1);
+        assert_eq!(service.pending(), 0);
+        assert_eq!(
+            service.register_periodic(When::After(FAR), Duration::ZERO, Rearm::Absolute, |_| {}),
+            Err(TimerError::ZeroPeriod)
+        );
     }
 }

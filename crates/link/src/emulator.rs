@@ -249,6 +249,9 @@ pub struct DirectionReport {
     pub error: Option<String>,
     /// Whether the forwarder ran under SCHED_FIFO, or why it could not.
     pub realtime: Result<bool, String>,
+    /// CPU time the forwarder thread used: near the run's duration, the
+    /// forwarder (one core) is what bounds the direction's throughput.
+    pub cpu_time: Duration,
 }
 
 /// The whole run.
@@ -356,6 +359,7 @@ impl Link {
                 output: Arc::clone(&self.end(from.other()).tun),
                 impairments: Impairments::new(config, seeds.next_u64(), origin),
                 segment: config.needs_segments(),
+                coalesce: !config.has_bottleneck(),
                 vnet: self.config.offload,
                 spin_ns,
                 realtime: self.config.realtime,
@@ -431,6 +435,18 @@ impl Link {
     /// B's address (the peer of commands in A).
     pub fn addr_b(&self) -> Ipv4Addr {
         self.addr(Side::B)
+    }
+
+    /// The host end of a side's veth pair, in the current namespace: its
+    /// name and address (the /30's `.1`; the side's own address is `.2`).
+    pub fn host_end(&self, side: Side) -> (&str, Ipv4Addr) {
+        let pair = &self.end(side).pair;
+        (pair.host_ifname(), pair.host_addr())
+    }
+
+    /// `ip args...` inside a side's namespace.
+    pub fn ip_in(&self, side: Side, args: &[&str]) -> Result<String, LinkError> {
+        ip_in(&self.end(side).pair, args).map_err(LinkError::Setup)
     }
 
     /// A side's label (`osprobe-<pid><c>`, the name of its veth's host end);
@@ -561,6 +577,28 @@ impl Link {
         Ok(self.end(side).pair.write_sysctl(key, value)?)
     }
 
+    /// Raise the TCP buffer ceilings in both namespaces to `bytes`: the
+    /// maximum of `tcp_wmem` and `tcp_rmem`, what autotuning may grow a
+    /// TCP socket's buffers to. A new namespace starts from the kernel's
+    /// defaults (here 4 MiB to send, 32 MiB to receive), whatever this host
+    /// set: through a long delay they, not the emulator, bound one stream
+    /// (4 MiB per 100 ms round trip is 0.34 Gbit/s). `net.core.wmem_max` and
+    /// `rmem_max` (the ceiling of an explicit SO_SNDBUF) are read-only
+    /// inside a namespace on this kernel, so a program that sets its buffer
+    /// itself (iperf3 -w) stays at 4 MiB: let autotuning grow it instead.
+    pub fn raise_buffers(&self, bytes: u64) -> Result<(), LinkError> {
+        if !(65_536..=i32::MAX as u64).contains(&bytes) {
+            return Err(LinkError::Invalid(format!(
+                "socket buffer ceiling {bytes} bytes: accepted 64K..2G"
+            )));
+        }
+        for side in [Side::A, Side::B] {
+            self.write_sysctl(side, "net.ipv4.tcp_wmem", &format!("4096 16384 {bytes}"))?;
+            self.write_sysctl(side, "net.ipv4.tcp_rmem", &format!("4096 131072 {bytes}"))?;
+        }
+        Ok(())
+    }
+
     /// The counters now, while the link runs.
     pub fn counters(&self) -> LinkCounters {
         LinkCounters {
@@ -591,6 +629,7 @@ impl Link {
             kernel_drops,
             error: result.error,
             realtime: result.realtime,
+            cpu_time: Duration::from_nanos(result.cpu_ns),
         };
         let cleanup_error = self.remove();
         LinkReport {

@@ -33,7 +33,10 @@
 //! - Offloads: the kernel's TCP hands over up to 64 KB per read (see
 //!   [`crate::segment`]); without impairments that need wire-sized packets
 //!   it is written on whole, so one pair of system calls moves ~44
-//!   segments.
+//!   segments. With loss but no rate or trace, each segment is judged on
+//!   its own (loss is per wire packet) and the survivors are written as
+//!   runs of consecutive segments, one GSO packet each: 1% loss costs
+//!   about 1.4 writes per 64 KB instead of 44.
 //! - Batching: after a wake-up the thread drains up to [`READ_BATCH`]
 //!   packets before sleeping again, and releases everything due in one go.
 //! - No copies on the fast path: a packet due at once (no delay, nothing
@@ -103,6 +106,10 @@ pub struct ForwarderResult {
     pub error: Option<String>,
     /// Whether the thread ran under SCHED_FIFO, or why it could not.
     pub realtime: Result<bool, String>,
+    /// CPU time the thread used (user + system, including the write(2)s
+    /// that hand packets to the kernel): near the run's length, the
+    /// forwarder is what bounds the link.
+    pub cpu_ns: u64,
 }
 
 impl Default for ForwarderResult {
@@ -113,6 +120,7 @@ impl Default for ForwarderResult {
             left_pending: 0,
             error: None,
             realtime: Ok(false),
+            cpu_ns: 0,
         }
     }
 }
@@ -136,6 +144,19 @@ fn enter_fifo() -> Result<bool, String> {
             std::io::Error::from_raw_os_error(rc)
         ))
     }
+}
+
+/// CPU time of the calling thread so far (CLOCK_THREAD_CPUTIME_ID).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a live timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 struct Pending {
@@ -182,6 +203,9 @@ pub struct Forwarder {
     pub impairments: Impairments,
     /// Cut GSO packets into wire packets (loss, rate or trace configured).
     pub segment: bool,
+    /// Without a rate or trace, judge each wire packet of a GSO packet but
+    /// write the survivors as runs (see [`Running::arrive_gso_runs`]).
+    pub coalesce: bool,
     /// The devices carry virtio-net headers.
     pub vnet: bool,
     pub spin_ns: u64,
@@ -197,8 +221,13 @@ struct Running {
     output: RawFd,
     impairments: Impairments,
     segment: bool,
+    coalesce: bool,
     vnet: bool,
     counters: Arc<Counters>,
+    /// Per segment of the GSO packet being judged: its due time, or None
+    /// when lost (reused between packets).
+    verdicts: Vec<Option<u64>>,
+    kept: Vec<bool>,
     pending: VecDeque<Pending>,
     pending_capacity: usize,
     pool: Pool,
@@ -219,7 +248,10 @@ impl Forwarder {
             output: self.output.as_raw_fd(),
             impairments: self.impairments,
             segment: self.segment,
+            coalesce: self.coalesce,
             vnet: self.vnet,
+            verdicts: Vec::new(),
+            kept: Vec::new(),
             counters: self.counters,
             pending: VecDeque::new(),
             pending_capacity: 0,
@@ -239,6 +271,7 @@ impl Forwarder {
             state.result.error = Some(e.to_string());
         }
         state.result.left_pending = state.pending.iter().map(|p| p.packets).sum();
+        state.result.cpu_ns = thread_cpu_ns();
         state.result
     }
 }
@@ -355,6 +388,13 @@ impl Running {
         let (packets, bytes) = segment::wire_size(&header, &read_buf[ip_offset..]);
         add(&self.counters.packets_in, packets);
         add(&self.counters.bytes_in, bytes);
+        if self.segment
+            && self.coalesce
+            && header.is_gso()
+            && self.arrive_gso_runs(read_buf, arrival_ns)
+        {
+            return;
+        }
         if self.segment && header.is_gso() {
             let mut scratch = std::mem::take(&mut self.scratch);
             let cut = segment::segment_tcp4(read_buf, &mut scratch, |seg| {
@@ -368,6 +408,48 @@ impl Running {
         self.admit_read_buffer(read_buf, arrival_ns, packets, bytes);
     }
 
+    /// Loss (and delay) without a bottleneck: every wire segment of a GSO
+    /// packet is judged on its own, as the wire would (loss is per
+    /// segment), but the survivors are written as runs of consecutive
+    /// segments, each one GSO packet: one write(2) per run instead of one
+    /// per segment, which is what lets a lossy long fat pipe run at the
+    /// speed of a loss-free one. A run is released when its last segment
+    /// is due (with jitter the earlier ones wait a few microseconds more;
+    /// order is kept). False: not a GSO TCP/IPv4 packet, handled otherwise.
+    fn arrive_gso_runs(&mut self, read_buf: &mut Vec<u8>, arrival_ns: u64) -> bool {
+        let Ok(gso) = segment::GsoTcp4::parse(read_buf) else {
+            return false;
+        };
+        let n = gso.segments();
+        let mut verdicts = std::mem::take(&mut self.verdicts);
+        let mut kept = std::mem::take(&mut self.kept);
+        verdicts.clear();
+        kept.clear();
+        for i in 0..n {
+            let due = self
+                .judge(arrival_ns, 1, gso.ip_bytes(i, 1))
+                .map(|(due, _)| due);
+            verdicts.push(due);
+            kept.push(due.is_some());
+        }
+        if kept.iter().all(|&k| k) {
+            let due = verdicts[n - 1].expect("kept");
+            let bytes = gso.ip_bytes(0, n);
+            self.deliver_read_buffer(read_buf, due, n as u64, bytes);
+        } else {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            for (first, count) in segment::runs(&kept) {
+                let due = verdicts[first + count - 1].expect("kept");
+                gso.run(first, count, &mut scratch);
+                self.deliver(&scratch, due, count as u64, gso.ip_bytes(first, count));
+            }
+            self.scratch = scratch;
+        }
+        self.verdicts = verdicts;
+        self.kept = kept;
+        true
+    }
+
     fn admit_read_buffer(
         &mut self,
         read_buf: &mut Vec<u8>,
@@ -375,16 +457,21 @@ impl Running {
         packets: u64,
         bytes: u64,
     ) {
-        if read_buf.len() <= SMALL {
-            self.admit(read_buf, arrival_ns, packets, bytes);
-            return;
-        }
-        // A large packet that must wait keeps its buffer; the reader gets
-        // a fresh one (see the module documentation).
         let Some((due, sojourn)) = self.judge(arrival_ns, packets, bytes) else {
             return;
         };
         self.record_sojourn(sojourn);
+        self.deliver_read_buffer(read_buf, due, packets, bytes);
+    }
+
+    /// Release or queue the packet in the read buffer, due at `due`.
+    fn deliver_read_buffer(&mut self, read_buf: &mut Vec<u8>, due: u64, packets: u64, bytes: u64) {
+        if read_buf.len() <= SMALL {
+            self.deliver(read_buf, due, packets, bytes);
+            return;
+        }
+        // A large packet that must wait keeps its buffer; the reader gets
+        // a fresh one (see the module documentation).
         if self.pending.is_empty() && due <= monotonic_ns() {
             self.release(read_buf, due, monotonic_ns(), packets, bytes);
         } else {
@@ -400,6 +487,12 @@ impl Running {
             return;
         };
         self.record_sojourn(sojourn);
+        self.deliver(packet, due, packets, bytes);
+    }
+
+    /// Release `packet` now if it is due and nothing waits ahead of it,
+    /// else queue a copy.
+    fn deliver(&mut self, packet: &[u8], due: u64, packets: u64, bytes: u64) {
         if self.pending.is_empty() && due <= monotonic_ns() {
             self.release(packet, due, monotonic_ns(), packets, bytes);
             return;

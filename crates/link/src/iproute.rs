@@ -25,3 +25,22 @@ pub fn program() -> Option<&'static Path> {
 pub fn ip_in(pair: &crate::netns::NetnsPair, args: &[&str]) -> Result<String, String> {
     pair.ip(args).map_err(|e| e.to_string())
 }
+
+/// `ip args...` in the current namespace.
+pub fn ip_here(args: &[&str]) -> Result<String, String> {
+    let program = program().ok_or("the `ip` command was not found (install iproute2)")?;
+    let label = format!("ip {}", args.join(" "));
+    let output = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("running `{label}`: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`{label}` failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}

@@ -14,8 +14,10 @@
 //! Delay treats a burst handed over at once like its segments, so such a
 //! packet is forwarded whole and the receiving side gets it as one large
 //! packet (as if GRO had merged it). Loss, rate and queues must see each
-//! wire packet, so for those the forwarder cuts it here into MSS-sized
-//! segments: each gets its own IPv4 header (total length, identification
+//! wire packet. For a rate or a queue the forwarder cuts it here into
+//! MSS-sized segments; for loss alone it judges each segment and writes
+//! the surviving runs of consecutive segments as smaller GSO packets
+//! ([`GsoTcp4::run`]). Each segment or run gets its own IPv4 header (total length, identification
 //! counting up, header checksum) and TCP header (sequence number advanced;
 //! FIN and PSH only on the last segment, CWR only on the first), and is
 //! written with a partial checksum (NEEDS_CSUM: the pseudo-header sum in
@@ -167,6 +169,123 @@ pub enum SegmentError {
     NotTcp4,
 }
 
+/// A GSO TCP/IPv4 packet, checked once and cut into runs of its
+/// segments on demand.
+#[derive(Debug, Clone, Copy)]
+pub struct GsoTcp4<'a> {
+    header: VnetHeader,
+    ip: &'a [u8],
+    t: Tcp4,
+    mss: usize,
+    count: usize,
+}
+
+impl<'a> GsoTcp4<'a> {
+    /// Check `packet` (vnet header + IP packet) is a GSO TCP/IPv4 packet.
+    pub fn parse(packet: &'a [u8]) -> Result<GsoTcp4<'a>, SegmentError> {
+        let header = VnetHeader::parse(packet).ok_or(SegmentError::NotGso)?;
+        if !header.is_gso() || header.gso_size == 0 {
+            return Err(SegmentError::NotGso);
+        }
+        if header.gso_type & !GSO_ECN != GSO_TCPV4 {
+            return Err(SegmentError::NotTcp4);
+        }
+        let ip = &packet[VNET_HDR_LEN..];
+        let t = tcp4_headers(ip).ok_or(SegmentError::NotTcp4)?;
+        let mss = usize::from(header.gso_size);
+        let count = (ip.len() - t.headers).div_ceil(mss).max(1);
+        Ok(GsoTcp4 {
+            header,
+            ip,
+            t,
+            mss,
+            count,
+        })
+    }
+
+    /// How many wire segments it stands for.
+    pub fn segments(&self) -> usize {
+        self.count
+    }
+
+    /// The IP bytes segments `first..first + count` take on the wire.
+    pub fn ip_bytes(&self, first: usize, count: usize) -> u64 {
+        let payload = self.ip.len() - self.t.headers;
+        let end = ((first + count) * self.mss).min(payload);
+        let start = (first * self.mss).min(payload);
+        (count * self.t.headers + (end - start)) as u64
+    }
+
+    /// Segments `first..first + count` as one packet in `out` (the vnet
+    /// header, then the IP packet): a GSO packet when `count` > 1, a plain segment when 1.
+    /// Each carries its own IPv4 header (total length, identification
+    /// counting up from the first segment's, header checksum) and TCP
+    /// header (sequence number advanced; FIN and PSH only if it ends with
+    /// the last segment, CWR only if it starts with the first), and a
+    /// partial checksum (NEEDS_CSUM: the pseudo-header sum in the checksum
+    /// field, the kernel completes or skips it), the contract the kernel's
+    /// own GSO follows.
+    pub fn run(&self, first: usize, count: usize, out: &mut Vec<u8>) {
+        assert!(
+            count >= 1 && first + count <= self.count,
+            "run out of range"
+        );
+        let (ip, t, mss) = (self.ip, self.t, self.mss);
+        let payload = &ip[t.headers..];
+        let chunk =
+            &payload[(first * mss).min(payload.len())..((first + count) * mss).min(payload.len())];
+        let run_header = if count > 1 {
+            VnetHeader {
+                flags: F_NEEDS_CSUM,
+                gso_type: self.header.gso_type,
+                hdr_len: t.headers as u16,
+                gso_size: mss as u16,
+                csum_start: t.ip_header as u16,
+                csum_offset: TCP_CSUM_OFFSET,
+            }
+        } else {
+            VnetHeader {
+                flags: F_NEEDS_CSUM,
+                gso_type: GSO_NONE,
+                hdr_len: 0,
+                gso_size: 0,
+                csum_start: t.ip_header as u16,
+                csum_offset: TCP_CSUM_OFFSET,
+            }
+        };
+        out.clear();
+        out.resize(VNET_HDR_LEN, 0);
+        run_header.write(&mut out[..VNET_HDR_LEN]);
+        out.extend_from_slice(&ip[..t.headers]);
+        out.extend_from_slice(chunk);
+        let first_id = u16::from_be_bytes([ip[4], ip[5]]);
+        let first_seq = u32::from_be_bytes(
+            ip[t.ip_header + 4..t.ip_header + 8]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        let seg = &mut out[VNET_HDR_LEN..];
+        let total = seg.len();
+        seg[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        seg[4..6].copy_from_slice(&first_id.wrapping_add(first as u16).to_be_bytes());
+        let checksum = ipv4_header_checksum(&mut seg[..t.ip_header]);
+        seg[10..12].copy_from_slice(&checksum.to_be_bytes());
+        let tcp = t.ip_header;
+        let seq = first_seq.wrapping_add((first * mss) as u32);
+        seg[tcp + 4..tcp + 8].copy_from_slice(&seq.to_be_bytes());
+        let mut f = ip[t.ip_header + 13];
+        if first + count < self.count {
+            f &= !(0x01 | 0x08); // FIN, PSH: only with the last segment
+        }
+        if first > 0 {
+            f &= !0x80; // CWR: only with the first
+        }
+        seg[tcp + 13] = f;
+        let partial = pseudo_header_sum(seg, total - tcp);
+        seg[tcp + 16..tcp + 18].copy_from_slice(&partial.to_be_bytes());
+    }
+}
+
 /// Cut a GSO TCP/IPv4 packet (`packet` = vnet header + IP packet) into
 /// wire-sized segments, each handed to `emit` as vnet header + IP packet.
 /// Returns the number of segments.
@@ -175,62 +294,30 @@ pub fn segment_tcp4(
     scratch: &mut Vec<u8>,
     mut emit: impl FnMut(&[u8]),
 ) -> Result<usize, SegmentError> {
-    let header = VnetHeader::parse(packet).ok_or(SegmentError::NotGso)?;
-    if !header.is_gso() || header.gso_size == 0 {
-        return Err(SegmentError::NotGso);
-    }
-    if header.gso_type & !GSO_ECN != GSO_TCPV4 {
-        return Err(SegmentError::NotTcp4);
-    }
-    let ip = &packet[VNET_HDR_LEN..];
-    let t = tcp4_headers(ip).ok_or(SegmentError::NotTcp4)?;
-    let mss = usize::from(header.gso_size);
-    let payload = &ip[t.headers..];
-    let first_id = u16::from_be_bytes([ip[4], ip[5]]);
-    let first_seq = u32::from_be_bytes(
-        ip[t.ip_header + 4..t.ip_header + 8]
-            .try_into()
-            .expect("4 bytes"),
-    );
-    let flags = ip[t.ip_header + 13];
-    let count = payload.len().div_ceil(mss).max(1);
-    let segment_header = VnetHeader {
-        flags: F_NEEDS_CSUM,
-        gso_type: GSO_NONE,
-        hdr_len: 0,
-        gso_size: 0,
-        csum_start: t.ip_header as u16,
-        csum_offset: TCP_CSUM_OFFSET,
-    };
-    for i in 0..count {
-        let chunk = &payload[(i * mss).min(payload.len())..((i + 1) * mss).min(payload.len())];
-        scratch.clear();
-        scratch.resize(VNET_HDR_LEN, 0);
-        segment_header.write(&mut scratch[..VNET_HDR_LEN]);
-        scratch.extend_from_slice(&ip[..t.headers]);
-        scratch.extend_from_slice(chunk);
-        let seg = &mut scratch[VNET_HDR_LEN..];
-        let total = seg.len();
-        seg[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        seg[4..6].copy_from_slice(&first_id.wrapping_add(i as u16).to_be_bytes());
-        let checksum = ipv4_header_checksum(&mut seg[..t.ip_header]);
-        seg[10..12].copy_from_slice(&checksum.to_be_bytes());
-        let tcp = t.ip_header;
-        let seq = first_seq.wrapping_add((i * mss) as u32);
-        seg[tcp + 4..tcp + 8].copy_from_slice(&seq.to_be_bytes());
-        let mut f = flags;
-        if i + 1 < count {
-            f &= !(0x01 | 0x08); // FIN, PSH: only on the last segment
-        }
-        if i > 0 {
-            f &= !0x80; // CWR: only on the first
-        }
-        seg[tcp + 13] = f;
-        let partial = pseudo_header_sum(seg, total - tcp);
-        seg[tcp + 16..tcp + 18].copy_from_slice(&partial.to_be_bytes());
+    let gso = GsoTcp4::parse(packet)?;
+    for i in 0..gso.segments() {
+        gso.run(i, 1, scratch);
         emit(scratch);
     }
-    Ok(count)
+    Ok(gso.segments())
+}
+
+/// The maximal runs of `true` in `keep`, as (first, count).
+pub fn runs(keep: &[bool]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < keep.len() && !keep[i] {
+            i += 1;
+        }
+        if i == keep.len() {
+            return None;
+        }
+        let first = i;
+        while i < keep.len() && keep[i] {
+            i += 1;
+        }
+        Some((first, i - first))
+    })
 }
 
 #[cfg(test)]
@@ -357,6 +444,51 @@ mod tests {
             segment_tcp4(&udp, &mut scratch, |_| {}),
             Err(SegmentError::NotTcp4)
         );
+    }
+
+    #[test]
+    fn runs_of_segments_are_gso_packets_of_just_those_segments() {
+        let mss = 1000u16;
+        let payload = 5 * 1000 + 300; // six segments, the last short
+        let packet = gso_packet(payload, mss, 0x18 | 0x01 | 0x80);
+        let gso = GsoTcp4::parse(&packet).unwrap();
+        assert_eq!(gso.segments(), 6);
+        // Segment 2 lost: runs 0..2 and 3..6.
+        let keep = [true, true, false, true, true, true];
+        let got: Vec<(usize, usize)> = runs(&keep).collect();
+        assert_eq!(got, vec![(0, 2), (3, 3)]);
+        let mut out = Vec::new();
+        // Each run, cut again, gives exactly the original's segments.
+        let mut singles = Vec::new();
+        let mut scratch = Vec::new();
+        segment_tcp4(&packet, &mut scratch, |s| singles.push(s.to_vec())).unwrap();
+        for (first, count) in got {
+            gso.run(first, count, &mut out);
+            let h = VnetHeader::parse(&out).unwrap();
+            assert!(h.is_gso());
+            assert_eq!(h.gso_size, mss);
+            let ip = &out[VNET_HDR_LEN..];
+            assert_eq!(usize::from(u16::from_be_bytes([ip[2], ip[3]])), ip.len());
+            assert_eq!(fold(ones_sum(&ip[..20], 0)), 0xffff);
+            let flags = ip[33];
+            assert_eq!(flags & 0x01 != 0, first + count == 6, "FIN");
+            assert_eq!(flags & 0x80 != 0, first == 0, "CWR");
+            let mut cut = Vec::new();
+            segment_tcp4(&out, &mut scratch, |s| cut.push(s.to_vec())).unwrap();
+            assert_eq!(cut.len(), count);
+            for (i, c) in cut.iter().enumerate() {
+                let original = &singles[first + i];
+                // Same bytes, but the identification counts from the run's
+                // first segment, which is the original's numbering too.
+                assert_eq!(c, original, "segment {}", first + i);
+            }
+        }
+        // A run of one is a plain segment.
+        gso.run(2, 1, &mut out);
+        assert!(!VnetHeader::parse(&out).unwrap().is_gso());
+        assert_eq!(out, singles[2]);
+        assert_eq!(runs(&[false, false]).count(), 0);
+        assert_eq!(runs(&[true]).collect::<Vec<_>>(), vec![(0, 1)]);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! proc.fork, proc.spawn, proc.thread_create: the cost of creating a task
 //! (the CSE 221 report section 3.4, the SOS design document section 9).
+//! `proc.spawn binary=rfs` loads the program over the file service
+//! ([`crate::rfs_exec`]).
 
+use crate::rfs_exec::{RemoteProgram, REMOTE_NAME};
 use crate::tiny_elf::StaticTrue;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -8,7 +11,7 @@ use osprobe_core::{
 use std::ffi::CString;
 
 /// Wait for `pid` and require a clean exit.
-fn reap(pid: libc::pid_t, what: &str) -> Result<(), ExperimentError> {
+pub(crate) fn reap(pid: libc::pid_t, what: &str) -> Result<(), ExperimentError> {
     let mut status = 0;
     loop {
         // SAFETY: status is a valid int; pid is our child.
@@ -79,7 +82,7 @@ impl Experiment for Fork {
 pub struct Spawn;
 
 const SPAWN_METHODS: &[&str] = &["posix_spawn", "fork_exec"];
-const BINARIES: &[&str] = &["static", "dynamic"];
+const BINARIES: &[&str] = &["static", "dynamic", "rfs"];
 
 /// Where the dynamic binary is looked for, in order.
 const DYNAMIC_TRUE: &[&str] = &["/bin/true", "/usr/bin/true"];
@@ -92,7 +95,13 @@ impl Experiment for Spawn {
         true
     }
     fn description(&self) -> &'static str {
-        "posix_spawn and fork+exec of a minimal static ELF written by osprobe and of the dynamic /bin/true, until the child has exited"
+        "posix_spawn and fork+exec of a minimal static ELF written by osprobe and of the dynamic /bin/true, until the child has exited; binary=rfs reads the static ELF from osprobe's file service into a memfd for every run"
+    }
+    fn requirements(&self) -> osprobe_core::Requirements {
+        osprobe_core::Requirements {
+            root_for: Some("binary=rfs with path=netns or path=emulated (network namespaces)"),
+            ..osprobe_core::Requirements::default()
+        }
     }
     fn params(&self) -> &'static [ParamSpec] {
         &[
@@ -103,20 +112,25 @@ impl Experiment for Spawn {
             },
             ParamSpec {
                 name: "binary",
-                help: "a static ELF with no loader, or dynamic /bin/true",
+                help: "static: a static ELF with no loader; dynamic: /bin/true; rfs: the static ELF read over osprobe's file service into a memfd for every run",
                 kind: ParamKind::Choice(BINARIES),
             },
+            osprobe_rfs::experiments::PATH_PARAM,
+            osprobe_rfs::experiments::DELAY_PARAM,
         ]
     }
-    fn grid(&self, _: Profile) -> Vec<Params> {
+    fn grid(&self, profile: Profile) -> Vec<Params> {
         let mut grid = Vec::new();
         for method in SPAWN_METHODS {
-            for binary in BINARIES {
-                grid.push(
-                    Params::new()
-                        .with("method", *method)
-                        .with("binary", *binary),
-                );
+            for binary in ["static", "dynamic"] {
+                grid.push(Params::new().with("method", *method).with("binary", binary));
+            }
+            // Over the file service: loopback always; the emulator (a LAN's
+            // 1 ms each way) in full, where it can be built.
+            let rfs = Params::new().with("method", *method).with("binary", "rfs");
+            grid.push(rfs.clone().with("path", "loopback"));
+            if profile == Profile::Full && osprobe_rfs::experiments::emulator_available().is_ok() {
+                grid.push(rfs.with("path", "emulated").with("delay", "1ms"));
             }
         }
         grid
@@ -124,6 +138,14 @@ impl Experiment for Spawn {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let method = params.text("method").unwrap_or("posix_spawn");
         let binary = params.text("binary").unwrap_or("static");
+        if binary == "rfs" {
+            return spawn_over_rfs(ctx, self.id(), method, params);
+        }
+        if params.text("path").is_some() || params.text("delay").is_some() {
+            return Err(ExperimentError::Unsupported(
+                "path and delay apply to binary=rfs only".into(),
+            ));
+        }
         // Keep the static executable alive until sampling is done.
         let static_exe;
         let path = if binary == "static" {
@@ -179,7 +201,68 @@ impl Experiment for Spawn {
     }
 }
 
-fn posix_spawn(
+/// proc.spawn binary=rfs: each sample reads the tiny static ELF from an
+/// rfs server into a memfd and runs it (see [`crate::rfs_exec`]); a second
+/// metric times the fetch alone.
+fn spawn_over_rfs(
+    ctx: &Context,
+    id: &str,
+    method: &str,
+    params: &Params,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    if !SPAWN_METHODS.contains(&method) {
+        return Err(ExperimentError::Failed(format!(
+            "invalid value '{method}' for parameter 'method': expected {}",
+            SPAWN_METHODS.join(", ")
+        )));
+    }
+    let image = crate::tiny_elf::image().ok_or_else(|| {
+        ExperimentError::Unsupported(format!(
+            "no built-in static executable for {}",
+            std::env::consts::ARCH
+        ))
+    })?;
+    let mut remote = RemoteProgram::serve(params, REMOTE_NAME, &image)?;
+    let argv0 = c"true";
+    let argv: [*mut libc::c_char; 2] = [argv0.as_ptr() as *mut _, std::ptr::null_mut()];
+    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    let what = format!("{REMOTE_NAME} loaded over rfs");
+    let harness = ctx.harness();
+    let requests_before = remote.requests();
+    let mut runs = 0u64;
+    let samples = harness.each_timed(|| {
+        let program = remote.fetch()?;
+        let pid = match method {
+            "fork_exec" => program.fork_execveat(&argv, &envp)?,
+            _ => posix_spawn(program.proc_path(), &argv, &envp)?,
+        };
+        runs += 1;
+        reap(pid, &what)
+    })?;
+    let requests = (remote.requests() - requests_before) as f64 / runs.max(1) as f64;
+    let fetch = harness.each_timed(|| remote.fetch().map(drop))?;
+    let setup = vec![
+        format!(
+            "the static ELF of {} bytes written by osprobe, read from an rfs server for every run (open, fstat, read, close: {requests:.1} requests per run) into a memfd, checked, and started from it ({})",
+            image.len(),
+            match method {
+                "fork_exec" => "fork, then execveat(fd, \"\", AT_EMPTY_PATH)",
+                _ => "posix_spawn of /proc/self/fd/N",
+            }
+        ),
+        format!("path: {}; {}", remote.description(), remote.client_note()),
+    ];
+    let mut m = ctx.time_measurement(id, method, params.clone(), &samples)?;
+    m.notes.extend(setup.iter().cloned());
+    let mut f = ctx.time_measurement(id, "fetch", params.clone(), &fetch)?;
+    f.notes.push(
+        "the fetch alone: the program read over rfs into a memfd and checked, not run".into(),
+    );
+    f.notes.extend(setup);
+    Ok(vec![m, f])
+}
+
+pub(crate) fn posix_spawn(
     path: &CString,
     argv: &[*mut libc::c_char; 2],
     envp: &[*mut libc::c_char; 1],

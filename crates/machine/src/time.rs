@@ -35,13 +35,15 @@
 //! each due a seeded-random 1 ms .. window after its registration, and
 //! records how late each fires (the service passes due and actual time).
 //! Rounds repeat within the profile's time budget. It also reports the cost
-//! of one registration and the share of timers that fired.
+//! of one registration and the share of timers that fired. With
+//! `mode=absolute` or `mode=rearm` the timers are periodic instead, and the
+//! point measures their drift over `periods` periods ([`crate::heartbeat`]).
 
 use osprobe_core::clock::monotonic_ns;
 use osprobe_core::model::Histogram;
 use osprobe_core::random::SplitMix64;
 use osprobe_core::sleep::{sleep_until, timer_slack, Strategy};
-use osprobe_core::timers::{Fired, TimerId, TimerService, When};
+use osprobe_core::timers::{Fired, Rearm, TimerId, TimerService, When};
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Registry, Summary, Unit,
@@ -49,6 +51,8 @@ use osprobe_core::{
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
+
+use crate::heartbeat;
 
 /// Add the time.* experiments.
 pub fn register(registry: &mut Registry) {
@@ -520,6 +524,10 @@ impl Experiment for Sleep {
 /// clock_nanosleep_abs (see osprobe_core::timers).
 const SERVICE_STRATEGIES: &[&str] = &["hybrid", "clock_nanosleep_abs", "spin"];
 
+/// time.timers' modes: one-shot timers with random deadlines, or periodic
+/// timers on absolute deadlines or re-armed from their firing.
+const TIMER_MODES: &[&str] = &["random", "absolute", "rearm"];
+
 /// The earliest a timer is due after its registration.
 const MIN_AHEAD_NS: u64 = 1_000_000;
 
@@ -596,12 +604,48 @@ impl Timers {
     }
 }
 
+impl Timers {
+    /// A point of the periodic modes (see [`crate::heartbeat`]).
+    fn run_periodic(
+        &self,
+        ctx: &Context,
+        params: &Params,
+        timers: usize,
+        strategy: Strategy,
+        rearm: Rearm,
+    ) -> Result<Vec<Measurement>, ExperimentError> {
+        let period_us = params.int("period_us").unwrap_or(100_000);
+        if !(100..=1_000_000).contains(&period_us) {
+            return Err(bad_param("period_us", period_us, "100 to 1000000"));
+        }
+        let periods = params.int("periods").unwrap_or(50);
+        let span_us = heartbeat::MAX_SPAN.as_micros() as i64;
+        if periods < 1 || periods.saturating_mul(period_us) > span_us {
+            return Err(bad_param(
+                "periods",
+                periods,
+                &format!(
+                    "1 or more, with periods x period_us ({period_us}) at most {span_us} (600 s)"
+                ),
+            ));
+        }
+        let hb = heartbeat::Heartbeat {
+            timers,
+            period: Duration::from_micros(period_us as u64),
+            periods: periods as u64,
+            rearm,
+            strategy,
+        };
+        heartbeat::measure(ctx, params, self.id(), hb)
+    }
+}
+
 impl Experiment for Timers {
     fn id(&self) -> &'static str {
         "time.timers"
     }
     fn description(&self) -> &'static str {
-        "the timer service (the SOS design document's clock driver): many registered callbacks with random deadlines, how late each fires, and the cost of registering one"
+        "the timer service (the SOS design document's clock driver): many registered callbacks with random deadlines, how late each fires, and the cost of registering one; periodic timers (the heartbeat) and their drift, absolute deadlines against re-arming from the callback"
     }
     fn params(&self) -> &'static [ParamSpec] {
         &[
@@ -618,6 +662,27 @@ impl Experiment for Timers {
                 help: "how the service thread waits for the next deadline",
                 kind: ParamKind::Choice(SERVICE_STRATEGIES),
             },
+            ParamSpec {
+                name: "mode",
+                help: "random: one-shot timers with random deadlines; absolute: periodic timers on a fixed grid (next = first + k * period); rearm: periodic timers re-armed from their firing (next = fired + period), which drift",
+                kind: ParamKind::Choice(TIMER_MODES),
+            },
+            ParamSpec {
+                name: "period_us",
+                help: "periodic modes: the period in microseconds (the SOS heartbeat: 100000)",
+                kind: ParamKind::Int {
+                    min: 100,
+                    max: 1_000_000,
+                },
+            },
+            ParamSpec {
+                name: "periods",
+                help: "periodic modes: K, the drift is taken after K periods (periods x period at most 600 s)",
+                kind: ParamKind::Int {
+                    min: 1,
+                    max: 1_000_000,
+                },
+            },
         ]
     }
     fn grid(&self, profile: Profile) -> Vec<Params> {
@@ -632,6 +697,25 @@ impl Experiment for Timers {
                 points.push(Params::new().with("timers", n).with("strategy", *s));
             }
         }
+        // Periodic timers: the drift of each way of re-arming, side by side.
+        // (timers, period in us, periods); full has the SOS heartbeat.
+        let periodic: &[(i64, i64, i64)] = match profile {
+            Profile::Smoke => &[(1, 1_000, 20)],
+            Profile::Quick => &[(1, 10_000, 50), (100, 10_000, 50)],
+            Profile::Full => &[(1, 1_000, 1_000), (1, 100_000, 50), (100, 100_000, 50)],
+        };
+        for &(n, period, k) in periodic {
+            for mode in ["absolute", "rearm"] {
+                points.push(
+                    Params::new()
+                        .with("timers", n)
+                        .with("strategy", "hybrid")
+                        .with("mode", mode)
+                        .with("period_us", period)
+                        .with("periods", k),
+                );
+            }
+        }
         points
     }
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
@@ -644,6 +728,15 @@ impl Experiment for Timers {
         let strategy = strategy_named(name)
             .filter(|_| SERVICE_STRATEGIES.contains(&name))
             .ok_or_else(|| bad_param("strategy", name, &SERVICE_STRATEGIES.join(", ")))?;
+        let rearm = match params.text("mode").unwrap_or("random") {
+            "random" => None,
+            "absolute" => Some(Rearm::Absolute),
+            "rearm" => Some(Rearm::FromFired),
+            other => return Err(bad_param("mode", other, &TIMER_MODES.join(", "))),
+        };
+        if let Some(rearm) = rearm {
+            return self.run_periodic(ctx, params, n, strategy, rearm);
+        }
         let (window, budget) = Timers::window_and_budget(ctx.profile);
         let window_ns = window.as_nanos() as u64;
 
@@ -901,6 +994,18 @@ mod tests {
         let p = Params::new().with("timers", 5).with("strategy", "epoll");
         let e = Timers.run(&ctx, &p).unwrap_err().to_string();
         assert!(e.contains("'epoll'") && e.contains("hybrid"), "{e}");
+        let p = Params::new().with("mode", "cron");
+        let e = Timers.run(&ctx, &p).unwrap_err().to_string();
+        assert!(e.contains("'cron'") && e.contains("absolute, rearm"), "{e}");
+        let p = Params::new()
+            .with("mode", "absolute")
+            .with("period_us", 100_000)
+            .with("periods", 10_000);
+        let e = Timers.run(&ctx, &p).unwrap_err().to_string();
+        assert!(e.contains("'10000'") && e.contains("600 s"), "{e}");
+        let p = Params::new().with("mode", "rearm").with("period_us", 5);
+        let e = Timers.run(&ctx, &p).unwrap_err().to_string();
+        assert!(e.contains("'5'") && e.contains("100 to 1000000"), "{e}");
     }
 
     #[test]

@@ -30,6 +30,12 @@ fn exit_code_for_arch() -> Option<(u16, &'static [u8])> {
     }
 }
 
+/// The ELF machine number (e_machine) of this architecture, if osprobe
+/// knows it.
+pub fn machine_for_arch() -> Option<u16> {
+    exit_code_for_arch().map(|(machine, _)| machine)
+}
+
 /// The bytes of the executable for this architecture, if osprobe knows it.
 pub fn image() -> Option<Vec<u8>> {
     let (machine, code) = exit_code_for_arch()?;

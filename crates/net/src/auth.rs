@@ -18,6 +18,7 @@ use osprobe_core::proof;
 
 const OPEN_LABEL: &str = "osprobe-serve-v2 open";
 const ATTACH_LABEL: &str = "osprobe-serve-v2 attach";
+const DESCRIBE_LABEL: &str = "osprobe-serve-v2 describe";
 
 /// What a proof is for; part of the MAC input.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +27,8 @@ pub enum Purpose<'a> {
     Open { test: &'a TestSpec, duration_s: u32 },
     /// Join session `session` as stream `stream`.
     Attach { session: &'a str, stream: u32 },
+    /// Ask the server to describe its machine and interface.
+    Describe,
 }
 
 /// The MAC's (label, context) for `purpose`. The test spec enters as its
@@ -43,6 +46,7 @@ fn label_and_context(purpose: Purpose) -> (&'static str, Vec<Vec<u8>>) {
             ATTACH_LABEL,
             vec![session.as_bytes().to_vec(), stream.to_be_bytes().to_vec()],
         ),
+        Purpose::Describe => (DESCRIBE_LABEL, Vec::new()),
     }
 }
 

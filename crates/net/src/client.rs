@@ -232,6 +232,49 @@ impl Peer {
             other => Err(self.unexpected("opening a session", "opened", &other)),
         }
     }
+
+    /// The server's machine and the interface this connection reached it
+    /// on (see [`crate::describe`]).
+    pub fn describe(
+        &self,
+    ) -> Result<
+        (
+            osprobe_core::Environment,
+            Option<osprobe_core::nic::NicInfo>,
+        ),
+        NetError,
+    > {
+        const CONTEXT: &str = "asking the server to describe itself";
+        let (mut stream, nonce, auth_required) = self.greet(&ConnectOptions {
+            nodelay: true,
+            ..ConnectOptions::default()
+        })?;
+        let describe = Message::Describe {
+            version: PROTOCOL_VERSION,
+            proof: self.proof(auth_required, &nonce, Purpose::Describe),
+        };
+        self.write(&mut stream, &describe, CONTEXT)?;
+        // The first capture calibrates the server's clock: allow for it.
+        let _ = stream.set_read_timeout(Some(self.reply_timeout * 2));
+        let answer =
+            match protocol::read_message_limited(&mut stream, protocol::MAX_DESCRIBED_FRAME) {
+                Ok(Message::Error { code, message }) => Err(NetError::Refused {
+                    addr: self.addr,
+                    code,
+                    message: peer_text::escape(&message, peer_text::MAX_CHARS),
+                }),
+                Ok(msg) => Ok(msg),
+                Err(source) => Err(NetError::Protocol {
+                    addr: self.addr,
+                    context: CONTEXT,
+                    source,
+                }),
+            }?;
+        match answer {
+            Message::Described { environment, nic } => Ok((*environment, nic.map(|n| *n))),
+            other => Err(self.unexpected(CONTEXT, "described", &other)),
+        }
+    }
 }
 
 /// An open session: attach streams, then `finish`.
@@ -245,6 +288,11 @@ pub struct Session {
 impl Session {
     pub fn test(&self) -> &TestSpec {
         &self.test
+    }
+
+    /// The session id (hex) the server gave.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// A new data connection joined to the session as stream `index`, with

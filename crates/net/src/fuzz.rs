@@ -30,3 +30,27 @@ pub fn frames(data: &[u8]) {
 pub fn echo_reply(data: &[u8]) {
     crate::icmp::fuzz_parse_echo_reply(data);
 }
+
+/// A UDP test datagram as the server's session port receives it: a header
+/// that decodes writes back to the same bytes, and the receiver's counting
+/// takes any header (sequence numbers and send times at their extremes).
+pub fn udp_datagram(data: &[u8]) {
+    let Some(header) = crate::modes::DatagramHeader::read(data) else {
+        assert!(
+            data.len() < crate::modes::UDP_HEADER,
+            "a long enough datagram has a header"
+        );
+        return;
+    };
+    let mut back = [0u8; crate::modes::UDP_HEADER];
+    header.write(&mut back);
+    assert_eq!(
+        &back[..],
+        &data[..crate::modes::UDP_HEADER],
+        "a header round-trips"
+    );
+    let mut counter = crate::modes::UdpCounter::default();
+    counter.record(&header, data.len(), 0);
+    counter.record(&header, data.len(), u64::MAX);
+    assert!(counter.counts.jitter_ns.is_finite() && counter.counts.jitter_ns >= 0.0);
+}

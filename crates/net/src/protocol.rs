@@ -11,6 +11,10 @@
 //!   the server's `Attached`, the connection carries the test's raw bytes
 //!   (no more frames).
 //!
+//! - `Describe` on a connection of its own: the server answers `Described`
+//!   with its environment (the capture a run stores) and the interface
+//!   that carries this connection, then closes (see [`crate::describe`]).
+//!
 //! A connection that closes before sending anything is fine: that is what
 //! `net.connect` does.
 //!
@@ -44,6 +48,9 @@ pub const MAX_FRAME: usize = 512 * 1024;
 /// bytes (a file name of up to 1 KiB included). A peer claiming more is
 /// refused before anything is allocated.
 pub const MAX_FIRST_FRAME: usize = 4 * 1024;
+/// The largest `Described` a client reads: an environment is a few KiB of
+/// JSON (caches, mitigations, notes); 64 KiB bounds a hostile server.
+pub const MAX_DESCRIBED_FRAME: usize = 64 * 1024;
 /// Default TCP port of `osprobe serve` (UDP echo uses the same number).
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -104,6 +111,15 @@ pub enum Message {
     Report { streams: Vec<StreamReport> },
     /// Either side: the request cannot be served; the connection closes.
     Error { code: ErrorCode, message: String },
+    /// Client, on a connection of its own: describe your machine and the
+    /// interface this connection arrived on. Proved like `Open`.
+    Describe { version: u32, proof: Option<String> },
+    /// Server: the answer to `Describe`, at most [`MAX_DESCRIBED_FRAME`]
+    /// bytes; the connection closes after it.
+    Described {
+        environment: Box<osprobe_core::Environment>,
+        nic: Option<Box<osprobe_core::nic::NicInfo>>,
+    },
 }
 
 /// What a session measures; the server's role on its data streams.
@@ -140,6 +156,23 @@ pub enum TestSpec {
     /// The receiver of `net.ack_stall`: window clamped to one `segment`,
     /// delayed ACKs or TCP_QUICKACK re-armed after every read.
     AckStall { segment: u32, quickack: bool },
+    /// The server sends on each stream (iperf3 -R): `write_size`-byte
+    /// writes for `duration_ms`, or until the client closes; with `cpu`,
+    /// the sending threads run on that CPU. See [`crate::modes`].
+    Source {
+        streams: u32,
+        write_size: u32,
+        duration_ms: u32,
+        cpu: Option<u32>,
+    },
+    /// UDP datagrams of `size` bytes to a port of this session alone, which
+    /// the server announces on stream 0; it counts loss, jitter and
+    /// reordering until stream 0 closes. See [`crate::modes`].
+    UdpSink { size: u32 },
+    /// Connect/request/response/close transactions (netperf TCP_CRR) on a
+    /// listener of this session alone, announced on stream 0: each
+    /// connection sends `size` bytes and gets `size` bytes back.
+    Crr { size: u32 },
 }
 
 impl TestSpec {
@@ -149,7 +182,8 @@ impl TestSpec {
             TestSpec::Echo { streams, .. }
             | TestSpec::Sink { streams, .. }
             | TestSpec::File { streams, .. } => *streams,
-            TestSpec::AckStall { .. } => 1,
+            TestSpec::Source { streams, .. } => *streams,
+            TestSpec::AckStall { .. } | TestSpec::UdpSink { .. } | TestSpec::Crr { .. } => 1,
         }
     }
 
@@ -160,6 +194,9 @@ impl TestSpec {
             TestSpec::Sink { .. } => "sink",
             TestSpec::File { .. } => "file",
             TestSpec::AckStall { .. } => "ack_stall",
+            TestSpec::Source { .. } => "source",
+            TestSpec::UdpSink { .. } => "udp_sink",
+            TestSpec::Crr { .. } => "crr",
         }
     }
 }
@@ -186,6 +223,25 @@ pub struct StreamReport {
     pub tcp_info: Option<serde_json::Value>,
     /// Why the stream failed, if it did.
     pub error: Option<String>,
+    /// What a UDP receiver counted (udp_sink sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpCounts>,
+}
+
+/// What the receiver of a UDP test counted, in iperf3's terms: datagrams
+/// and payload bytes received, those that arrived after a later one
+/// (reordered), and the RFC 3550 interarrival jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdpCounts {
+    pub datagrams: u64,
+    pub bytes: u64,
+    /// Arrived with a sequence number below the highest seen before.
+    pub reordered: u64,
+    /// Highest sequence number seen, plus one (0: none).
+    pub highest: u64,
+    /// RFC 3550 jitter at the end, nanoseconds.
+    pub jitter_ns: f64,
 }
 
 /// Why a request was refused.
@@ -275,6 +331,13 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
         FrameError::Malformed(peer_text::escape(&e.to_string(), peer_text::MAX_CHARS))
     })?;
     msg.validate().map_err(FrameError::Invalid)?;
+    if let Message::Described { environment, nic } = &msg {
+        // Environment and NicInfo read leniently from the store (fields
+        // only ever added); from a peer, a field this build does not know
+        // is refused like any other unknown field.
+        crate::describe::refuse_unknown_fields(body, environment, nic)
+            .map_err(FrameError::Malformed)?;
+    }
     Ok(msg)
 }
 
@@ -441,6 +504,11 @@ impl Message {
                     if s.error.as_ref().is_some_and(|e| e.len() > MAX_TEXT) {
                         return Err("stream error text too long".into());
                     }
+                    if s.udp
+                        .is_some_and(|u| !u.jitter_ns.is_finite() || u.jitter_ns < 0.0)
+                    {
+                        return Err("UDP jitter must be a finite number >= 0".into());
+                    }
                 }
                 Ok(())
             }
@@ -450,6 +518,22 @@ impl Message {
                 } else {
                     Ok(())
                 }
+            }
+            Message::Describe { proof, .. } => {
+                if let Some(p) = proof {
+                    check_hex("proof", p, PROOF_HEX_LEN)?;
+                }
+                Ok(())
+            }
+            Message::Described { environment, nic } => {
+                crate::describe::check_peer_value(
+                    "environment",
+                    &serde_json::to_value(environment).unwrap_or_default(),
+                )?;
+                crate::describe::check_peer_value(
+                    "nic",
+                    &serde_json::to_value(nic).unwrap_or_default(),
+                )
             }
         }
     }
@@ -465,6 +549,8 @@ impl Message {
             Message::Finish { .. } => "finish",
             Message::Report { .. } => "report",
             Message::Error { .. } => "error",
+            Message::Describe { .. } => "describe",
+            Message::Described { .. } => "described",
         }
     }
 }
@@ -501,6 +587,23 @@ impl TestSpec {
             TestSpec::AckStall { segment, .. } => {
                 check_range("segment", *segment as u64, 1, MAX_ECHO_SIZE as u64)
             }
+            TestSpec::Source {
+                streams,
+                write_size,
+                duration_ms,
+                ..
+            } => {
+                check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
+                check_range("write_size", *write_size as u64, 1, MAX_IO_SIZE as u64)?;
+                check_range("duration_ms", *duration_ms as u64, 1, 24 * 3600 * 1000)
+            }
+            TestSpec::UdpSink { size } => check_range(
+                "size",
+                *size as u64,
+                crate::modes::UDP_HEADER as u64,
+                MAX_ECHO_SIZE as u64,
+            ),
+            TestSpec::Crr { size } => check_range("size", *size as u64, 1, MAX_ECHO_SIZE as u64),
         }
     }
 }
@@ -552,6 +655,13 @@ mod tests {
             stored: Some(true),
             tcp_info: Some(json.clone()),
             error: None,
+            udp: Some(UdpCounts {
+                datagrams: u64::MAX,
+                bytes: u64::MAX,
+                reordered: u64::MAX,
+                highest: u64::MAX,
+                jitter_ns: f64::MAX,
+            }),
         };
         let report = Message::Report {
             streams: (0..MAX_STREAMS).map(stream).collect(),
@@ -590,6 +700,21 @@ mod tests {
                 }),
             (1..=MAX_ECHO_SIZE, any::<bool>())
                 .prop_map(|(segment, quickack)| TestSpec::AckStall { segment, quickack }),
+            (
+                1..=MAX_STREAMS,
+                1..=MAX_IO_SIZE,
+                1u32..=86_400_000,
+                proptest::option::of(0u32..64)
+            )
+                .prop_map(|(streams, write_size, duration_ms, cpu)| TestSpec::Source {
+                    streams,
+                    write_size,
+                    duration_ms,
+                    cpu
+                }),
+            (crate::modes::UDP_HEADER as u32..=MAX_ECHO_SIZE)
+                .prop_map(|size| TestSpec::UdpSink { size }),
+            (1..=MAX_ECHO_SIZE).prop_map(|size| TestSpec::Crr { size }),
         ]
     }
 
@@ -662,6 +787,11 @@ mod tests {
                 code: ErrorCode::Busy,
                 message
             }),
+            (
+                any::<u32>(),
+                proptest::option::of(hex_string(PROOF_HEX_LEN))
+            )
+                .prop_map(|(version, proof)| Message::Describe { version, proof }),
         ]
     }
 
@@ -819,6 +949,26 @@ mod tests {
                 },
                 5,
             ),
+            open(
+                TestSpec::Source {
+                    streams: 1,
+                    write_size: 0,
+                    duration_ms: 1000,
+                    cpu: None,
+                },
+                5,
+            ),
+            open(
+                TestSpec::Source {
+                    streams: 1,
+                    write_size: 1,
+                    duration_ms: 0,
+                    cpu: None,
+                },
+                5,
+            ),
+            open(TestSpec::UdpSink { size: 8 }, 5),
+            open(TestSpec::Crr { size: 0 }, 5),
             open(
                 TestSpec::Sink {
                     streams: 1,

@@ -76,6 +76,8 @@ pub struct ServerConfig {
     /// The port of the remote file service offered beside the tests
     /// (`serve --export`), announced in every hello.
     pub rfs_port: Option<u16>,
+    /// The serving binary, named in the environment `Describe` answers with.
+    pub build: osprobe_core::environment::BuildInfo,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +93,7 @@ impl Default for ServerConfig {
             gate: gate::Limits::default(),
             max_bytes: None,
             rfs_port: None,
+            build: Default::default(),
         }
     }
 }
@@ -186,6 +189,8 @@ struct Shared {
     refused_busy: AtomicUsize,
     /// Where unnamed test files are written; created on first use.
     scratch: Mutex<Option<ScratchDir>>,
+    /// Answers `Describe`: this machine and the connection's interface.
+    describer: crate::describe::Describer,
     stopping: AtomicBool,
 }
 
@@ -267,6 +272,7 @@ impl Server {
             udp,
             shared: Arc::new(Shared {
                 gate: Gate::new(config.gate.clone()),
+                describer: crate::describe::Describer::new(config.build.clone()),
                 space: Ledger::new(config.max_bytes, kept),
                 config,
                 events,
@@ -533,7 +539,7 @@ impl Shared {
         // who could as well guess offline from a nonce and proof it saw)
         // knows: it is not a way to guess, and a client behind a shared
         // address would wait once per stream for nothing.
-        let opens = matches!(first, Message::Open { .. });
+        let opens = matches!(first, Message::Open { .. } | Message::Describe { .. });
         if opens && self.config.token.is_some() && !self.wait_out_backoff(peer, &ticket) {
             self.refuse_busy(&stream, "too many connections waiting to authenticate");
             return;
@@ -565,12 +571,55 @@ impl Shared {
                 };
                 self.data(stream, peer, &nonce, request, ticket)
             }
+            Message::Describe { version, proof } => {
+                self.describe(stream, peer, &nonce, version, proof.as_deref())
+            }
             other => self.refuse(
                 &stream,
                 peer,
                 ErrorCode::Protocol,
-                &format!("expected open or attach, got {}", other.kind()),
+                &format!("expected open, attach or describe, got {}", other.kind()),
             ),
+        }
+    }
+
+    /// Answer `Describe` with this machine and the interface the
+    /// connection arrived on, then close.
+    fn describe(
+        &self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        nonce: &str,
+        version: u32,
+        proof: Option<&str>,
+    ) {
+        if version != PROTOCOL_VERSION {
+            let message = format!(
+                "client speaks protocol version {version}, this server {PROTOCOL_VERSION}: use the same osprobe version on both ends"
+            );
+            return self.refuse(&stream, peer, ErrorCode::Version, &message);
+        }
+        if let Err(Refusal(code, message)) = self.check_proof(peer, nonce, Purpose::Describe, proof)
+        {
+            return self.refuse(&stream, peer, code, &message);
+        }
+        let local = match stream.local_addr() {
+            Ok(a) => a.ip(),
+            Err(e) => {
+                let message = format!("no local address: {e}");
+                return self.refuse(&stream, peer, ErrorCode::Internal, &message);
+            }
+        };
+        let (environment, nic) = self.describer.describe(local, peer.ip());
+        let answer = Message::Described {
+            environment: Box::new(environment),
+            nic: nic.map(Box::new),
+        };
+        if let Err(e) = protocol::write_message(&mut stream, &answer) {
+            self.emit(ServerEvent::Failed {
+                peer,
+                error: format!("describing this machine: {e}"),
+            });
         }
     }
 
@@ -1068,6 +1117,35 @@ impl Shared {
                 self.receive_file(stream, session, index, *bytes, how, name.as_deref())
             }
             TestSpec::AckStall { quickack, .. } => ack_stall_receiver(stream, *quickack, session),
+            TestSpec::Source {
+                write_size,
+                duration_ms,
+                cpu,
+                ..
+            } => crate::modes::source(
+                stream,
+                (*write_size as usize).min(MAX_SERVER_BUFFER),
+                Duration::from_millis(*duration_ms as u64),
+                *cpu,
+                &session.closed,
+            ),
+            TestSpec::UdpSink { size } => match session_id_bytes(&session.id) {
+                Some(id) => crate::modes::udp_sink(
+                    stream,
+                    id,
+                    session.peer.ip(),
+                    *size as usize,
+                    &session.closed,
+                ),
+                None => Err("malformed session id".into()),
+            },
+            TestSpec::Crr { size } => crate::modes::crr(
+                stream,
+                session.peer.ip(),
+                *size as usize,
+                self.config.idle_timeout,
+                &session.closed,
+            ),
         };
         match result {
             Ok(mut report) => {
@@ -1186,7 +1264,20 @@ fn describe(spec: &TestSpec) -> String {
                 "delayed acks"
             }
         ),
+        TestSpec::Source {
+            streams,
+            write_size,
+            duration_ms,
+            ..
+        } => format!("source ({streams} streams, {write_size} B writes, {duration_ms} ms)"),
+        TestSpec::UdpSink { size } => format!("UDP sink ({size} B datagrams)"),
+        TestSpec::Crr { size } => format!("connect/request/response ({size} B)"),
     }
+}
+
+/// The 16 bytes of a session id (32 hex digits).
+fn session_id_bytes(id: &str) -> Option<[u8; 16]> {
+    protocol::unhex(id)?.try_into().ok()
 }
 
 fn discard_unclaimed_files(session: &Session) {

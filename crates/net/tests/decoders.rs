@@ -39,6 +39,9 @@ fn frame_seeds() -> Vec<Vec<u8>> {
             r#"{"kind":"file","streams":2,"bytes":1048576,"packet":65536,"name":"a.bin","zero_copy":true}"#,
         ),
         open(r#"{"kind":"ack_stall","segment":1448,"quickack":false}"#),
+        open(r#"{"kind":"source","streams":2,"write_size":131072,"duration_ms":1000,"cpu":1}"#),
+        open(r#"{"kind":"udp_sink","size":64}"#),
+        open(r#"{"kind":"crr","size":1}"#),
         format!(r#"{{"type":"opened","session":"{session}"}}"#),
         format!(r#"{{"type":"attach","session":"{session}","stream":3,"proof":null}}"#),
         r#"{"type":"attached"}"#.to_string(),
@@ -47,6 +50,9 @@ fn frame_seeds() -> Vec<Vec<u8>> {
             r#"{{"type":"report","streams":[{{"stream":0,"bytes":100,"elapsed_ns":5000,"cpu_ns":1000,"reads":2,"hash":"{hash}","stored":true,"tcp_info":{{"rtt_us":10,"cwnd":[1,2.5,null]}},"error":null}}]}}"#
         ),
         r#"{"type":"error","code":"busy","message":"server full \u001b[2J"}"#.to_string(),
+        format!(r#"{{"type":"describe","version":2,"proof":"{proof}"}}"#),
+        r#"{"type":"described","environment":{"hostname":"far","caches":[{"level":1,"kind":"Data","size_bytes":32768}],"vulnerabilities":{"spectre_v2":"Mitigation: Retpolines"},"cpu_mhz":2400.5},"nic":{"name":"veth1","address":"198.18.80.2","mtu":1500,"offloads":{"tso":true},"speed_mbps":10000}}"#.to_string(),
+        r#"{"type":"report","streams":[{"stream":0,"bytes":640,"elapsed_ns":5000,"cpu_ns":0,"reads":10,"hash":null,"stored":null,"tcp_info":null,"error":null,"udp":{"datagrams":10,"bytes":640,"reordered":1,"highest":12,"jitter_ns":812.5}}]}"#.to_string(),
     ];
     let mut seeds: Vec<Vec<u8>> = messages.iter().map(|m| frame(m)).collect();
     // Two frames back to back, as on a connection.
@@ -119,4 +125,20 @@ fn icmp_echo_replies_never_panic() {
         with_ip_header(&plain, &[1, 1, 1, 0]),
     ];
     check_decoder("net_echo_reply", seeds, CASES, fuzz::echo_reply);
+}
+
+#[test]
+fn udp_test_datagrams_never_panic() {
+    let mut datagram = vec![0x0f; 16];
+    datagram.extend_from_slice(&7u64.to_be_bytes());
+    datagram.extend_from_slice(&123_456_789u64.to_be_bytes());
+    let mut padded = datagram.clone();
+    padded.extend_from_slice(&[0xa5; 32]);
+    let extremes = [0xffu8; 32].to_vec();
+    check_decoder(
+        "net_udp_datagram",
+        vec![datagram, padded, extremes],
+        CASES,
+        fuzz::udp_datagram,
+    );
 }

@@ -22,6 +22,7 @@
 pub mod experiments;
 pub mod pager;
 pub mod policy;
+pub mod processes;
 pub mod simulate;
 pub mod swap;
 pub mod table;

@@ -97,6 +97,14 @@ pub struct PagerConfig {
     pub read_only: Vec<(String, u64, u64)>,
     /// Keep the handler thread on this CPU.
     pub handler_cpu: Option<usize>,
+    /// Swap-in read-around: a fault on the page after the last one swapped
+    /// in (a sequential scan) brings in up to this many pages whose slots
+    /// follow its slot, with one backend read and one UFFDIO_COPY. 1: off.
+    pub read_around: usize,
+    /// Victims evicted together when no frame is free: their changed
+    /// pages are written behind in one batch (over rfs, a window of
+    /// writes in flight instead of one round trip each). 1: one at a time.
+    pub evict_batch: usize,
 }
 
 impl PagerConfig {
@@ -118,6 +126,8 @@ impl PagerConfig {
             spin: Duration::ZERO,
             read_only: Vec::new(),
             handler_cpu: None,
+            read_around: 1,
+            evict_batch: 1,
         }
     }
 }
@@ -136,6 +146,7 @@ struct Counters {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     failures: AtomicU64,
+    read_around_pages: AtomicU64,
 }
 
 /// A snapshot of the counters. `faults` counts every fault the handler
@@ -158,6 +169,9 @@ pub struct PagerCounters {
     pub bytes_out: u64,
     /// Faults answered with SIGBUS.
     pub failures: u64,
+    /// Pages brought in by read-around beside the faulting one (in
+    /// `bytes_in`, not in `swap_ins`: no fault asked for them).
+    pub read_around_pages: u64,
 }
 
 impl Counters {
@@ -175,6 +189,7 @@ impl Counters {
             bytes_in: get(&self.bytes_in),
             bytes_out: get(&self.bytes_out),
             failures: get(&self.failures),
+            read_around_pages: get(&self.read_around_pages),
         }
     }
 }
@@ -204,9 +219,9 @@ fn record(samples: &mut Vec<f64>, ns: f64) {
 }
 
 /// A mapping that is unmapped on drop.
-struct Mapping {
-    addr: *mut u8,
-    len: usize,
+pub(crate) struct Mapping {
+    pub(crate) addr: *mut u8,
+    pub(crate) len: usize,
 }
 
 // SAFETY: the mapping is plain memory; who touches it is the pager's
@@ -215,7 +230,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn shared(fd: &OwnedFd, len: usize) -> Result<Mapping, PagerError> {
+    pub(crate) fn shared(fd: &OwnedFd, len: usize) -> Result<Mapping, PagerError> {
         // SAFETY: a fresh shared mapping of our memfd.
         let addr = unsafe {
             libc::mmap(
@@ -239,6 +254,20 @@ impl Mapping {
         // SAFETY: advice on our own mapping.
         unsafe { libc::madvise(addr, len, libc::MADV_NOHUGEPAGE) };
         Ok(mapping)
+    }
+}
+
+impl Mapping {
+    /// Page `page` of the mapping, for the handler: called only for
+    /// resident pages (in the page cache), so reading through this
+    /// unregistered mapping neither faults to the handler nor allocates;
+    /// the application cannot write the page (its mapping is dropped
+    /// before a page is read for eviction).
+    fn page(&self, page: u64, page_size: usize) -> &[u8] {
+        let offset = page as usize * page_size;
+        debug_assert!(offset + page_size <= self.len);
+        // SAFETY: inside the mapping (the page table's pages); see above.
+        unsafe { std::slice::from_raw_parts(self.addr.add(offset), page_size) }
     }
 }
 
@@ -277,6 +306,17 @@ impl Pager {
         }
         if config.pages == 0 {
             return Err(PagerError::Config("pages must be at least 1".into()));
+        }
+        for (name, value) in [
+            ("read-around", config.read_around),
+            ("eviction batch", config.evict_batch),
+        ] {
+            if value == 0 || value > config.frames {
+                return Err(PagerError::Config(format!(
+                    "{name} of {value} pages: expected 1 to the {} frames",
+                    config.frames
+                )));
+            }
         }
         let len = (config.pages as usize)
             .checked_mul(page_size)
@@ -358,14 +398,17 @@ impl Pager {
             swap_map: SwapMap::new(config.swap_slots.unwrap_or(config.pages)),
             // Every page read back from swap is checked against what was
             // written: corruption ends the access with SIGBUS and the reason.
-            swap: Box::new(Verified::new(config.swap)),
+            swap: Verified::new(config.swap),
             policy: config.policy,
             counters: counters.clone(),
             last_error: last_error.clone(),
             times: ServiceTimes::default(),
-            buffer: PageBuffer::new(page_size),
+            buffer: PageBuffer::new(page_size, config.read_around),
             zero_hash: xxhash_rust::xxh3::xxh3_128(&vec![0u8; page_size]),
             spin: config.spin,
+            read_around: config.read_around,
+            evict_batch: config.evict_batch,
+            next_sequential: None,
         };
         let stop_flag = stop.clone();
         let handler_cpu = config.handler_cpu;
@@ -523,7 +566,7 @@ pub(crate) fn page_size() -> usize {
     }
 }
 
-fn memfd(len: usize) -> Result<OwnedFd, PagerError> {
+pub(crate) fn memfd(len: usize) -> Result<OwnedFd, PagerError> {
     // SAFETY: a NUL-terminated name and flags.
     let fd = unsafe { libc::memfd_create(c"osprobe-pager".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -538,35 +581,44 @@ fn memfd(len: usize) -> Result<OwnedFd, PagerError> {
     Ok(fd)
 }
 
-/// A page-aligned buffer for UFFDIO_COPY's source.
+/// A page-aligned buffer for UFFDIO_COPY's source (one page, or a
+/// read-around's worth).
 struct PageBuffer {
     ptr: *mut u8,
     len: usize,
+    align: usize,
 }
 
 // SAFETY: owned heap memory.
 unsafe impl Send for PageBuffer {}
 
 impl PageBuffer {
-    fn new(len: usize) -> PageBuffer {
-        let layout = std::alloc::Layout::from_size_align(len, len).expect("page layout");
+    fn new(page_size: usize, pages: usize) -> PageBuffer {
+        let len = page_size * pages.max(1);
+        let layout = std::alloc::Layout::from_size_align(len, page_size).expect("page layout");
         // SAFETY: non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        PageBuffer { ptr, len }
+        PageBuffer {
+            ptr,
+            len,
+            align: page_size,
+        }
     }
 
-    fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: our allocation of len bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    /// The first `len` bytes (at most the whole buffer).
+    fn bytes(&mut self, len: usize) -> &mut [u8] {
+        // SAFETY: our allocation of self.len bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len.min(self.len)) }
     }
 }
 
 impl Drop for PageBuffer {
     fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.len, self.len).expect("page layout");
+        let layout =
+            std::alloc::Layout::from_size_align(self.len, self.align).expect("page layout");
         // SAFETY: allocated with this layout.
         unsafe { std::alloc::dealloc(self.ptr, layout) };
     }
@@ -582,7 +634,7 @@ struct Handler {
     table: PageTable,
     frames: FrameTable,
     swap_map: SwapMap,
-    swap: Box<dyn SwapBackend>,
+    swap: Verified,
     policy: Box<dyn Policy>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<Option<String>>>,
@@ -590,6 +642,11 @@ struct Handler {
     buffer: PageBuffer,
     zero_hash: u128,
     spin: Duration,
+    read_around: usize,
+    evict_batch: usize,
+    /// The page after the last swap-in's (and its read-around's): a fault
+    /// there is a sequential scan, which read-around serves.
+    next_sequential: Option<u64>,
 }
 
 /// The referenced bits as the policy sees them: clearing one drops the
@@ -617,8 +674,20 @@ impl ReferenceBits for LiveBits<'_> {
     }
 }
 
-/// Drop the application's page-table entry for one page (the page stays
-/// in the memfd's page cache).
+/// Sorted page numbers as runs of consecutive pages: (first, count).
+fn page_runs(sorted: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &page in sorted {
+        match runs.last_mut() {
+            Some((first, count)) if *first + *count == page => *count += 1,
+            _ => runs.push((page, 1)),
+        }
+    }
+    runs
+}
+
+/// Drop the application's page-table entries for pages from `addr` on
+/// (the pages stay in the memfd's page cache).
 fn drop_mapping(addr: u64, len: usize) {
     // SAFETY: a page of the registered mapping; MADV_DONTNEED on a shared
     // mapping only unmaps.
@@ -786,13 +855,34 @@ impl Handler {
             }
             PageState::Swapped(slot) => {
                 let (frame, eviction_ns) = self.obtain_frame()?;
-                let read = self.swap.read_page(slot, self.buffer.bytes());
+                let mut frames = vec![frame];
+                if self.next_sequential == Some(page) {
+                    for _ in 0..self.read_around_run(page, slot) {
+                        // Best effort: a frame that cannot be had (a victim
+                        // that cannot be saved) only shortens the read.
+                        match self.obtain_frame() {
+                            Ok((f, _)) => frames.push(f),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                if frames.len() > 1 {
+                    if let Some(served) = self.swap_in_run(page, slot, &frames, eviction_ns) {
+                        return Ok(served);
+                    }
+                    // The run failed: the faulting page alone, as usual.
+                    for f in frames.drain(1..) {
+                        self.frames.release(f);
+                    }
+                }
+                let read = self.swap.read_page(slot, self.buffer.bytes(self.page_size));
                 if let Err(e) = read {
                     // Nothing installed yet: the frame goes back unused.
                     self.frames.release(frame);
                     return Err(format!("swap-in of page {page}: {e}"));
                 }
-                let hash = xxhash_rust::xxh3::xxh3_128(self.buffer.bytes());
+                // Checked against this hash by the read: no need to hash again.
+                let hash = self.swap.written_hash(slot).unwrap_or(0);
                 let served = Served::SwapIn { eviction_ns };
                 self.count(&served);
                 if let Err(e) = self.uffd.copy(addr, self.buffer.ptr, page_bytes) {
@@ -801,9 +891,92 @@ impl Handler {
                     return self.install_failed(page, addr, "UFFDIO_COPY", e);
                 }
                 self.install(page, frame, hash);
+                self.next_sequential = Some(page + 1);
                 Ok(served)
             }
         }
+    }
+
+    /// How many pages after `page` (swapped to `slot`) a read-around may
+    /// bring along: those in the same region, swapped out to the slots
+    /// that follow, up to the read-around size.
+    fn read_around_run(&self, page: u64, slot: u64) -> usize {
+        let Some(region) = self.table.region_of(page) else {
+            return 0;
+        };
+        let end = region.first_page + region.pages;
+        let mut run = 0;
+        while run + 1 < self.read_around {
+            let next = page + 1 + run as u64;
+            if next >= end
+                || self.table.get(next).state != PageState::Swapped(slot + 1 + run as u64)
+            {
+                break;
+            }
+            run += 1;
+        }
+        run
+    }
+
+    /// Read `frames.len()` pages from `slot` on with one backend read and
+    /// map them from `page` on with one UFFDIO_COPY. None when the read
+    /// failed (nothing installed; the caller serves the page alone and
+    /// the frames are still the caller's).
+    fn swap_in_run(
+        &mut self,
+        page: u64,
+        slot: u64,
+        frames: &[FrameId],
+        eviction_ns: Option<f64>,
+    ) -> Option<Served> {
+        let count = frames.len();
+        let len = count * self.page_size;
+        if self
+            .swap
+            .read_pages(slot, self.buffer.bytes(len), self.page_size)
+            .is_err()
+        {
+            return None;
+        }
+        let served = Served::SwapIn { eviction_ns };
+        self.count(&served);
+        let addr = self.page_addr(page);
+        let (copied, result) = self.uffd.copy_pages(addr, self.buffer.ptr, len as u64);
+        // Pages the kernel stopped before go back; it stops only at a page
+        // already present, which the eviction order rules out.
+        let installed = (copied as usize / self.page_size).min(count);
+        if installed == 0 {
+            self.uncount(&served);
+            for f in frames {
+                self.frames.release(*f);
+            }
+            let e = result
+                .err()
+                .unwrap_or_else(|| io::Error::other("nothing copied"));
+            return Some(
+                self.install_failed(page, addr, "UFFDIO_COPY", e)
+                    .unwrap_or(Served::Duplicate),
+            );
+        }
+        for (i, frame) in frames.iter().enumerate() {
+            if i >= installed {
+                self.frames.release(*frame);
+                continue;
+            }
+            // Checked against this hash by the read.
+            let hash = self.swap.written_hash(slot + i as u64).unwrap_or(0);
+            self.install(page + i as u64, *frame, hash);
+        }
+        let extra = (installed - 1) as u64;
+        bump(&self.counters.read_around_pages, extra);
+        bump(&self.counters.bytes_in, extra * self.page_size as u64);
+        if let Err(e) = result {
+            self.log(format!(
+                "read-around from page {page}: UFFDIO_COPY stopped after {installed} of {count} pages: {e}"
+            ));
+        }
+        self.next_sequential = Some(page + installed as u64);
+        Some(served)
     }
 
     /// EEXIST from ZEROPAGE/COPY means the page table and the page cache
@@ -852,91 +1025,173 @@ impl Handler {
             return Ok((frame, None));
         }
         let started = Instant::now();
-        let mut bits = LiveBits {
-            frames: &mut self.frames,
-            app_base: self.app_base,
-            page_size: self.page_size,
-            counters: &self.counters,
-        };
-        let victim = self.policy.victim(&mut bits);
-        if let Err(e) = self.evict(victim) {
-            // The page stays; the policy must know it is still there.
-            if let Some(f) = self.frames.get(victim) {
-                self.policy.loaded(victim, f.page);
+        let mut victims: Vec<FrameId> = Vec::with_capacity(self.evict_batch);
+        // A clock hand may pass frames emptied for the fault being served
+        // (a read-around's); it finds an occupied one within two turns.
+        let mut offers = 0;
+        while victims.len() < self.evict_batch {
+            let mut bits = LiveBits {
+                frames: &mut self.frames,
+                app_base: self.app_base,
+                page_size: self.page_size,
+                counters: &self.counters,
+            };
+            let victim = self.policy.victim(&mut bits);
+            offers += 1;
+            if self.frames.get(victim).is_some() && !victims.contains(&victim) {
+                victims.push(victim);
+                self.policy.vacated(victim);
+            } else if !victims.is_empty() || offers > 2 * self.frames.len() {
+                // The batch ends at the first frame the policy offers
+                // that cannot go; the first victim must exist.
+                break;
+            }
+        }
+        if victims.is_empty() {
+            return Err("the replacement policy offers no occupied frame to evict".into());
+        }
+        if let Err(e) = self.evict(&victims) {
+            // The pages stay; the policy must know they are still there.
+            for &victim in &victims {
+                if let Some(f) = self.frames.get(victim) {
+                    self.policy.loaded(victim, f.page);
+                }
             }
             return Err(e);
         }
-        Ok((victim, Some(started.elapsed().as_nanos() as f64)))
+        // The first frame is the caller's; the others wait on the free list.
+        for &victim in &victims[1..] {
+            self.frames.release(victim);
+        }
+        Ok((victims[0], Some(started.elapsed().as_nanos() as f64)))
     }
 
-    /// Take the page in `frame` away from the application, save it if it
-    /// changed, and free the frame. On error the page stays resident and
-    /// intact (its mapping is restored by the next fault on it).
-    fn evict(&mut self, frame: FrameId) -> Result<(), String> {
-        let Some(f) = self.frames.get(frame).copied() else {
-            return Err(format!("policy chose frame {frame}, which is empty"));
-        };
-        let page = f.page;
-        let addr = self.page_addr(page);
-        if f.referenced {
-            drop_mapping(addr, self.page_size);
+    /// Take the pages in `victims` away from the application, save those
+    /// that changed (in one batch: write-behind, over rfs a window of
+    /// writes in flight) and empty their frames (not yet free: the caller
+    /// decides). On error the pages that were not removed stay resident
+    /// and intact (their mappings are restored by the next fault on them);
+    /// frames already emptied go back to the free list.
+    fn evict(&mut self, victims: &[FrameId]) -> Result<(), String> {
+        /// A page on its way out.
+        struct Leaving {
+            frame: FrameId,
+            page: u64,
+            new_state: PageState,
+            write: Option<(u64, u128)>,
+        }
+        let mut resident = Vec::with_capacity(victims.len());
+        for &frame in victims {
+            let Some(f) = self.frames.get(frame).copied() else {
+                return Err(format!("policy chose frame {frame}, which is empty"));
+            };
+            resident.push((frame, f));
+        }
+        // Take the pages away from the application first (one madvise per
+        // run of consecutive pages): from here on it cannot change them.
+        let mut mapped: Vec<u64> = resident
+            .iter()
+            .filter(|(_, f)| f.referenced)
+            .map(|(_, f)| f.page)
+            .collect();
+        mapped.sort_unstable();
+        for (first, count) in page_runs(&mapped) {
+            drop_mapping(self.page_addr(first), count as usize * self.page_size);
+        }
+        let mut leaving = Vec::with_capacity(resident.len());
+        for (frame, f) in resident {
             if let Some(f) = self.frames.get_mut(frame) {
                 f.referenced = false;
             }
-        }
-        let offset = page as usize * self.page_size;
-        // SAFETY: the page is resident (in the page cache), so reading it
-        // through our own, unregistered mapping neither faults to us nor
-        // allocates; the application cannot write it (its mapping is gone).
-        let contents =
-            unsafe { std::slice::from_raw_parts(self.own.addr.add(offset), self.page_size) };
-        let changed = xxhash_rust::xxh3::xxh3_128(contents) != f.loaded_hash;
-        let entry = *self.table.entry(page);
-        let new_state = if changed {
-            let slot = match entry.slot {
-                Some(slot) => slot,
-                None => self.swap_map.allocate().ok_or_else(|| {
-                    SwapError::Full {
-                        slots: self.swap_map.capacity(),
-                        bytes: self.swap_map.capacity() * self.page_size as u64,
-                    }
-                    .to_string()
-                })?,
+            let page = f.page;
+            let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
+            let entry = *self.table.entry(page);
+            let (new_state, write) = if hash != f.loaded_hash {
+                let slot = match entry.slot {
+                    Some(slot) => slot,
+                    None => self.swap_map.allocate().ok_or_else(|| {
+                        SwapError::Full {
+                            slots: self.swap_map.capacity(),
+                            bytes: self.swap_map.capacity() * self.page_size as u64,
+                        }
+                        .to_string()
+                    })?,
+                };
+                self.table.entry(page).slot = Some(slot);
+                (PageState::Swapped(slot), Some((slot, hash)))
+            } else {
+                match entry.slot {
+                    Some(slot) => (PageState::Swapped(slot), None),
+                    // Loaded as zeros and still zeros.
+                    None => (PageState::Untouched, None),
+                }
             };
-            self.table.entry(page).slot = Some(slot);
-            if let Err(e) = self.swap.write_page(slot, contents) {
-                return Err(format!("write-back of page {page}: {e}"));
-            }
-            bump(&self.counters.write_backs, 1);
-            bump(&self.counters.bytes_out, self.page_size as u64);
-            PageState::Swapped(slot)
-        } else {
-            match entry.slot {
-                Some(slot) => PageState::Swapped(slot),
-                // Loaded as zeros and still zeros.
-                None => PageState::Untouched,
-            }
-        };
-        // Only now may the page leave memory.
-        // SAFETY: punching a hole in our own memfd.
-        let rc = unsafe {
-            libc::fallocate(
-                self.memfd.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                offset as libc::off_t,
-                self.page_size as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "removing page {page} from memory: {}",
-                io::Error::last_os_error()
-            ));
+            leaving.push(Leaving {
+                frame,
+                page,
+                new_state,
+                write,
+            });
         }
-        self.table.entry(page).state = new_state;
-        self.frames.vacate(frame);
-        bump(&self.counters.evictions, 1);
+        let (own, page_size) = (&self.own, self.page_size);
+        let (writes, hashes): (Vec<(u64, &[u8])>, Vec<u128>) = leaving
+            .iter()
+            .filter_map(|l| {
+                l.write
+                    .map(|(slot, hash)| ((slot, own.page(l.page, page_size)), hash))
+            })
+            .unzip();
+        if !writes.is_empty() {
+            let first = leaving.iter().find(|l| l.write.is_some()).map(|l| l.page);
+            if let Err(e) = self.swap.write_pages_hashed(&writes, &hashes) {
+                return Err(match writes.len() {
+                    1 => format!("write-back of page {}: {e}", first.unwrap_or(0)),
+                    n => format!(
+                        "write-back of {n} pages (page {} first): {e}",
+                        first.unwrap_or(0)
+                    ),
+                });
+            }
+            bump(&self.counters.write_backs, writes.len() as u64);
+            bump(
+                &self.counters.bytes_out,
+                (writes.len() * self.page_size) as u64,
+            );
+        }
+        // Only now may the pages leave memory: one hole per run.
+        leaving.sort_unstable_by_key(|l| l.page);
+        let pages: Vec<u64> = leaving.iter().map(|l| l.page).collect();
+        let mut done = 0;
+        for (first, count) in page_runs(&pages) {
+            // SAFETY: punching a hole in our own memfd.
+            let rc = unsafe {
+                libc::fallocate(
+                    self.memfd.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    (first as usize * self.page_size) as libc::off_t,
+                    (count as usize * self.page_size) as libc::off_t,
+                )
+            };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                for gone in &leaving[..done] {
+                    self.frames.release(gone.frame);
+                }
+                return Err(format!("removing page {first} from memory: {e}"));
+            }
+            for l in &leaving[done..done + count as usize] {
+                self.table.entry(l.page).state = l.new_state;
+                self.frames.vacate(l.frame);
+                bump(&self.counters.evictions, 1);
+            }
+            done += count as usize;
+        }
         Ok(())
+    }
+
+    /// A resident page through the handler's own mapping.
+    fn own_page(&self, page: u64) -> &[u8] {
+        self.own.page(page, self.page_size)
     }
 
     /// Answer a fault that cannot be served with SIGBUS, and say why.
@@ -969,5 +1224,20 @@ impl Handler {
         if let Ok(mut last) = self.last_error.lock() {
             *last = Some(message);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page_runs;
+
+    #[test]
+    fn page_runs_join_consecutive_pages_only() {
+        assert_eq!(page_runs(&[]), vec![]);
+        assert_eq!(page_runs(&[4]), vec![(4, 1)]);
+        assert_eq!(
+            page_runs(&[1, 2, 3, 7, 9, 10]),
+            vec![(1, 3), (7, 1), (9, 2)]
+        );
     }
 }

@@ -30,6 +30,14 @@ pub trait Policy: Send {
     fn referenced(&mut self, frame: FrameId, page: u64);
     /// The frame to evict. Called only when all frames are in use.
     fn victim(&mut self, bits: &mut dyn ReferenceBits) -> FrameId;
+    /// The page in `frame` left memory without being a victim (its
+    /// process ended): the frame is empty until `loaded` names it again.
+    fn forget(&mut self, _frame: FrameId) {}
+    /// `frame` (just chosen as a victim) is leaving: it holds no page
+    /// until the next `loaded`. Policies that keep state per frame make
+    /// sure they do not offer it again meanwhile (the live pager asks for
+    /// several victims at once to write them behind together).
+    fn vacated(&mut self, _frame: FrameId) {}
 }
 
 /// The policies by name, as parameters and flags spell them.
@@ -81,6 +89,10 @@ impl Policy for Fifo {
         // The pager asks only when every frame is full, so the queue
         // holds them all.
         self.queue.pop_front().unwrap_or(0)
+    }
+
+    fn forget(&mut self, frame: FrameId) {
+        self.queue.retain(|f| *f != frame);
     }
 }
 
@@ -188,6 +200,15 @@ impl Policy for LruAging {
 
     fn referenced(&mut self, _frame: FrameId, _page: u64) {}
 
+    fn vacated(&mut self, frame: FrameId) {
+        // The largest key: chosen last, and `loaded` resets it.
+        if frame < self.age.len() {
+            self.age[frame] = u32::MAX;
+            self.last_seen_referenced[frame] = u64::MAX;
+            self.loaded_at[frame] = u64::MAX;
+        }
+    }
+
     fn victim(&mut self, bits: &mut dyn ReferenceBits) -> FrameId {
         self.choices += 1;
         let mut best = 0;
@@ -273,6 +294,13 @@ impl Policy for Opt {
 
     fn referenced(&mut self, frame: FrameId, _page: u64) {
         self.seen(frame);
+    }
+
+    fn vacated(&mut self, frame: FrameId) {
+        // Next use "now": the smallest, never the furthest.
+        if let Some(next) = self.frame_next.get_mut(frame) {
+            *next = 0;
+        }
     }
 
     fn victim(&mut self, _bits: &mut dyn ReferenceBits) -> FrameId {

@@ -48,6 +48,43 @@ pub trait SwapBackend: Send {
     fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError>;
     /// Read one page from `slot` into `page`.
     fn read_page(&mut self, slot: u64, page: &mut [u8]) -> Result<(), SwapError>;
+    /// Read consecutive slots from `first` on into `pages` (a whole number
+    /// of `page_size` pages): the read-around of a sequential swap-in.
+    /// Backends that can move several pages in one request override it.
+    fn read_pages(
+        &mut self,
+        first: u64,
+        pages: &mut [u8],
+        page_size: usize,
+    ) -> Result<(), SwapError> {
+        for (i, page) in pages.chunks_exact_mut(page_size).enumerate() {
+            self.read_page(first + i as u64, page)?;
+        }
+        Ok(())
+    }
+    /// Write several pages, each to its slot (a batch of evictions):
+    /// backends that can keep several writes in flight override it.
+    fn write_pages(&mut self, pages: &[(u64, &[u8])]) -> Result<(), SwapError> {
+        for (slot, page) in pages {
+            self.write_page(*slot, page)?;
+        }
+        Ok(())
+    }
+}
+
+/// `pages` (slot, contents) sorted by slot and cut into runs of
+/// consecutive slots: what one contiguous transfer can carry.
+pub fn slot_runs<'a>(pages: &[(u64, &'a [u8])]) -> Vec<Vec<(u64, &'a [u8])>> {
+    let mut sorted = pages.to_vec();
+    sorted.sort_by_key(|(slot, _)| *slot);
+    let mut runs: Vec<Vec<(u64, &[u8])>> = Vec::new();
+    for (slot, page) in sorted {
+        match runs.last_mut() {
+            Some(run) if run.last().is_some_and(|(s, _)| *s + 1 == slot) => run.push((slot, page)),
+            _ => runs.push(vec![(slot, page)]),
+        }
+    }
+    runs
 }
 
 /// The swap map: which slots are free. A page keeps its slot for as long
@@ -125,15 +162,7 @@ impl SwapBackend for Verified {
 
     fn write_page(&mut self, slot: u64, page: &[u8]) -> Result<(), SwapError> {
         let hash = xxhash_rust::xxh3::xxh3_128(page);
-        let at = usize::try_from(slot).map_err(|_| SwapError::Io {
-            backend: self.describe(),
-            what: "writing",
-            slot,
-            reason: "slot number out of range".into(),
-        })?;
-        if at >= self.written.len() {
-            self.written.resize(at + 1, None);
-        }
+        let at = self.slot_index(slot)?;
         // Forgotten first: if the write fails half-way, the slot holds
         // nothing that may be read back.
         self.written[at] = None;
@@ -143,17 +172,99 @@ impl SwapBackend for Verified {
     }
 
     fn read_page(&mut self, slot: u64, page: &mut [u8]) -> Result<(), SwapError> {
-        let Some(written) = usize::try_from(slot)
+        let written = self.written_hash(slot)?;
+        self.inner.read_page(slot, page)?;
+        self.check(slot, written, page)
+    }
+
+    fn read_pages(
+        &mut self,
+        first: u64,
+        pages: &mut [u8],
+        page_size: usize,
+    ) -> Result<(), SwapError> {
+        let count = (pages.len() / page_size) as u64;
+        let written = (first..first + count)
+            .map(|slot| self.written_hash(slot))
+            .collect::<Result<Vec<u128>, SwapError>>()?;
+        self.inner.read_pages(first, pages, page_size)?;
+        let mut result = Ok(());
+        for (i, page) in pages.chunks_exact_mut(page_size).enumerate() {
+            if result.is_ok() {
+                result = self.check(first + i as u64, written[i], page);
+            } else {
+                page.fill(0);
+            }
+        }
+        if result.is_err() {
+            pages.fill(0);
+        }
+        result
+    }
+
+    fn write_pages(&mut self, pages: &[(u64, &[u8])]) -> Result<(), SwapError> {
+        let hashes: Vec<u128> = pages
+            .iter()
+            .map(|(_, page)| xxhash_rust::xxh3::xxh3_128(page))
+            .collect();
+        self.write_pages_hashed(pages, &hashes)
+    }
+}
+
+impl Verified {
+    /// [`SwapBackend::write_pages`] for a caller that already hashed the
+    /// pages (the pager hashes a page to tell whether it changed; hashing
+    /// it again here would cost as much once more).
+    pub fn write_pages_hashed(
+        &mut self,
+        pages: &[(u64, &[u8])],
+        hashes: &[u128],
+    ) -> Result<(), SwapError> {
+        debug_assert_eq!(pages.len(), hashes.len());
+        let mut at = Vec::with_capacity(pages.len());
+        for (slot, _) in pages {
+            let index = self.slot_index(*slot)?;
+            // Forgotten first: a batch that fails half-way leaves no slot
+            // that could be read back with what it held before.
+            self.written[index] = None;
+            at.push(index);
+        }
+        self.inner.write_pages(pages)?;
+        for (index, hash) in at.into_iter().zip(hashes) {
+            self.written[index] = Some(hash.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// The hash of what was written to `slot` (after a successful read,
+    /// the hash of what was read), or why it cannot be read.
+    pub fn written_hash(&self, slot: u64) -> Result<u128, SwapError> {
+        usize::try_from(slot)
             .ok()
             .and_then(|at| self.written.get(at).copied().flatten())
             .map(u128::from_le_bytes)
-        else {
-            return Err(SwapError::NeverWritten {
+            .ok_or_else(|| SwapError::NeverWritten {
                 backend: self.describe(),
                 slot,
-            });
-        };
-        self.inner.read_page(slot, page)?;
+            })
+    }
+
+    /// The index of `slot` in `written`, grown to hold it.
+    fn slot_index(&mut self, slot: u64) -> Result<usize, SwapError> {
+        let at = usize::try_from(slot).map_err(|_| SwapError::Io {
+            backend: self.describe(),
+            what: "writing",
+            slot,
+            reason: "slot number out of range".into(),
+        })?;
+        if at >= self.written.len() {
+            self.written.resize(at + 1, None);
+        }
+        Ok(at)
+    }
+
+    /// A page read back from `slot` must hash to what was written there.
+    fn check(&self, slot: u64, written: u128, page: &mut [u8]) -> Result<(), SwapError> {
         let got = xxhash_rust::xxh3::xxh3_128(page);
         if got != written {
             // The buffer is the handler's own; clear it anyway so that
@@ -240,6 +351,17 @@ impl SwapBackend for FileSwap {
         self.file
             .read_exact_at(page, offset)
             .map_err(|e| self.io("reading", slot, e))
+    }
+
+    fn read_pages(
+        &mut self,
+        first: u64,
+        pages: &mut [u8],
+        page_size: usize,
+    ) -> Result<(), SwapError> {
+        self.file
+            .read_exact_at(pages, first * page_size as u64)
+            .map_err(|e| self.io("reading", first, e))
     }
 }
 
@@ -330,6 +452,59 @@ impl SwapBackend for RfsSwap {
             Err(e) => Err(self.io("reading", slot, e.to_string())),
         }
     }
+
+    /// One `read_at` of the whole run: its requests go out `window` at a
+    /// time instead of one round trip per page.
+    fn read_pages(
+        &mut self,
+        first: u64,
+        pages: &mut [u8],
+        page_size: usize,
+    ) -> Result<(), SwapError> {
+        let want = pages.len();
+        match self
+            .client
+            .read_at(self.fd, first * page_size as u64, pages)
+        {
+            Ok(n) if n == want => Ok(()),
+            Ok(got) => Err(SwapError::Short {
+                backend: self.describe(),
+                slot: first,
+                got,
+                want,
+            }),
+            Err(e) => Err(self.io("reading", first, e.to_string())),
+        }
+    }
+
+    /// Write-behind of a batch of evictions: each run of consecutive
+    /// slots is one `write_at`, its requests `window` in flight.
+    fn write_pages(&mut self, pages: &[(u64, &[u8])]) -> Result<(), SwapError> {
+        let mut staging = Vec::new();
+        for run in slot_runs(pages) {
+            let first = run[0].0;
+            let page_size = run[0].1.len();
+            staging.clear();
+            for (_, page) in &run {
+                staging.extend_from_slice(page);
+            }
+            match self
+                .client
+                .write_at(self.fd, first * page_size as u64, &staging)
+            {
+                Ok(n) if n == staging.len() => {}
+                Ok(n) => {
+                    return Err(self.io(
+                        "writing",
+                        first,
+                        format!("wrote {n} of {} bytes", staging.len()),
+                    ))
+                }
+                Err(e) => return Err(self.io("writing", first, e.to_string())),
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -346,6 +521,44 @@ mod tests {
         assert_eq!(map.in_use(), 1);
         assert_eq!(map.allocate(), Some(0));
         assert_eq!(map.allocate(), None);
+    }
+
+    #[test]
+    fn slot_runs_sort_and_join_consecutive_slots() {
+        let (a, b, c) = ([1u8][..].to_vec(), [2u8][..].to_vec(), [3u8][..].to_vec());
+        let runs = slot_runs(&[(5, &c[..]), (3, &a[..]), (4, &b[..]), (9, &a[..])]);
+        let slots: Vec<Vec<u64>> = runs
+            .iter()
+            .map(|r| r.iter().map(|(s, _)| *s).collect())
+            .collect();
+        assert_eq!(slots, vec![vec![3, 4, 5], vec![9]]);
+        assert_eq!(runs[0][2].1, &c[..]);
+    }
+
+    #[test]
+    fn verified_batches_read_back_what_was_written_and_catch_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut swap = Verified::new(Box::new(FileSwap::temporary(dir.path()).unwrap()));
+        let pages: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 4096]).collect();
+        let batch: Vec<(u64, &[u8])> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (10 + i as u64, &p[..]))
+            .collect();
+        swap.write_pages(&batch).unwrap();
+        let mut back = vec![0u8; 4 * 4096];
+        swap.read_pages(10, &mut back, 4096).unwrap();
+        assert_eq!(back, pages.concat());
+        // A slot never written in the run: refused before reading.
+        assert!(matches!(
+            swap.read_pages(12, &mut back, 4096),
+            Err(SwapError::NeverWritten { slot: 14, .. })
+        ));
+        // A page changed behind the pager's back: an error, zeros only.
+        swap.inner.write_page(11, &[9u8; 4096]).unwrap();
+        let e = swap.read_pages(10, &mut back, 4096).unwrap_err();
+        assert!(matches!(e, SwapError::Corrupt { slot: 11, .. }), "{e}");
+        assert!(back.iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -66,6 +66,23 @@ impl PageTable {
         }
     }
 
+    /// Pages the table can describe.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// Let the table describe `pages` pages (a heap that grew): the
+    /// directory gets the entries for the new leaves, which are still
+    /// allocated only when first used. Never shrinks.
+    pub fn grow_to(&mut self, pages: u64) {
+        if pages <= self.pages {
+            return;
+        }
+        self.pages = pages;
+        let leaves = pages.div_ceil(LEAF_LEN as u64) as usize;
+        self.directory.resize_with(leaves, || None);
+    }
+
     /// Add a region; regions may not overlap or leave the table.
     pub fn add_region(&mut self, region: Region) -> Result<(), String> {
         let end = region.first_page + region.pages;
@@ -207,6 +224,18 @@ mod tests {
         assert_eq!(table.get(1500).state, PageState::Swapped(7));
         assert_eq!(table.get(1501), UNTOUCHED);
         assert_eq!(table.leaves(), 1);
+    }
+
+    #[test]
+    fn the_directory_grows_with_the_pages_it_describes() {
+        let mut table = PageTable::new(10);
+        table.grow_to(2000);
+        assert_eq!(table.pages(), 2000);
+        assert_eq!(table.leaves(), 0);
+        table.entry(1999).state = PageState::Swapped(1);
+        assert_eq!(table.leaves(), 1);
+        table.grow_to(5);
+        assert_eq!(table.pages(), 2000);
     }
 
     #[test]

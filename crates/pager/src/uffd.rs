@@ -221,6 +221,26 @@ impl Userfaultfd {
         ioctl(self.raw(), UFFDIO_COPY, &mut arg)
     }
 
+    /// Copy `len` bytes (several pages) from `src` to `dst` in one ioctl
+    /// and wake the waiters; with how many bytes were copied, also when
+    /// it failed part-way (the kernel stops at the first page present).
+    pub fn copy_pages(&self, dst: u64, src: *const u8, len: u64) -> (u64, io::Result<()>) {
+        let mut arg = CopyArg {
+            dst,
+            src: src as u64,
+            len,
+            mode: 0,
+            copy: 0,
+        };
+        let result = ioctl(self.raw(), UFFDIO_COPY, &mut arg);
+        let copied = match result {
+            Ok(()) => len,
+            // `copy` is the bytes copied, or minus the error.
+            Err(_) => u64::try_from(arg.copy).unwrap_or(0).min(len),
+        };
+        (copied, result)
+    }
+
     /// Map a zero page at `dst` and wake the waiters.
     pub fn zeropage(&self, dst: u64, len: u64) -> io::Result<()> {
         self.range_mode(UFFDIO_ZEROPAGE, dst, len)
@@ -254,6 +274,22 @@ impl Userfaultfd {
 
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// The features the handshake settled on.
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+
+    /// A userfaultfd opened and registered by another process and passed
+    /// here (SCM_RIGHTS) with the features of its handshake: the ioctls
+    /// then act on that process's memory.
+    pub fn from_received(fd: OwnedFd, features: u64, user_mode_only: bool) -> Userfaultfd {
+        Userfaultfd {
+            fd,
+            features,
+            user_mode_only,
+        }
     }
 }
 

@@ -523,6 +523,7 @@ mod tests {
             measurements: ms,
             skipped: Vec::new(),
             labels: Default::default(),
+            far_ends: Vec::new(),
         }
     }
 

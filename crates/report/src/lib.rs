@@ -4,6 +4,7 @@
 pub mod axis;
 pub mod chart;
 pub mod compare;
+pub mod counters;
 pub mod csv;
 pub mod fleet;
 pub mod html;

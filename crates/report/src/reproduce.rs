@@ -7,6 +7,17 @@
 //! is compared with the stored measurement that has that experiment and
 //! metric and every listed parameter; the measured median is converted to
 //! the reference's unit and the ratio is this machine / the reference.
+//!
+//! Like with like. A row pins the parameters its figure was measured with
+//! (file size, packet size, ...) and is compared only with points that
+//! have them; when the run measured the experiment at other values only,
+//! the row says which. A row whose figure crossed a network names the kind
+//! of path (`path`): a measurement over another kind (loopback against the
+//! study's WiFi) is shown with that difference named and no ratio, since a
+//! microsecond over loopback against a millisecond over WiFi says nothing
+//! about either machine; or, when the row gives the study's figure for the
+//! same operation without the network (`local`), the two are compared as
+//! remote/local, a ratio both paths share.
 
 use crate::compare::Better;
 use crate::human::number;
@@ -58,6 +69,62 @@ pub struct Reference {
     /// throughput over the kernel's on the same path.
     #[serde(default)]
     pub relative_to: Option<RelativeTo>,
+    /// The kind of path the figure crossed, for an experiment that runs
+    /// over one; a measurement over another kind is not compared directly.
+    #[serde(default)]
+    pub path: Option<StudyPath>,
+    /// The study's figure for the same operation without the path, for a
+    /// remote/local comparison over another kind of path.
+    #[serde(default)]
+    pub local: Option<LocalFigure>,
+}
+
+/// The kinds of path a row may name, in the words of the experiments'
+/// `path` parameter.
+pub const PATH_KINDS: [&str; 4] = ["loopback", "netns", "emulated", "remote"];
+
+/// Where a study's figure was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyPath {
+    /// One of [`PATH_KINDS`]: `remote` for a real network between hosts.
+    pub kind: String,
+    /// What it was, in words: `NFS over WiFi between two machines`.
+    pub words: String,
+}
+
+/// The study's figure of the same operation done locally (a disk read
+/// beside the remote read), and the osprobe measurement that corresponds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalFigure {
+    pub experiment: String,
+    pub metric: String,
+    #[serde(default)]
+    pub params: Params,
+    pub value: f64,
+    pub unit: String,
+}
+
+impl LocalFigure {
+    fn matches(&self, m: &Measurement) -> bool {
+        self.experiment == m.experiment
+            && self.metric == m.metric
+            && pinned(&self.params, &m.params)
+    }
+}
+
+/// Whether `params` has every pinned parameter with its value.
+fn pinned(pins: &Params, params: &Params) -> bool {
+    pins.0
+        .iter()
+        .all(|(k, v)| params.get(k).is_some_and(|mv| same_value(v, mv)))
+}
+
+/// The kind of path a measurement ran over: its `path` parameter (every
+/// experiment with one defaults to loopback).
+fn path_of(m: &Measurement) -> &str {
+    m.params.text("path").unwrap_or("loopback")
 }
 
 /// The denominator of a ratio row.
@@ -190,6 +257,41 @@ impl Reference {
                 return Err("relative_to names no parameter to change".into());
             }
         }
+        if let Some(path) = &self.path {
+            if !PATH_KINDS.contains(&path.kind.as_str()) {
+                return Err(format!(
+                    "path kind '{}' is not one of {}",
+                    path.kind,
+                    PATH_KINDS.join(", ")
+                ));
+            }
+            if path.words.trim().is_empty() {
+                return Err("path words are empty".into());
+            }
+            if self.params.get("path").is_some() {
+                return Err("a row with a path object pins no path parameter".into());
+            }
+        }
+        if let Some(local) = &self.local {
+            if self.path.is_none() || self.relative_to.is_some() || self.field() != "p50" {
+                return Err("a local figure needs a path, no relative_to and the p50 field".into());
+            }
+            match unit_kind(&local.unit) {
+                Some((k, _)) if k == kind => {}
+                _ => {
+                    return Err(format!(
+                        "the local figure's unit '{}' is not of the kind of '{}'",
+                        local.unit, self.unit
+                    ))
+                }
+            }
+            if !local.value.is_finite() || local.value <= 0.0 {
+                return Err(format!(
+                    "local value {} is not a positive number",
+                    local.value
+                ));
+            }
+        }
         if kind == Kind::Cycles && !self.clock_ghz.is_some_and(|g| g.is_finite() && g > 0.0) {
             return Err("a figure in cycles needs the machine's clock_ghz".into());
         }
@@ -209,11 +311,27 @@ impl Reference {
     pub fn matches(&self, m: &Measurement) -> bool {
         self.experiment.as_deref() == Some(m.experiment.as_str())
             && self.metric == m.metric
-            && self
-                .params
-                .0
-                .iter()
-                .all(|(k, v)| m.params.get(k).is_some_and(|mv| same_value(v, mv)))
+            && pinned(&self.params, &m.params)
+    }
+
+    /// For a run without a matching measurement: the pinned parameters a
+    /// measurement of the same experiment and metric has at other values,
+    /// `file_size=20971520 (the figure: 52428800)`.
+    fn near_miss(&self, run: &Run) -> Option<String> {
+        let m = run.measurements.iter().find(|m| {
+            self.experiment.as_deref() == Some(m.experiment.as_str()) && self.metric == m.metric
+        })?;
+        let differ: Vec<String> = self
+            .params
+            .0
+            .iter()
+            .filter(|(k, v)| !m.params.get(k).is_some_and(|mv| same_value(v, mv)))
+            .map(|(k, v)| match m.params.get(k) {
+                Some(mv) => format!("{k}={mv} (the figure: {v})"),
+                None => format!("no {k} (the figure: {v})"),
+            })
+            .collect();
+        (!differ.is_empty()).then(|| differ.join(", "))
     }
 
     /// The command that would measure this row.
@@ -270,6 +388,9 @@ pub enum Status {
     NoExperiment(String),
     /// A matching measurement exists but cannot be put in the reference's unit.
     NotComparable(String),
+    /// Measured over another kind of path than the study's: `this` is set,
+    /// no ratio; the text names the difference.
+    OtherPath(String),
 }
 
 /// One line of the reproduce table: plain data for every renderer.
@@ -295,6 +416,10 @@ pub struct ReproduceRow {
     pub reads: Option<String>,
     pub machine: Option<String>,
     pub notes: Vec<String>,
+    /// How the figures were compared when not directly: `remote/local`
+    /// (then `reference`, `this` and `unit` are that ratio's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compared_as: Option<String>,
     #[serde(flatten)]
     pub status: Status,
 }
@@ -331,16 +456,29 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         reads: None,
         machine: r.machine.clone(),
         notes: r.note.iter().cloned().collect(),
+        compared_as: None,
         status: Status::Measured,
     };
     let Some(id) = &r.experiment else {
         out.status = Status::NoExperiment("no osprobe experiment measures this yet".into());
         return out;
     };
-    let matching: Vec<&Measurement> = run.measurements.iter().filter(|m| r.matches(m)).collect();
+    let mut matching: Vec<&Measurement> =
+        run.measurements.iter().filter(|m| r.matches(m)).collect();
     if let Some(rel) = &r.relative_to {
         relative_row(run, r, rel, &matching, &mut out);
         return out;
+    }
+    if let Some(path) = &r.path {
+        let (same, other): (Vec<&Measurement>, Vec<&Measurement>) =
+            matching.into_iter().partition(|m| path_of(m) == path.kind);
+        if same.is_empty() {
+            if let Some(m) = other.first() {
+                other_path_row(run, r, path, m, &mut out);
+                return out;
+            }
+        }
+        matching = same;
     }
     let Some(first) = matching.first() else {
         let skipped = run.skipped.iter().find(|s| {
@@ -350,9 +488,13 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
                     .iter()
                     .all(|(k, v)| s.params.get(k).is_none_or(|sv| same_value(v, sv)))
         });
-        out.status = Status::NotMeasured(match skipped {
-            Some(s) => format!("skipped in this run: {}", s.reason),
-            None => format!(
+        out.status = Status::NotMeasured(match (skipped, r.near_miss(run)) {
+            (Some(s), _) => format!("skipped in this run: {}", s.reason),
+            (None, Some(differ)) => format!(
+                "not compared: this run measured it only at other parameters, {differ} (run `{}`)",
+                r.bench_hint().unwrap_or_default()
+            ),
+            (None, None) => format!(
                 "not measured in this run (run `{}`)",
                 r.bench_hint().unwrap_or_default()
             ),
@@ -419,6 +561,85 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         Err(reason) => out.status = Status::NotComparable(reason),
     }
     out
+}
+
+/// A row whose measurement ran over another kind of path than the study's:
+/// remote/local on both sides when the row has the study's local figure and
+/// the run the matching local measurement; else this machine's figure with
+/// the difference named and no ratio.
+fn other_path_row(
+    run: &Run,
+    r: &Reference,
+    path: &StudyPath,
+    m: &Measurement,
+    out: &mut ReproduceRow,
+) {
+    let label = crate::human::params_label(&m.params);
+    out.measured_params = Some(label.clone());
+    let difference = format!(
+        "measured over {}, the study's figure over {} (path={}): not the same kind of path",
+        path_of(m),
+        path.words,
+        path.kind
+    );
+    let local_pair = r.local.as_ref().and_then(|local| {
+        run.measurements
+            .iter()
+            .find(|d| local.matches(d))
+            .map(|d| (local, d))
+    });
+    let Some((local, den)) = local_pair else {
+        out.this = convert(r, m.unit, m.summary.p50, None, run)
+            .ok()
+            .map(|(v, _)| v);
+        out.status = Status::OtherPath(match &r.local {
+            Some(local) => format!(
+                "{difference}; compared as remote/local once the run also has {} {} {} (the study's local figure)",
+                local.experiment,
+                local.metric,
+                crate::human::params_label(&local.params)
+            ),
+            None => format!("{difference}, so no ratio is given"),
+        });
+        return;
+    };
+    // Both sides in base units of one kind (validated for the study; the
+    // run's two measurements are of one experiment kind each).
+    let (ref_kind, ref_size) = unit_kind(&r.unit).unwrap_or((Kind::Ratio, 1.0));
+    let (local_kind, local_size) = unit_kind(&local.unit).unwrap_or((Kind::Ratio, 1.0));
+    let (num_kind, num_size) = measured_kind(m.unit);
+    let (den_kind, den_size) = measured_kind(den.unit);
+    if ref_kind != local_kind || num_kind != den_kind || den.summary.p50 <= 0.0 {
+        out.status = Status::OtherPath(format!(
+            "{difference}; the local measurement ({} {}) cannot be divided into it",
+            den.experiment,
+            crate::human::params_label(&den.params)
+        ));
+        return;
+    }
+    let study = (r.value * ref_size) / (local.value * local_size);
+    let this = (m.summary.p50 * num_size) / (den.summary.p50 * den_size);
+    out.compared_as = Some("remote/local".into());
+    out.reference = study;
+    out.unit = "x (remote/local)".into();
+    out.this = Some(this);
+    out.ratio = Some(this / study);
+    out.reads = Better::of(m.unit).word(this / study).map(str::to_string);
+    out.notes.push(format!(
+        "{difference}; compared as remote/local, a ratio both paths share: the study's {} {} over its local {} {} ({} {}), this run's {} {} over {} {} ({} {})",
+        figure(r.value),
+        r.unit,
+        figure(local.value),
+        local.unit,
+        local.experiment,
+        crate::human::params_label(&local.params),
+        figure(m.summary.p50),
+        m.unit,
+        figure(den.summary.p50),
+        den.unit,
+        den.experiment,
+        crate::human::params_label(&den.params)
+    ));
 }
 
 /// A ratio row: the first matching measurement over its denominator in the
@@ -633,6 +854,10 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
                     refs.push(note_ref(&format!("not comparable: {why}")));
                     "-".into()
                 }
+                Status::OtherPath(why) => {
+                    refs.push(note_ref(why));
+                    r.this.map(figure).unwrap_or_else(|| "-".into())
+                }
             };
             let osprobe = match &r.experiment {
                 Some(id) => {
@@ -662,6 +887,15 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
         "\n{measured} of {} reference figures compared with this run\n",
         rows.len()
     ));
+    let elsewhere = rows
+        .iter()
+        .filter(|r| matches!(r.status, Status::OtherPath(_)))
+        .count();
+    if elsewhere > 0 {
+        out.push_str(&format!(
+            "{elsewhere} more measured over another kind of path than the study's: shown, not compared\n"
+        ));
+    }
     if !notes.is_empty() {
         out.push('\n');
         for (i, n) in notes.iter().enumerate() {
@@ -806,6 +1040,7 @@ pub fn to_csv(rows: &[ReproduceRow]) -> String {
             Status::NotMeasured(d) => ("not_measured", d.clone()),
             Status::NoExperiment(d) => ("no_experiment", d.clone()),
             Status::NotComparable(d) => ("not_comparable", d.clone()),
+            Status::OtherPath(d) => ("other_path", d.clone()),
         };
         let fields = [
             r.seed.clone(),
@@ -851,6 +1086,7 @@ mod tests {
             measurements: ms,
             skipped: Vec::new(),
             labels: Default::default(),
+            far_ends: Vec::new(),
         }
     }
 
@@ -1076,6 +1312,216 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unit x"));
+    }
+
+    /// A remote-read row, measured by the study over WiFi, with its local read.
+    const REMOTE_ROWS: &str = r#"{"about": "t", "rows": [
+        {"seed": "004", "source": "s", "table": "T", "what": "remote read", "experiment": "fs.remote_read",
+         "metric": "sequential", "params": {"size": 1048576, "window": 1}, "value": 6.2, "unit": "ms", "machine": null,
+         "path": {"kind": "remote", "words": "NFS over WiFi between two machines"},
+         "local": {"experiment": "fs.read", "metric": "sequential", "params": {"size": 1048576, "mode": "direct"},
+                   "value": 62, "unit": "us"}},
+        {"seed": "000", "source": "s", "table": "U", "what": "rfs write", "experiment": "rfs.throughput",
+         "metric": "write", "params": {"window": 4}, "value": 1, "unit": "Mbit/s", "machine": null,
+         "path": {"kind": "remote", "words": "SOS's network"}}
+        ]}"#;
+
+    fn remote_read(path: &str, ns: f64) -> Measurement {
+        let p = Params::new()
+            .with("path", path)
+            .with("size", 1_048_576)
+            .with("window", 1);
+        m("fs.remote_read", "sequential", p, Unit::Nanoseconds, ns)
+    }
+
+    fn local_read(ns: f64) -> Measurement {
+        let p = Params::new().with("size", 1_048_576).with("mode", "direct");
+        m("fs.read", "sequential", p, Unit::Nanoseconds, ns)
+    }
+
+    #[test]
+    fn another_kind_of_path_is_compared_as_remote_over_local() {
+        let refs = parse_references(REMOTE_ROWS).unwrap();
+        let rows = reproduce(
+            &run(vec![
+                remote_read("loopback", 80_000.0),
+                local_read(40_000.0),
+            ]),
+            &refs[..1],
+            None,
+        );
+        let r = &rows[0];
+        assert_eq!(r.status, Status::Measured, "{r:?}");
+        assert_eq!(r.compared_as.as_deref(), Some("remote/local"));
+        assert_eq!(r.unit, "x (remote/local)");
+        // The study: 6.2 ms over 62 us = 100; this run: 80 us over 40 us = 2.
+        assert!((r.reference - 100.0).abs() < 1e-9, "{}", r.reference);
+        assert_eq!(r.this, Some(2.0));
+        assert!((r.ratio.unwrap() - 0.02).abs() < 1e-12);
+        let note = r.notes.last().unwrap();
+        assert!(
+            note.contains("measured over loopback") && note.contains("WiFi"),
+            "{note}"
+        );
+        let text = render(&run(vec![]), &rows);
+        assert!(text.contains("x (remote/local)"), "{text}");
+    }
+
+    #[test]
+    fn another_kind_of_path_without_a_shared_ratio_is_shown_not_compared() {
+        let refs = parse_references(REMOTE_ROWS).unwrap();
+        // No local read in the run: the figure, the difference, no ratio.
+        let rows = reproduce(
+            &run(vec![remote_read("emulated", 3_000_000.0)]),
+            &refs[..1],
+            None,
+        );
+        let r = &rows[0];
+        assert_eq!(r.ratio, None);
+        assert_eq!(r.this, Some(3.0), "in the study's unit, ms");
+        assert!(
+            matches!(&r.status, Status::OtherPath(t) if t.contains("measured over emulated") && t.contains("once the run also has fs.read sequential")),
+            "{:?}",
+            r.status
+        );
+        // A row with no local figure: never a ratio over another path.
+        let tp = m(
+            "rfs.throughput",
+            "write",
+            Params::new().with("window", 4).with("path", "loopback"),
+            Unit::BitsPerSecond,
+            5e8,
+        );
+        let rows = reproduce(&run(vec![tp]), &refs[1..], None);
+        assert_eq!(rows[0].ratio, None);
+        assert_eq!(rows[0].this, Some(500.0));
+        assert!(
+            matches!(&rows[0].status, Status::OtherPath(t) if t.contains("no ratio")),
+            "{:?}",
+            rows[0].status
+        );
+        let text = render(&run(vec![]), &rows);
+        assert!(
+            text.contains("500.0") && text.contains("1 more measured over another kind of path"),
+            "{text}"
+        );
+        assert!(to_csv(&rows).contains(",other_path,"));
+    }
+
+    #[test]
+    fn the_same_kind_of_path_is_compared_directly() {
+        let refs = parse_references(REMOTE_ROWS).unwrap();
+        let ms = vec![
+            remote_read("loopback", 80_000.0),
+            remote_read("remote", 3_100_000.0),
+            local_read(40_000.0),
+        ];
+        let rows = reproduce(&run(ms), &refs[..1], None);
+        let r = &rows[0];
+        assert_eq!(r.status, Status::Measured);
+        assert_eq!(r.compared_as, None);
+        assert_eq!(r.unit, "ms");
+        assert_eq!(r.this, Some(3.1));
+        assert!((r.ratio.unwrap() - 0.5).abs() < 1e-12);
+        assert!(r
+            .measured_params
+            .as_deref()
+            .unwrap()
+            .contains("path=remote"));
+    }
+
+    #[test]
+    fn pinned_parameters_at_other_values_are_named() {
+        let refs = parse_references(
+            r#"{"about": "t", "rows": [
+            {"seed": "002", "source": "s", "table": "T", "what": "tx 30 B", "experiment": "net.transfer.packet_size",
+             "metric": "tx", "params": {"packet": 30, "file_size": 52428800}, "value": 305, "unit": "bits/us", "machine": null}
+            ]}"#,
+        )
+        .unwrap();
+        let p = Params::new()
+            .with("packet", 30)
+            .with("file_size", 20_971_520);
+        let rows = reproduce(
+            &run(vec![m(
+                "net.transfer.packet_size",
+                "tx",
+                p,
+                Unit::BitsPerSecond,
+                1e9,
+            )]),
+            &refs,
+            None,
+        );
+        assert_eq!(rows[0].ratio, None);
+        assert!(
+            matches!(&rows[0].status, Status::NotMeasured(t) if t.contains("file_size=20971520 (the figure: 52428800)") && t.contains("--param file_size=")),
+            "{:?}",
+            rows[0].status
+        );
+    }
+
+    #[test]
+    fn bad_path_and_local_figures_are_named() {
+        let bad = |extra: &str, params: &str| {
+            let text = format!(
+                r#"{{"about": "t", "rows": [{{"seed": "004", "source": "s", "table": "T", "what": "w", "experiment": "a.b",
+                "metric": "m", "params": {params}, "value": 1, "unit": "ms", "machine": null, {extra}}}]}}"#
+            );
+            parse_references(&text).unwrap_err().to_string()
+        };
+        assert!(
+            bad(r#""path": {"kind": "wifi", "words": "w"}"#, "{}").contains("'wifi' is not one of")
+        );
+        assert!(bad(
+            r#""path": {"kind": "remote", "words": "w"}"#,
+            r#"{"path": "loopback"}"#
+        )
+        .contains("pins no path parameter"));
+        assert!(bad(
+            r#""local": {"experiment": "c.d", "metric": "m", "value": 1, "unit": "us"}"#,
+            "{}"
+        )
+        .contains("needs a path"));
+        assert!(bad(
+            r#""path": {"kind": "remote", "words": "w"}, "local": {"experiment": "c.d", "metric": "m", "value": 1, "unit": "MB/s"}"#,
+            "{}"
+        )
+        .contains("not of the kind"));
+    }
+
+    /// The shipped rows: a run over loopback never gets a bare ratio for a
+    /// figure the study measured over a network.
+    #[test]
+    fn shipped_network_rows_are_never_a_bare_ratio_over_loopback() {
+        let refs = references().unwrap();
+        let remote_reads: Vec<&Reference> = refs
+            .iter()
+            .filter(|r| r.experiment.as_deref() == Some("fs.remote_read"))
+            .collect();
+        assert_eq!(remote_reads.len(), 16);
+        assert!(remote_reads
+            .iter()
+            .all(|r| r.path.is_some() && r.local.is_some()));
+        let mut ms = Vec::new();
+        for r in &refs {
+            let Some(id) = &r.experiment else { continue };
+            if r.path.is_some() {
+                let mut p = r.params.clone();
+                p = p.with("path", "loopback");
+                ms.push(m(id, &r.metric, p, Unit::Nanoseconds, 1_000.0));
+            }
+        }
+        let rows = reproduce(&run(ms), &refs, None);
+        for (r, row) in refs.iter().zip(&rows) {
+            if r.path.is_some() {
+                assert!(
+                    row.compared_as.is_some()
+                        || (row.ratio.is_none() && matches!(row.status, Status::OtherPath(_))),
+                    "{row:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -59,10 +59,12 @@ pub fn measurements_table_fit(measurements: &[Measurement], width: usize) -> Str
             let scale = scale_for(m.unit, s.p50);
             let v = |x: f64| number(x / scale.divisor);
             let (model, model_notes) = model_cells(m, scale.divisor);
+            let counted = crate::counters::counters_note(m);
             let mut refs: Vec<usize> = m
                 .notes
                 .iter()
                 .chain(&model_notes)
+                .chain(&counted)
                 .map(|n| notes.add(n))
                 .collect();
             refs.dedup();
@@ -585,6 +587,7 @@ mod tests {
             measurements: vec![],
             skipped,
             labels: Default::default(),
+            far_ends: Vec::new(),
         };
         assert_eq!(
             summary_line(&run, 200),

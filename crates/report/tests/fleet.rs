@@ -46,6 +46,7 @@ fn run(id: &str, started: &str, labels: &[(&str, &str)], measurements: Vec<Measu
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        far_ends: Vec::new(),
     }
 }
 

@@ -99,6 +99,7 @@ fn synthetic_run() -> Run {
             ),
         ],
         labels: Default::default(),
+        far_ends: Vec::new(),
     }
 }
 

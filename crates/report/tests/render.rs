@@ -57,6 +57,7 @@ fn run(measurements: Vec<Measurement>) -> Run {
             reason: "needs root".into(),
         }],
         labels: Default::default(),
+        far_ends: Vec::new(),
     }
 }
 

@@ -17,6 +17,8 @@ pub(crate) struct RunRow {
     pub environment: String,
     pub skipped: String,
     pub labels: String,
+    /// JSON array of [`osprobe_core::far_end::FarEnd`].
+    pub far_ends: String,
 }
 
 /// One `measurements` row.
@@ -42,6 +44,7 @@ pub(crate) fn run_row(run: &Run) -> RunRow {
         environment: to_json(&run.environment),
         skipped: to_json(&run.skipped),
         labels: to_json(&run.labels),
+        far_ends: to_json(&run.far_ends),
     }
 }
 
@@ -76,6 +79,8 @@ pub(crate) fn decode_run(row: RunRow, bodies: Vec<(i64, String)>) -> Result<Run,
     let labels = serde_json::from_str(&row.labels).map_err(|e| corrupt(format!("labels: {e}")))?;
     let skipped =
         serde_json::from_str(&row.skipped).map_err(|e| corrupt(format!("skipped: {e}")))?;
+    let far_ends =
+        serde_json::from_str(&row.far_ends).map_err(|e| corrupt(format!("far ends: {e}")))?;
     let environment: Environment =
         serde_json::from_str(&row.environment).map_err(|e| corrupt(format!("environment: {e}")))?;
     let profile = Profile::parse(&row.profile)
@@ -98,6 +103,7 @@ pub(crate) fn decode_run(row: RunRow, bodies: Vec<(i64, String)>) -> Result<Run,
         measurements,
         skipped,
         labels,
+        far_ends,
     })
 }
 

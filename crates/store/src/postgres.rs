@@ -54,6 +54,9 @@ pub const MIGRATIONS: &[&str] = &[
     // 1 -> 2: a run's labels (host, groups, pair, user k=v) as a JSON object
     // (text, as in SQLite; query it with labels::jsonb).
     "ALTER TABLE runs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';",
+    // 2 -> 3: the remote hosts a run measured against, each described (its
+    // environment, its interface and ours towards it), as a JSON array.
+    "ALTER TABLE runs ADD COLUMN far_ends TEXT NOT NULL DEFAULT '[]';",
 ];
 
 /// The key of the advisory lock migrations hold: "osprobe" in ASCII.
@@ -279,7 +282,7 @@ impl RunStore for PostgresStore {
             // One snapshot for the header and the measurements.
             let mut tx = client.build_transaction().read_only(true).start()?;
             let r = tx.query_one(
-                "SELECT id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels
+                "SELECT id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels, far_ends
                  FROM runs WHERE id = $1",
                 &[&id],
             )?;
@@ -294,6 +297,7 @@ impl RunStore for PostgresStore {
                 environment: r.try_get(7)?,
                 skipped: r.try_get(8)?,
                 labels: r.try_get(9)?,
+                far_ends: r.try_get(10)?,
             };
             let bodies = tx
                 .query(
@@ -550,10 +554,11 @@ fn insert_run_header(
         environment,
         skipped,
         labels,
+        far_ends,
     } = codec::run_row(run);
     let sql = format!(
-        "INSERT INTO runs (id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10){}",
+        "INSERT INTO runs (id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels, far_ends)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){}",
         if skip_existing {
             " ON CONFLICT (id) DO NOTHING"
         } else {
@@ -573,6 +578,7 @@ fn insert_run_header(
             &environment,
             &skipped,
             &labels,
+            &far_ends,
         ],
     )?;
     Ok(n == 1)

@@ -40,6 +40,9 @@ pub const MIGRATIONS: &[&str] = &[
     // 1 -> 2: a run's labels (host, groups, pair, user k=v) as a JSON object,
     // so runs of many hosts can share one store.
     "ALTER TABLE runs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';",
+    // 2 -> 3: the remote hosts a run measured against, each described (its
+    // environment, its interface and ours towards it), as a JSON array.
+    "ALTER TABLE runs ADD COLUMN far_ends TEXT NOT NULL DEFAULT '[]';",
 ];
 
 pub struct SqliteStore {
@@ -253,7 +256,7 @@ impl SqliteStore {
         let row = self
             .conn
             .query_row(
-                "SELECT id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels
+                "SELECT id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels, far_ends
                  FROM runs WHERE id = ?1",
                 [&id],
                 |r| {
@@ -268,6 +271,7 @@ impl SqliteStore {
                         environment: r.get(7)?,
                         skipped: r.get(8)?,
                         labels: r.get(9)?,
+                        far_ends: r.get(10)?,
                     })
                 },
             )
@@ -410,11 +414,12 @@ fn insert_run<'a>(
         environment,
         skipped,
         labels,
+        far_ends,
     } = codec::run_row(run);
     tx.execute(
-        "INSERT INTO runs (id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        params![id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels],
+        "INSERT INTO runs (id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels, far_ends)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![id, started, ended, osprobe_version, profile, command, hostname, environment, skipped, labels, far_ends],
     )?;
     let mut stmt = tx.prepare(
         "INSERT INTO measurements (run_id, seq, experiment, metric, params, unit, p50, body)

@@ -44,6 +44,7 @@ fn sample_run(id: &str, n: usize) -> Run {
             reason: "test".into(),
         }],
         labels: Default::default(),
+        far_ends: Vec::new(),
     }
 }
 
@@ -60,6 +61,32 @@ fn migrations_bring_a_new_file_to_the_latest_version_once() {
     let store = Store::open(&path, Access::Write).unwrap();
     assert_eq!(store.version().unwrap(), schema_version());
     assert_eq!(store.list_runs().unwrap().len(), 1);
+}
+
+/// A file written before far ends were stored (version 2) gets the column
+/// and keeps its runs, which read back with no far ends.
+#[test]
+fn a_version_2_file_gains_far_ends_and_keeps_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        for sql in &crate::MIGRATIONS[..2] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        let env = serde_json::to_string(&osprobe_core::Environment::default()).unwrap();
+        conn.execute(
+            "INSERT INTO runs (id, started, ended, osprobe_version, profile, command, hostname, environment, skipped)
+             VALUES ('01OLD', 's', 'e', '0.1.0', 'quick', 'run', 'h', ?1, '[]')",
+            [env],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path, Access::Write).unwrap();
+    assert_eq!(store.version().unwrap(), schema_version());
+    let run = store.load_run("01OLD").unwrap();
+    assert!(run.far_ends.is_empty());
 }
 
 #[test]

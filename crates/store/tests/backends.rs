@@ -50,6 +50,7 @@ fn sample_run(seed: u64, n: usize) -> Run {
             reason: "test".into(),
         }],
         labels: Default::default(),
+        far_ends: Vec::new(),
     }
 }
 
@@ -104,6 +105,39 @@ fn round_trip_of_a_run(fresh: &dyn Fn() -> Location) {
     assert!(!store.has_run(&run.id[..25]).unwrap());
     // And from a second connection, opened for reading.
     assert_eq!(read(&loc).load_run(&run.id).unwrap(), as_stored(&run));
+}
+
+/// A far end as a run against `osprobe serve` on another host stores it.
+fn far_end(host: &str) -> osprobe_core::far_end::FarEnd {
+    let nic = |name: &str| osprobe_core::nic::NicInfo {
+        name: name.into(),
+        address: "198.18.80.1".into(),
+        kind: "veth".into(),
+        mtu: Some(1500),
+        qdisc: Some("noqueue".into()),
+        offloads: [("tso".to_string(), true), ("lro".to_string(), false)].into(),
+        ..Default::default()
+    };
+    let environment = osprobe_core::Environment {
+        hostname: host.into(),
+        ..Default::default()
+    };
+    osprobe_core::far_end::FarEnd {
+        to: host.into(),
+        address: format!("{host}:5301"),
+        near_nic: Some(nic("veth-near")),
+        environment: Some(environment),
+        far_nic: Some(nic("veth-far")),
+        error: None,
+    }
+}
+
+fn far_ends_round_trip(fresh: &dyn Fn() -> Location) {
+    let mut store = write(&fresh());
+    let mut run = sample_run(3, 1);
+    run.far_ends = vec![far_end("far-1"), far_end("far-2")];
+    store.save_run(&run).unwrap();
+    assert_eq!(store.load_run("latest").unwrap(), as_stored(&run));
 }
 
 fn labels_round_trip_and_show_in_the_summary(fresh: &dyn Fn() -> Location) {
@@ -233,6 +267,7 @@ const CASES: &[(&str, Case)] = &[
         "labels_round_trip_and_show_in_the_summary",
         labels_round_trip_and_show_in_the_summary,
     ),
+    ("far_ends_round_trip", far_ends_round_trip),
     ("unknown_and_ambiguous_ids", unknown_and_ambiguous_ids),
     (
         "latest_and_the_runs_before_it",
@@ -308,6 +343,7 @@ fn export_then_import_into_the_other_backend_gives_equal_runs() {
     let postgres = Location::Postgres(pg.fresh_database().unwrap());
     let mut runs: Vec<Run> = (30..34).map(|s| sample_run(s, 3)).collect();
     runs[1].labels.insert("host".into(), "laptop".into());
+    runs[2].far_ends.push(far_end("far-1"));
     let mut laptop = write(&sqlite);
     for run in &runs {
         laptop.save_run(run).unwrap();

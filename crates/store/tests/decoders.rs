@@ -42,6 +42,7 @@ fn sample_run() -> Run {
             reason: "test".into(),
         }],
         labels: Default::default(),
+        far_ends: Vec::new(),
     }
 }
 

@@ -659,6 +659,7 @@ mod tests {
             measurements: Vec::new(),
             skipped: Vec::new(),
             labels: Default::default(),
+            far_ends: Vec::new(),
         };
         serde_json::to_string(&run).unwrap()
     }

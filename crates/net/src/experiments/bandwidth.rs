@@ -17,7 +17,7 @@ use osprobe_core::{
 
 pub struct Bandwidth;
 
-const PARAMS: [ParamSpec; 10] = [
+const PARAMS: [ParamSpec; 11] = [
     COMMON[0],
     COMMON[1],
     COMMON[2],
@@ -39,6 +39,7 @@ const PARAMS: [ParamSpec; 10] = [
     },
     DURATION_PARAM,
     PIN_PARAM,
+    super::direction::DIRECTION_PARAM,
 ];
 
 pub fn default_duration_ms(profile: Profile) -> u64 {
@@ -78,7 +79,18 @@ impl Experiment for Bandwidth {
             Profile::Quick => &[1, 2],
             Profile::Full => &[1, 2, 4, 8],
         };
-        cross(default_paths(profile), "streams", streams)
+        let mut points: Vec<Params> = cross(default_paths(profile), "streams", streams);
+        // The other directions (iperf3 -R, --bidir) at one stream, in full.
+        if profile == Profile::Full {
+            for direction in ["reverse", "bidir"] {
+                points.extend(
+                    default_paths(profile)
+                        .into_iter()
+                        .map(|p| p.with("streams", 1i64).with("direction", direction)),
+                );
+            }
+        }
+        points
             .into_iter()
             .map(|p| {
                 p.with("write_size", 128i64 << 10)
@@ -102,8 +114,20 @@ impl Experiment for Bandwidth {
             sender_cpu: placement.sender_cpu,
             receiver_cpu: placement.receiver_cpu,
         };
-        let result = bulk::run(&endpoint.peer, &config, interrupt::flag())?;
-        let mut measurements = bulk_measurements(self.id(), params, &endpoint, &config, &result)?;
+        let direction = params.text("direction").unwrap_or("forward");
+        let mut measurements = if direction == "forward" {
+            let result = bulk::run(&endpoint.peer, &config, interrupt::flag())?;
+            bulk_measurements(self.id(), params, &endpoint, &config, &result)?
+        } else {
+            super::direction::run(
+                self.id(),
+                direction,
+                params,
+                &endpoint,
+                &config,
+                interrupt::flag(),
+            )?
+        };
         if let Some(sender) = measurements.first_mut() {
             sender.notes.push(placement.note);
             sender.notes.extend(timing.note);

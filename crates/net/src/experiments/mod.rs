@@ -7,8 +7,12 @@ pub mod ack_stall;
 pub mod bandwidth;
 pub mod cc;
 pub mod connect;
+pub mod direction;
+pub mod loaded_latency;
+pub mod rr;
 pub mod rtt;
 pub mod transfer;
+pub mod udp;
 
 use crate::client::NetError;
 use crate::path::Endpoint;
@@ -26,6 +30,9 @@ pub fn register(registry: &mut Registry) {
     registry.register(Box::new(transfer::Transfer::Connections));
     registry.register(Box::new(ack_stall::AckStall));
     registry.register(Box::new(cc::CongestionControl));
+    registry.register(Box::new(udp::Udp));
+    registry.register(Box::new(rr::Rr));
+    registry.register(Box::new(loaded_latency::LoadedLatency));
 }
 
 /// The `duration` parameter of timed tests, in milliseconds.

@@ -112,7 +112,7 @@ impl Experiment for PageFault {
                 (samples, kernel, times, counters, notes)
             }
             "swap_in_rfs" => {
-                let path = TestPath::open(ctx, params)?;
+                let path = TestPath::open_for(ctx, params)?;
                 let options = ClientOptions {
                     transport: Transport::Udp,
                     window: 8,

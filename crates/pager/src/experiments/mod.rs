@@ -1,8 +1,11 @@
 //! The pager's experiments: `pager.fault` (what a fault served in user
-//! space costs) and `pager.policy` (how replacement policies compare).
+//! space costs), `pager.policy` (how replacement policies compare) and
+//! `pager.scan` (a sequential scan through rfs swap against rfs get).
 
 pub mod fault;
 pub mod policy;
+mod processes;
+pub mod scan;
 
 use crate::uffd::Userfaultfd;
 use osprobe_core::affinity::PinGuard;
@@ -11,6 +14,7 @@ use osprobe_core::{ExperimentError, Registry};
 pub fn register(registry: &mut Registry) {
     registry.register(Box::new(fault::PageFault));
     registry.register(Box::new(policy::PagePolicy));
+    registry.register(Box::new(scan::PageScan));
 }
 
 /// userfaultfd with what the pager needs, or why not (skipped, with the

@@ -27,7 +27,7 @@ const POLICIES: &[&str] = &["fifo", "clock", "lru", "opt"];
 const TRACES: &[&str] = &["sequential", "loop", "uniform", "zipf", "classic"];
 const SEED: u64 = 20;
 
-const PARAMS: [ParamSpec; 6] = [
+const PARAMS: [ParamSpec; 8] = [
     ParamSpec {
         name: "policy",
         help: "fifo, clock (Second Chance), lru (aging) or opt (Belady's optimum; offline only)",
@@ -60,6 +60,16 @@ const PARAMS: [ParamSpec; 6] = [
             min: 1,
             max: 10_000_000,
         },
+    },
+    ParamSpec {
+        name: "processes",
+        help: "live: processes sharing the pager's frames, each replaying its own trace (a seed each) on its own pages",
+        kind: ParamKind::Int { min: 1, max: 64 },
+    },
+    ParamSpec {
+        name: "replacement",
+        help: "with processes > 1: global (one policy over all frames) or local (a quota of frames / processes each)",
+        kind: ParamKind::Choice(&["global", "local"]),
     },
 ];
 
@@ -123,6 +133,31 @@ impl Experiment for PagePolicy {
                 }
             }
         }
+        // Several processes on one pager: the same frames shared by all
+        // or cut into quotas, each process with pages / 4 of its own.
+        let (counts, replacements, policies): (&[i64], &[&str], &[&str]) = match profile {
+            Profile::Smoke => (&[2], &["global"], &["clock"]),
+            Profile::Quick => (&[2, 4], &["global", "local"], &["clock"]),
+            Profile::Full => (&[2, 4], &["global", "local"], &["clock", "lru"]),
+        };
+        for &processes in counts {
+            for replacement in replacements {
+                for policy in policies {
+                    grid.push(
+                        point(
+                            "live",
+                            "zipf",
+                            policy,
+                            live_frames[0],
+                            pages / 4,
+                            length / 4,
+                        )
+                        .with("processes", processes)
+                        .with("replacement", *replacement),
+                    );
+                }
+            }
+        }
         grid
     }
 
@@ -138,6 +173,9 @@ impl Experiment for PagePolicy {
         let trace = generate(kind, pages, length, frames, SEED);
         let failed = |e: String| ExperimentError::Failed(e);
         match params.text("mode").unwrap_or("offline") {
+            "offline" if params.int("processes").unwrap_or(1) > 1 => Err(ExperimentError::Unsupported(
+                "processes > 1 runs live only (processes interleave as the scheduler runs them)".into(),
+            )),
             "offline" => {
                 let mut policy =
                     policy_by_name(policy_name, Some(&trace)).map_err(|e| failed(e.to_string()))?;
@@ -153,13 +191,20 @@ impl Experiment for PagePolicy {
                 }
                 Ok(vec![m])
             }
+            "live" if params.int("processes").unwrap_or(1) > 1 => {
+                super::processes::live(params, kind, frames, policy_name, SEED)
+            }
             "live" => live(params, &trace, frames, policy_name),
             other => Err(failed(format!("mode '{other}': expected offline or live"))),
         }
     }
 }
 
-fn count(metric: &str, params: &Params, value: u64) -> Result<Measurement, ExperimentError> {
+pub(super) fn count(
+    metric: &str,
+    params: &Params,
+    value: u64,
+) -> Result<Measurement, ExperimentError> {
     value_measurement(
         "pager.policy",
         metric,

@@ -146,8 +146,21 @@ pub struct TestPath {
 const READ_ONLY_HINT: &str = "the far end exports read-only: start it with `osprobe serve --export DIR --export-writable` (the file service's experiments and pager swap write their files there)";
 
 impl TestPath {
+    /// Build the path `params` names, without a token (a local path, or a
+    /// remote serve that wants none).
+    pub fn open(params: &Params) -> Result<TestPath, ExperimentError> {
+        TestPath::open_with_token(None, params)
+    }
+
     /// Build the path `params` names; a remote one with the context's token.
-    pub fn open(ctx: &Context, params: &Params) -> Result<TestPath, ExperimentError> {
+    pub fn open_for(ctx: &Context, params: &Params) -> Result<TestPath, ExperimentError> {
+        TestPath::open_with_token(ctx.peer_token.clone(), params)
+    }
+
+    fn open_with_token(
+        token: Option<String>,
+        params: &Params,
+    ) -> Result<TestPath, ExperimentError> {
         let export = ScratchDir::new().map_err(|e| ExperimentError::io("export directory", e))?;
         let mut params = params.clone();
         if PathKind::of(&params)? == PathKind::Emulated && params.get("delay").is_none() {
@@ -158,7 +171,7 @@ impl TestPath {
         };
         let testbed = Testbed::open(&params, &mut servers)?;
         let token = match testbed.kind {
-            PathKind::Remote => ctx.peer_token.clone(),
+            PathKind::Remote => token,
             _ => None,
         };
         Ok(TestPath {

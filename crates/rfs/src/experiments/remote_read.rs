@@ -109,7 +109,7 @@ impl Experiment for RemoteRead {
             _ => Transport::Tcp,
         };
         let blocks = (size / BLOCK as u64) as usize;
-        let mut path = TestPath::open(ctx, params)?;
+        let mut path = TestPath::open_for(ctx, params)?;
         path.put_file(FILE, size)?;
         let mut client = path.client(ClientOptions {
             transport,

@@ -165,7 +165,7 @@ impl Experiment for Throughput {
             Profile::Full => (7, Duration::from_secs(6)),
         };
 
-        let mut path = TestPath::open(ctx, params)?;
+        let mut path = TestPath::open_for(ctx, params)?;
         path.put_file(FILE, size)?;
         path.will_remove(WRITTEN);
         let mut client = path.client(ClientOptions {

@@ -1,0 +1,260 @@
+//! pager.scan: how fast a sequential scan runs through memory whose pages
+//! live on the remote file service, against `rfs get` (a windowed
+//! `read_at` of a file of the same size) on the same path, in the same
+//! run, the two alternating.
+//!
+//! The region holds twice as many pages as frames, so with FIFO every
+//! page of a pass comes from swap. The fill pass writes every page (its
+//! evictions are written behind in batches); the timed passes read one
+//! byte per page, each checked. With read-around, a fault on the page
+//! after the last one swapped in brings `read_around` pages with one
+//! windowed read and maps them with one UFFDIO_COPY; without it
+//! (`read_around=1`) every page is a round trip.
+
+use super::{check_pager, one_cpu};
+use crate::policy::policy_by_name;
+use crate::swap::RfsSwap;
+use crate::{Pager, PagerConfig, PagerCounters};
+use osprobe_core::harness::value_measurement;
+use osprobe_core::{
+    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
+    Requirements, Unit,
+};
+use osprobe_rfs::experiments::{failed, make_file, TestPath, DELAY_PARAM, PATH_PARAM};
+use osprobe_rfs::{ClientOptions, OpenMode, Transport};
+use std::time::Instant;
+
+pub struct PageScan;
+
+const PARAMS: [ParamSpec; 6] = [
+    ParamSpec {
+        name: "read_around",
+        help: "pages brought in per sequential swap-in (1: off); batches of evictions are as large",
+        kind: ParamKind::Int { min: 1, max: 1024 },
+    },
+    ParamSpec {
+        name: "frames",
+        help: "resident-set limit in pages (the scan covers twice as many)",
+        kind: ParamKind::Int {
+            min: 64,
+            max: 65_536,
+        },
+    },
+    ParamSpec {
+        name: "transport",
+        help: "udp or tcp, for the swap and for rfs get alike",
+        kind: ParamKind::Choice(&["udp", "tcp"]),
+    },
+    ParamSpec {
+        name: "window",
+        help: "requests in flight, for the swap and for rfs get alike",
+        kind: ParamKind::Int { min: 1, max: 64 },
+    },
+    PATH_PARAM,
+    DELAY_PARAM,
+];
+
+/// The packet of rfs get's target figure (32 requests of 32 KiB).
+const PACKET: usize = 32 << 10;
+const FILE: &str = "pager-scan-get.bin";
+
+fn point(transport: &str, read_around: i64, frames: i64) -> Params {
+    Params::new()
+        .with("transport", transport)
+        .with("read_around", read_around)
+        .with("frames", frames)
+        .with("window", 32)
+}
+
+impl Experiment for PageScan {
+    fn id(&self) -> &'static str {
+        "pager.scan"
+    }
+
+    fn description(&self) -> &'static str {
+        "sequential scan through memory swapped to the remote file service (swap-in read-around, evictions written behind) against rfs get of the same bytes on the same path"
+    }
+
+    fn requirements(&self) -> Requirements {
+        Requirements {
+            root_for: Some("path=netns and path=emulated (network namespaces)"),
+            ..Requirements::default()
+        }
+    }
+
+    fn params(&self) -> &'static [ParamSpec] {
+        &PARAMS
+    }
+
+    fn grid(&self, profile: Profile) -> Vec<Params> {
+        match profile {
+            Profile::Smoke => vec![point("tcp", 64, 512)],
+            Profile::Quick => vec![point("tcp", 1, 2048), point("tcp", 128, 2048)],
+            Profile::Full => vec![
+                point("tcp", 1, 4096),
+                point("tcp", 32, 4096),
+                point("tcp", 128, 4096),
+                point("udp", 128, 4096),
+            ],
+        }
+    }
+
+    fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        check_pager()?;
+        let frames = params.int("frames").unwrap_or(2048).max(64) as usize;
+        let read_around = (params.int("read_around").unwrap_or(128).max(1) as usize).min(frames);
+        let window = params.int("window").unwrap_or(32).clamp(1, 64) as usize;
+        let transport = match params.text("transport").unwrap_or("tcp") {
+            "udp" => Transport::Udp,
+            _ => Transport::Tcp,
+        };
+        let passes = match ctx.profile {
+            Profile::Smoke => 2,
+            Profile::Quick => 3,
+            Profile::Full => 5,
+        };
+        let path = TestPath::open(params)?;
+        let options = ClientOptions {
+            transport,
+            window,
+            packet: PACKET.min(transport.max_data()),
+            ..ClientOptions::default()
+        };
+        let swap = RfsSwap::create(path.client(options.clone())?, "osprobe-pager-scan.swap")
+            .map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        let _pin = one_cpu()?;
+        let policy =
+            policy_by_name("fifo", None).map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        let mut config = PagerConfig::new(2 * frames as u64, frames, policy, Box::new(swap));
+        config.read_around = read_around;
+        config.evict_batch = read_around;
+        config.handler_cpu = Some(_pin.cpu);
+        let mut pager = Pager::start(config).map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        let bytes = pager.len() as u64;
+
+        // rfs get of as many bytes, on the same path with the same options.
+        make_file(path.export(), FILE, bytes)?;
+        let mut client = path.client(options.clone())?;
+        let fd = client.open(FILE, OpenMode::Read).map_err(failed)?;
+        let mut buf = vec![0u8; bytes as usize];
+
+        fill(&mut pager)?;
+        let mut scan_bits = Vec::new();
+        let mut get_bits = Vec::new();
+        // One of each unmeasured first (warm), then alternating.
+        scan(&mut pager)?;
+        client.read_at(fd, 0, &mut buf).map_err(failed)?;
+        let before = pager.counters();
+        for pass in 0..passes {
+            ctx.check_interrupt()?;
+            let mut get = || -> Result<f64, ExperimentError> {
+                let t = Instant::now();
+                let n = client.read_at(fd, 0, &mut buf).map_err(failed)?;
+                if n as u64 != bytes {
+                    return Err(ExperimentError::Failed(format!(
+                        "rfs get read {n} of {bytes} bytes"
+                    )));
+                }
+                Ok(bytes as f64 * 8.0 / t.elapsed().as_secs_f64().max(1e-9))
+            };
+            // Alternate which goes first: neither always finds the
+            // caches the other left.
+            if pass % 2 == 0 {
+                scan_bits.push(bytes as f64 * 8.0 / scan(&mut pager)?);
+                get_bits.push(get()?);
+            } else {
+                get_bits.push(get()?);
+                scan_bits.push(bytes as f64 * 8.0 / scan(&mut pager)?);
+            }
+        }
+        let _ = client.close(fd);
+        let _ = client.disconnect();
+        let after = pager.counters();
+        let (counters, _) = pager.finish();
+        if counters.failures > 0 {
+            return Err(ExperimentError::Failed(format!(
+                "the pager failed {} faults: {}",
+                counters.failures, "see the reason logged above"
+            )));
+        }
+        let setting = format!(
+            "{} x {} KiB requests in flight over {transport}, path: {}",
+            window,
+            options.packet >> 10,
+            path.description
+        );
+        let mut scan_m = value_measurement(
+            self.id(),
+            "scan",
+            params.clone(),
+            Unit::BitsPerSecond,
+            &scan_bits,
+        )?;
+        let mut get_m = value_measurement(
+            self.id(),
+            "rfs_get",
+            params.clone(),
+            Unit::BitsPerSecond,
+            &get_bits,
+        )?;
+        let ratio = scan_m.summary.p50 / get_m.summary.p50;
+        scan_m.notes.push(format!(
+            "one sample = one read pass over {} pages ({} MiB) in {frames} frames, one byte per page checked; read-around {read_around} pages, evictions in batches of {read_around}; {setting}",
+            2 * frames,
+            bytes >> 20
+        ));
+        scan_m.notes.push(format!(
+            "scan / rfs get on the same path, medians: {ratio:.2}"
+        ));
+        scan_m.notes.push(counters_note(&before, &after, passes));
+        get_m.notes.push(format!(
+            "one sample = one read_at of a {} MiB file into memory, alternating with the scan's passes; {setting}",
+            bytes >> 20
+        ));
+        Ok(vec![scan_m, get_m])
+    }
+}
+
+/// Write every page once: the pages evicted meanwhile go to swap in order.
+fn fill(pager: &mut Pager) -> Result<(), ExperimentError> {
+    let page_size = pager.page_size();
+    let memory = pager.memory();
+    for page in 0..memory.len() / page_size {
+        memory[page * page_size] = marker(page);
+        memory[page * page_size + page_size - 1] = marker(page);
+    }
+    Ok(())
+}
+
+/// One read pass, every page checked; seconds.
+fn scan(pager: &mut Pager) -> Result<f64, ExperimentError> {
+    let page_size = pager.page_size();
+    let memory = pager.memory();
+    let started = Instant::now();
+    for page in 0..memory.len() / page_size {
+        // SAFETY: a byte of the region.
+        let value = unsafe { std::ptr::read_volatile(&memory[page * page_size]) };
+        if value != marker(page) {
+            return Err(ExperimentError::Failed(format!(
+                "page {page} came back with {value:#x}, not {:#x}",
+                marker(page)
+            )));
+        }
+    }
+    Ok(started.elapsed().as_secs_f64().max(1e-9))
+}
+
+fn marker(page: usize) -> u8 {
+    (page % 251) as u8 + 1
+}
+
+fn counters_note(before: &PagerCounters, after: &PagerCounters, passes: usize) -> String {
+    let faults = after.swap_ins - before.swap_ins;
+    let around = after.read_around_pages - before.read_around_pages;
+    format!(
+        "in the {passes} timed passes: {faults} swap-in faults brought {} pages ({around} by read-around), {} evictions, {} write-backs",
+        faults + around,
+        after.evictions - before.evictions,
+        after.write_backs - before.write_backs
+    )
+}
