@@ -254,6 +254,12 @@ pub struct ServeArgs {
     /// Keep at most this much on disk (files in --dir, those there at start included, plus transfers in progress), e.g. 10G
     #[arg(long, value_name = "SIZE")]
     pub max_bytes: Option<String>,
+    /// Also offer the remote file service over DIR (read-only unless --export-writable), one port above --bind's, announced to clients: for rfs.throughput, fs.remote_read and pager.fault with --to
+    #[arg(long, value_name = "DIR")]
+    pub export: Option<PathBuf>,
+    /// Let clients create and write files in --export DIR (rfs.throughput, fs.remote_read and pager swap write their files there)
+    #[arg(long, requires = "export")]
+    pub export_writable: bool,
 }
 
 #[derive(Debug, Args)]
@@ -314,6 +320,11 @@ pub struct RunArgs {
     /// Only experiments matching these patterns, comma-separated (e.g. `cpu.*,proc.fork`)
     #[arg(long, value_delimiter = ',', value_name = "PATTERN")]
     pub only: Vec<String>,
+    /// Run every experiment with a remote form (net.*, rfs.throughput, fs.remote_read, pager.fault) against the `osprobe serve --export DIR --export-writable` on this host
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub to: Option<String>,
+    #[command(flatten)]
+    pub token: TokenArg,
 }
 
 #[derive(Debug, Args)]

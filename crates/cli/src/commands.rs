@@ -77,10 +77,26 @@ fn die_quietly_on_a_closed_pipe() {
 
 fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let registry = registry();
-    let selected = registry
+    let mut selected = registry
         .select(&args.only)
         .map_err(|e| UsageError(format!("--only: {e}")))?;
-    measure(selected, &args.profile, &[], db, quiet, None, true)
+    let token = args.token.secret()?;
+    let mut overrides = Vec::new();
+    if let Some(to) = &args.to {
+        // Only the experiments with a remote form: those taking `to`.
+        selected.retain(|e| e.params().iter().any(|p| p.name == "to"));
+        if selected.is_empty() {
+            return Err(UsageError(
+                "--to: none of the selected experiments has a remote form (net.*, rfs.throughput, fs.remote_read, pager.fault)".into(),
+            )
+            .into());
+        }
+        let needs_files = selected.iter().any(|e| !e.id().starts_with("net."));
+        crate::remote::preflight(to, token.clone(), needs_files)?;
+        overrides.push(("path".to_string(), "remote".to_string()));
+        overrides.push(("to".to_string(), to.clone()));
+    }
+    measure(selected, &args.profile, &overrides, db, quiet, token, true)
 }
 
 fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
@@ -210,6 +226,7 @@ fn measure(
         print!("{}", crate::far_end::block(&environment, &far_ends));
         println!();
     }
+    crate::remote::install_locator(peer_token.clone());
     let mut ctx = Context::new(profile, clock, environment.clone());
     ctx.peer_token = peer_token;
     ctx.counters = counters;
@@ -228,6 +245,18 @@ fn measure(
     if outcome.measurements.is_empty() {
         exports.discard();
         eprint!("{}", crate::outcome::nothing_measured(&outcome));
+        return Ok(ExitCode::FAILURE);
+    }
+
+    // Against a remote host, all or nothing: a host lost mid-run leaves
+    // no half run behind.
+    let remote = overrides.iter().any(|(k, v)| k == "path" && v == "remote");
+    if remote && !outcome.failures.is_empty() {
+        exports.discard();
+        for f in &outcome.failures {
+            eprintln!("osprobe: {} {} failed: {}", f.experiment, f.params, f.error);
+        }
+        eprintln!("osprobe: a remote experiment failed; nothing was stored");
         return Ok(ExitCode::FAILURE);
     }
 

@@ -20,6 +20,7 @@ mod net;
 mod outcome;
 mod pager;
 mod progress;
+mod remote;
 mod report;
 mod reproduce;
 mod rfs;

@@ -39,7 +39,20 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
     if let Some(warning) = args.exposure.check("serve", bind, token.is_some())? {
         eprintln!("{warning}");
     }
+    // The file service first: its port goes into every hello.
+    let export = match &args.export {
+        Some(dir) => Some(crate::remote::Export::start(
+            dir,
+            bind,
+            args.export_writable,
+            token.clone(),
+            args.max_clients as usize,
+            quiet,
+        )?),
+        None => None,
+    };
     let config = ServerConfig {
+        rfs_port: export.as_ref().map(|e| e.addr.port()),
         token: token.clone(),
         max_duration: Duration::from_secs(args.max_duration as u64),
         max_clients: args.max_clients as usize,
@@ -69,6 +82,18 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
         if let Some(dir) = &args.dir {
             extras.push(format!("files into {}", dir.display()));
         }
+        if let (Some(export), Some(dir)) = (&export, &args.export) {
+            extras.push(format!(
+                "file service of {} on {} ({})",
+                dir.display(),
+                export.addr,
+                if args.export_writable {
+                    "writable"
+                } else {
+                    "read-only"
+                }
+            ));
+        }
         if let Some(max) = max_bytes {
             extras.push(format!(
                 "at most {} bytes kept",
@@ -85,7 +110,14 @@ pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
             extras.join(", ")
         );
     }
-    server.serve(interrupt::flag())?;
+    let served = server.serve(interrupt::flag());
+    if let Some(export) = export {
+        // The flag is up when serve returns normally; raise it when it
+        // failed, so the file service stops too.
+        interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
+        export.join();
+    }
+    served?;
     if !quiet {
         let _ = writeln!(std::io::stdout().lock(), "osprobe serve: stopped");
     }

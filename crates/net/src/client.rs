@@ -85,8 +85,27 @@ impl Peer {
         }
     }
 
+    /// The remote file service the server offers beside its tests
+    /// (`osprobe serve --export DIR`): its address (the server's, with the
+    /// port its hello announces), or None when it offers none. Asks the
+    /// hello only: the file service proves the token itself.
+    pub fn file_service(&self) -> Result<Option<SocketAddr>, NetError> {
+        let (_, _, _, rfs_port) = self.hello(&ConnectOptions::default())?;
+        Ok(rfs_port.map(|port| SocketAddr::new(self.addr.ip(), port)))
+    }
+
     /// Connect and read the server's hello: (stream, nonce, auth required).
     fn greet(&self, options: &ConnectOptions) -> Result<(TcpStream, String, bool), NetError> {
+        let (stream, nonce, auth_required, _) = self.hello(options)?;
+        Ok((stream, nonce, auth_required))
+    }
+
+    /// Connect and read the server's hello: (stream, nonce, auth required,
+    /// the file service's port).
+    fn hello(
+        &self,
+        options: &ConnectOptions,
+    ) -> Result<(TcpStream, String, bool, Option<u16>), NetError> {
         let mut stream =
             sock::connect(self.addr, options, self.connect_timeout).map_err(|source| {
                 let hint = match source.kind() {
@@ -111,6 +130,7 @@ impl Peer {
                 version,
                 nonce,
                 auth_required,
+                rfs_port,
                 ..
             } => {
                 if version != PROTOCOL_VERSION {
@@ -125,7 +145,7 @@ impl Peer {
                 if auth_required && self.token.is_none() {
                     return Err(NetError::TokenRequired { addr: self.addr });
                 }
-                Ok((stream, nonce, auth_required))
+                Ok((stream, nonce, auth_required, rfs_port))
             }
             other => Err(self.unexpected("reading the server's hello", "hello", &other)),
         }

@@ -78,6 +78,12 @@ pub enum Message {
         auth_required: bool,
         /// The longest session the server allows, in seconds.
         max_duration_s: u32,
+        /// The port of the remote file service this server offers beside
+        /// the network tests (`serve --export`), on the same address;
+        /// absent when it offers none (and then the hello is what older
+        /// versions sent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rfs_port: Option<u16>,
     },
     /// Client, on a control connection: start a session.
     Open {
@@ -440,8 +446,14 @@ impl Message {
     pub fn validate(&self) -> Result<(), String> {
         match self {
             Message::Hello {
-                protocol, nonce, ..
+                protocol,
+                nonce,
+                rfs_port,
+                ..
             } => {
+                if *rfs_port == Some(0) {
+                    return Err("rfs_port 0 out of range 1..=65535".into());
+                }
                 if protocol != PROTOCOL_NAME {
                     return Err(format!(
                         "not an osprobe peer (protocol '{}')",
@@ -708,15 +720,22 @@ mod tests {
 
     fn message() -> impl Strategy<Value = Message> {
         prop_oneof![
-            (hex_string(NONCE_HEX_LEN), any::<bool>(), any::<u32>()).prop_map(
-                |(nonce, auth_required, max_duration_s)| Message::Hello {
-                    protocol: PROTOCOL_NAME.into(),
-                    version: PROTOCOL_VERSION,
-                    nonce,
-                    auth_required,
-                    max_duration_s
-                }
-            ),
+            (
+                hex_string(NONCE_HEX_LEN),
+                any::<bool>(),
+                any::<u32>(),
+                proptest::option::of(1u16..)
+            )
+                .prop_map(|(nonce, auth_required, max_duration_s, rfs_port)| {
+                    Message::Hello {
+                        protocol: PROTOCOL_NAME.into(),
+                        version: PROTOCOL_VERSION,
+                        nonce,
+                        auth_required,
+                        max_duration_s,
+                        rfs_port,
+                    }
+                }),
             (
                 any::<u32>(),
                 proptest::option::of(hex_string(PROOF_HEX_LEN)),
@@ -989,8 +1008,37 @@ mod tests {
             nonce: "00".repeat(32),
             auth_required: false,
             max_duration_s: 10,
+            rfs_port: None,
         };
         let body = serde_json::to_vec(&msg).unwrap();
+        assert!(matches!(decode_body(&body), Err(FrameError::Invalid(_))));
+    }
+
+    #[test]
+    fn a_hello_without_a_file_service_is_what_older_versions_sent() {
+        let msg = Message::Hello {
+            protocol: PROTOCOL_NAME.into(),
+            version: PROTOCOL_VERSION,
+            nonce: "00".repeat(32),
+            auth_required: false,
+            max_duration_s: 10,
+            rfs_port: None,
+        };
+        let text = String::from_utf8(serde_json::to_vec(&msg).unwrap()).unwrap();
+        assert!(!text.contains("rfs_port"), "{text}");
+        let with_port = |port| Message::Hello {
+            protocol: PROTOCOL_NAME.into(),
+            version: PROTOCOL_VERSION,
+            nonce: "00".repeat(32),
+            auth_required: false,
+            max_duration_s: 10,
+            rfs_port: port,
+        };
+        let offered = with_port(Some(5302));
+        let body = serde_json::to_vec(&offered).unwrap();
+        assert_eq!(decode_body(&body).unwrap(), offered);
+        let zero = with_port(Some(0));
+        let body = serde_json::to_vec(&zero).unwrap();
         assert!(matches!(decode_body(&body), Err(FrameError::Invalid(_))));
     }
 

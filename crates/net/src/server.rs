@@ -73,6 +73,9 @@ pub struct ServerConfig {
     /// The most this server keeps on disk: files in `dir` (those there at
     /// start included) plus transfers in progress (`--max-bytes`).
     pub max_bytes: Option<u64>,
+    /// The port of the remote file service offered beside the tests
+    /// (`serve --export`), announced in every hello.
+    pub rfs_port: Option<u16>,
     /// The serving binary, named in the environment `Describe` answers with.
     pub build: osprobe_core::environment::BuildInfo,
 }
@@ -89,6 +92,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(5),
             gate: gate::Limits::default(),
             max_bytes: None,
+            rfs_port: None,
             build: Default::default(),
         }
     }
@@ -501,6 +505,7 @@ impl Shared {
             nonce: nonce.clone(),
             auth_required: self.config.token.is_some(),
             max_duration_s: self.config.max_duration.as_secs().min(u32::MAX as u64) as u32,
+            rfs_port: self.config.rfs_port,
         };
         if protocol::write_message(&mut stream, &hello).is_err() {
             return; // gone already, e.g. a net.connect probe

@@ -532,6 +532,7 @@ fn a_hostile_servers_words_reach_the_client_escaped() {
                 nonce: "0".repeat(64),
                 auth_required: false,
                 max_duration_s: 10,
+                rfs_port: None,
             };
             protocol::write_message(&mut s, &hello).unwrap();
             let _ = protocol::read_message(&mut s);
@@ -602,6 +603,7 @@ fn a_client_meeting_an_old_server_is_told_both_versions() {
             nonce: "0".repeat(64),
             auth_required: true,
             max_duration_s: 10,
+            rfs_port: None,
         };
         protocol::write_message(&mut s, &hello).unwrap();
     });

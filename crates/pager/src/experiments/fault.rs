@@ -22,7 +22,7 @@ use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Requirements, Samples,
 };
-use osprobe_link::testbed::{DELAY_PARAM, PATH_PARAM};
+use osprobe_link::testbed::{DELAY_PARAM, PATH_PARAM, TO_PARAM};
 use osprobe_rfs::experiments::TestPath;
 use osprobe_rfs::{ClientOptions, Transport};
 use std::time::Instant;
@@ -31,7 +31,7 @@ pub struct PageFault;
 
 pub const FAULTS: &[&str] = &["zero_fill", "swap_in_file", "swap_in_rfs"];
 
-const PARAMS: [ParamSpec; 4] = [
+const PARAMS: [ParamSpec; 5] = [
     ParamSpec {
         name: "fault",
         help: "zero_fill (first touch), swap_in_file (local swap file) or swap_in_rfs (remote file service)",
@@ -43,6 +43,7 @@ const PARAMS: [ParamSpec; 4] = [
         kind: ParamKind::Int { min: 8, max: 65_536 },
     },
     PATH_PARAM,
+    TO_PARAM,
     DELAY_PARAM,
 ];
 
@@ -111,7 +112,7 @@ impl Experiment for PageFault {
                 (samples, kernel, times, counters, notes)
             }
             "swap_in_rfs" => {
-                let path = TestPath::open(params)?;
+                let path = TestPath::open_for(ctx, params)?;
                 let options = ClientOptions {
                     transport: Transport::Udp,
                     window: 8,
@@ -119,8 +120,18 @@ impl Experiment for PageFault {
                     ..ClientOptions::default()
                 };
                 let client = path.client(options)?;
-                let swap = RfsSwap::create(client, "osprobe-pager.swap")
-                    .map_err(|e| ExperimentError::Failed(e.to_string()))?;
+                let swap = RfsSwap::create(client, "osprobe-pager.swap").map_err(|e| {
+                    let text = e.to_string();
+                    if path.kind == osprobe_link::testbed::PathKind::Remote
+                        && (text.contains("read-only") || text.contains("ROFS"))
+                    {
+                        ExperimentError::Failed(format!(
+                            "{text}: the far end exports read-only; pager swap writes its swap file there: start it with `osprobe serve --export DIR --export-writable`"
+                        ))
+                    } else {
+                        ExperimentError::Failed(text)
+                    }
+                })?;
                 let pager = start(2 * frames as u64, frames, Box::new(swap), cpu)?;
                 let (samples, pager) = swap_ins(ctx, pager)?;
                 let (counters, times) = pager.finish();

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub use osprobe_link::testbed::{PathKind, DELAY_PARAM, PATH_PARAM};
+pub use osprobe_link::testbed::{PathKind, DELAY_PARAM, PATH_PARAM, TO_PARAM};
 
 /// Add this crate's experiments to `registry`.
 pub fn register(registry: &mut Registry) {
@@ -58,8 +58,9 @@ pub fn emulator_available() -> Result<(), String> {
 pub struct Far {
     /// The rfs server (UDP and TCP on one port).
     pub server: SocketAddr,
-    /// A plain TCP sink beside the server, for the path's bandwidth.
-    sink: SocketAddr,
+    /// A plain TCP sink beside the server, for the path's bandwidth
+    /// (none on a remote path: net.bandwidth measures that one).
+    sink: Option<SocketAddr>,
 }
 
 /// The servers this crate hands to the testbed: the rfs server over an
@@ -108,13 +109,18 @@ impl Servers for RfsServers {
             serve_sink(&listener, &stop);
             Ok(())
         })?;
-        Ok(Far { server, sink })
+        Ok(Far {
+            server,
+            sink: Some(sink),
+        })
     }
 
     fn find(&mut self, to: &str) -> Result<(Far, String), ExperimentError> {
-        Err(ExperimentError::Unsupported(format!(
-            "path=remote (to={to}): the file service's experiments run on loopback, netns or emulated"
-        )))
+        let server = testbed::remote::locate(to, "rfs")?;
+        Ok((
+            Far { server, sink: None },
+            format!("remote osprobe serve --export at {to} (file service {server})"),
+        ))
     }
 }
 
@@ -126,15 +132,36 @@ pub struct TestPath {
     pub description: String,
     /// The rfs server (UDP and TCP on one port).
     pub server: SocketAddr,
+    /// The far end's token (a remote path's; local servers need none).
+    token: Option<String>,
+    /// Files this path wrote on a remote export, removed on drop.
+    remote_files: Vec<String>,
     // Field order is drop order: the path (servers, namespaces, this
     // thread's place) goes before the files.
     testbed: Testbed<Far>,
     export: ScratchDir,
 }
 
+/// What a remote file service says when a write is refused because its
+/// export is read-only: the fix, in one line.
+const READ_ONLY_HINT: &str = "the far end exports read-only: start it with `osprobe serve --export DIR --export-writable` (the file service's experiments and pager swap write their files there)";
+
 impl TestPath {
-    /// Build the path `params` names.
+    /// Build the path `params` names, without a token (a local path, or a
+    /// remote serve that wants none).
     pub fn open(params: &Params) -> Result<TestPath, ExperimentError> {
+        TestPath::open_with_token(None, params)
+    }
+
+    /// Build the path `params` names; a remote one with the context's token.
+    pub fn open_for(ctx: &Context, params: &Params) -> Result<TestPath, ExperimentError> {
+        TestPath::open_with_token(ctx.peer_token.clone(), params)
+    }
+
+    fn open_with_token(
+        token: Option<String>,
+        params: &Params,
+    ) -> Result<TestPath, ExperimentError> {
         let export = ScratchDir::new().map_err(|e| ExperimentError::io("export directory", e))?;
         let mut params = params.clone();
         if PathKind::of(&params)? == PathKind::Emulated && params.get("delay").is_none() {
@@ -144,13 +171,60 @@ impl TestPath {
             export: export.path().to_path_buf(),
         };
         let testbed = Testbed::open(&params, &mut servers)?;
+        let token = match testbed.kind {
+            PathKind::Remote => token,
+            _ => None,
+        };
         Ok(TestPath {
             kind: testbed.kind,
             description: testbed.description.clone(),
             server: testbed.far.server,
+            token,
+            remote_files: Vec::new(),
             testbed,
             export,
         })
+    }
+
+    /// Put a file of `size` seeded bytes where the server reads it: in the
+    /// export directly on a path built here; on a remote one, also written
+    /// through the service (the local copy serves [`server_rate`]), and
+    /// removed again when the path is dropped.
+    pub fn put_file(&mut self, name: &str, size: u64) -> Result<(), ExperimentError> {
+        make_file(self.export(), name, size)?;
+        if self.kind != PathKind::Remote {
+            return Ok(());
+        }
+        let data = std::fs::read(self.export().join(name))
+            .map_err(|e| ExperimentError::io(format!("reading back {name}"), e))?;
+        let mut client = self.client(ClientOptions {
+            transport: crate::Transport::Tcp,
+            window: 16,
+            packet: 64 << 10,
+            ..ClientOptions::default()
+        })?;
+        let fd = client
+            .create(name, crate::CreateHow::Truncate, 0o644)
+            .map_err(remote_write_failed)?;
+        self.remote_files.push(name.to_string());
+        let n = client.write_at(fd, 0, &data).map_err(remote_write_failed)?;
+        let _ = client.close(fd);
+        let _ = client.disconnect();
+        if n != data.len() {
+            return Err(ExperimentError::Failed(format!(
+                "wrote {n} of {} bytes of {name} to the far end",
+                data.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Note a file the experiment creates on a remote export itself, so
+    /// that it is removed when the path is dropped.
+    pub fn will_remove(&mut self, name: &str) {
+        if self.kind == PathKind::Remote {
+            self.remote_files.push(name.to_string());
+        }
     }
 
     /// The directory the server exports.
@@ -158,16 +232,36 @@ impl TestPath {
         self.export.path()
     }
 
-    /// A client of the path's server, from the client end (this thread).
-    pub fn client(&self, options: ClientOptions) -> Result<Client, ExperimentError> {
-        Client::connect(self.server, options).map_err(failed)
+    /// A client of the path's server, from the client end (this thread),
+    /// with the far end's token on a remote path.
+    pub fn client(&self, mut options: ClientOptions) -> Result<Client, ExperimentError> {
+        if options.token.is_none() {
+            options.token = self.token.clone();
+        }
+        Client::connect(self.server, options).map_err(|e| match self.kind {
+            PathKind::Remote => ExperimentError::Failed(format!(
+                "the file service at {} ({}): {e}",
+                self.server, self.description
+            )),
+            _ => failed(e),
+        })
+    }
+
+    /// Whether the path's bandwidth can be measured here (a sink beside
+    /// the server).
+    pub fn has_sink(&self) -> bool {
+        self.testbed.far.sink.is_some()
     }
 
     /// The path's bandwidth: a plain TCP stream of `bytes` to the sink,
     /// timed over its second half (slow start and the send buffer filling
     /// are over by then), in bytes per second.
     pub fn tcp_bandwidth(&self, bytes: u64) -> Result<f64, ExperimentError> {
-        let sink = self.testbed.far.sink;
+        let sink = self.testbed.far.sink.ok_or_else(|| {
+            ExperimentError::Unsupported(
+                "no bandwidth sink on a remote path (net.bandwidth measures it)".into(),
+            )
+        })?;
         let mut stream = TcpStream::connect_timeout(&sink, Duration::from_secs(5))
             .map_err(|e| ExperimentError::io(format!("connecting to the sink at {sink}"), e))?;
         let io_err = |e| ExperimentError::io("TCP bandwidth stream", e);
@@ -197,6 +291,40 @@ impl TestPath {
             ));
         }
         Ok((bytes - at_half) as f64 / secs)
+    }
+}
+
+impl Drop for TestPath {
+    /// Remove what this path wrote on a remote export (best effort: the
+    /// far end may be gone).
+    fn drop(&mut self) {
+        if self.remote_files.is_empty() {
+            return;
+        }
+        let options = ClientOptions {
+            transport: crate::Transport::Tcp,
+            window: 1,
+            packet: 4096,
+            timeout: Duration::from_secs(3),
+            ..ClientOptions::default()
+        };
+        if let Ok(mut client) = self.client(options) {
+            for name in &self.remote_files {
+                let _ = client.remove(name);
+            }
+            let _ = client.disconnect();
+        }
+    }
+}
+
+/// A refused write on the far end's export, with the fix when it is
+/// read-only.
+pub fn remote_write_failed(e: ClientError) -> ExperimentError {
+    let text = e.to_string();
+    if text.contains("read-only") || text.contains("ROFS") {
+        ExperimentError::Failed(format!("{text}: {READ_ONLY_HINT}"))
+    } else {
+        failed(e)
     }
 }
 

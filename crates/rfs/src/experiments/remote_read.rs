@@ -13,8 +13,8 @@
 //! per `window` blocks plus the server's own time per block.
 
 use super::{
-    check, failed, getattr_round_trip_ns, make_file, server_rate, ServerOp, TestPath, DELAY_PARAM,
-    PATH_PARAM, WINDOW_PARAM,
+    check, failed, getattr_round_trip_ns, server_rate, ServerOp, TestPath, DELAY_PARAM, PATH_PARAM,
+    TO_PARAM, WINDOW_PARAM,
 };
 use crate::{ClientOptions, OpenMode, Transport};
 use osprobe_core::model::Prediction;
@@ -39,6 +39,7 @@ const PARAMS: [ParamSpec; 6] = [
         },
     },
     PATH_PARAM,
+    TO_PARAM,
     WINDOW_PARAM,
     ParamSpec {
         name: "transport",
@@ -116,8 +117,8 @@ impl Experiment for RemoteRead {
             return super::mounted::run(ctx, self.id(), params, dir, size);
         }
         let blocks = (size / BLOCK as u64) as usize;
-        let path = TestPath::open(params)?;
-        make_file(path.export(), FILE, size)?;
+        let mut path = TestPath::open_for(ctx, params)?;
+        path.put_file(FILE, size)?;
         let mut client = path.client(ClientOptions {
             transport,
             window,

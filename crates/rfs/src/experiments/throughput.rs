@@ -19,8 +19,8 @@
 //! packet-sized requests handed to the service in-process (no sockets).
 
 use super::{
-    bits_text, check, failed, getattr_round_trip_ns, make_file, median_ns, rate_measurement,
-    server_rate, PathKind, ServerOp, TestPath, DELAY_PARAM, PATH_PARAM, WINDOW_PARAM,
+    bits_text, check, failed, getattr_round_trip_ns, median_ns, rate_measurement, server_rate,
+    PathKind, ServerOp, TestPath, DELAY_PARAM, PATH_PARAM, TO_PARAM, WINDOW_PARAM,
 };
 use crate::{ClientOptions, CreateHow, OpenMode, Transport};
 use osprobe_core::model::Prediction;
@@ -34,8 +34,9 @@ pub struct Throughput;
 const FILE: &str = "rfs-throughput.bin";
 const WRITTEN: &str = "rfs-throughput-written.bin";
 
-const PARAMS: [ParamSpec; 6] = [
+const PARAMS: [ParamSpec; 7] = [
     PATH_PARAM,
+    TO_PARAM,
     WINDOW_PARAM,
     ParamSpec {
         name: "packet",
@@ -164,8 +165,9 @@ impl Experiment for Throughput {
             Profile::Full => (7, Duration::from_secs(6)),
         };
 
-        let path = TestPath::open(params)?;
-        make_file(path.export(), FILE, size)?;
+        let mut path = TestPath::open_for(ctx, params)?;
+        path.put_file(FILE, size)?;
+        path.will_remove(WRITTEN);
         let mut client = path.client(ClientOptions {
             transport,
             window: 1,
@@ -180,7 +182,7 @@ impl Experiment for Throughput {
         let rfd = client.open(FILE, OpenMode::Read).map_err(failed)?;
         let wfd = client
             .create(WRITTEN, CreateHow::Truncate, 0o644)
-            .map_err(failed)?;
+            .map_err(super::remote_write_failed)?;
         let mut one = vec![0u8; packet];
         let read_rtt = median_ns(probes, || client.read_at(rfd, 0, &mut one).map(|_| ()))?;
         let write_rtt = median_ns(probes, || client.write_at(wfd, 0, &one).map(|_| ()))?;
@@ -223,7 +225,13 @@ impl Experiment for Throughput {
             (Profile::Smoke, _) => 8 << 20,
             _ => 32 << 20,
         };
-        let bandwidth = path.tcp_bandwidth(stream_bytes)?;
+        // A remote path has no sink beside the server: the term is left
+        // out (infinite), and a note says where to measure it.
+        let bandwidth = if path.has_sink() {
+            path.tcp_bandwidth(stream_bytes)?
+        } else {
+            f64::INFINITY
+        };
         let server_budget = Duration::from_millis(if ctx.profile == Profile::Smoke {
             20
         } else {
@@ -294,6 +302,13 @@ impl Experiment for Throughput {
                 "measured / predicted = {ratio:.2}; the model's binding term: {binding}"
             ));
             out.push(m);
+        }
+        if path.kind == PathKind::Remote {
+            for m in &mut out {
+                m.notes.push(
+                    "path=remote: the path bandwidth term is not measured here (net.bandwidth against the same serve measures it); the server rate is this machine's service in-process".into(),
+                );
+            }
         }
         if path.kind == PathKind::Emulated {
             for m in &mut out {
