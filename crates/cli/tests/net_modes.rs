@@ -89,7 +89,10 @@ fn bandwidth_reverse_and_bidir() {
     let down = p50(metric(&ms, "down_receiver", "bidir"));
     let sum = p50(metric(&ms, "sum_receiver", "bidir"));
     assert!(up > 0.0 && down > 0.0);
-    assert!((sum - (up + down)).abs() <= 1e-6 * sum, "{sum} != {up} + {down}");
+    assert!(
+        (sum - (up + down)).abs() <= 1e-6 * sum,
+        "{sum} != {up} + {down}"
+    );
 }
 
 #[test]

@@ -435,17 +435,15 @@ mod tests {
 
     fn software_only() -> Option<Availability> {
         let a = probe();
-        a.events
-            .contains(&Event::PageFaults)
-            .then(|| Availability {
-                events: a
-                    .events
-                    .iter()
-                    .copied()
-                    .filter(|e| !e.is_hardware())
-                    .collect(),
-                ..a
-            })
+        a.events.contains(&Event::PageFaults).then(|| Availability {
+            events: a
+                .events
+                .iter()
+                .copied()
+                .filter(|e| !e.is_hardware())
+                .collect(),
+            ..a
+        })
     }
 
     #[test]
@@ -483,10 +481,7 @@ mod tests {
             .find(|c| c.event == "page-faults")
             .expect("page faults counted");
         // One fault per page; generous for fault-around and THP.
-        assert!(
-            faults.per_op > 0.01 && faults.per_op < 4.0,
-            "{faults:?}"
-        );
+        assert!(faults.per_op > 0.01 && faults.per_op < 4.0, "{faults:?}");
         let clock = counted.iter().find(|c| c.event == "task-clock").unwrap();
         assert_eq!(clock.unit, Unit::Nanoseconds);
         assert!(clock.per_op > 0.0, "{clock:?}");

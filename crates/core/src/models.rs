@@ -173,7 +173,11 @@ fn predict(run: &Figures, m: &Measurement) -> Option<Prediction> {
         }
         ("os.select", call @ ("select" | "poll")) => linear_in_n(run, m, call),
         ("os.unix_socket", "round_trip") => {
-            let rt = run.median("proc.ctx_switch", "round_trip", &[("kind", text("process"))])?;
+            let rt = run.median(
+                "proc.ctx_switch",
+                "round_trip",
+                &[("kind", text("process"))],
+            )?;
             Some(
                 Prediction::new(
                     rt,
@@ -187,7 +191,11 @@ fn predict(run: &Figures, m: &Measurement) -> Option<Prediction> {
             let (base, source) = match unix {
                 Some(u) => (u, "the Unix-socket round trip (os.unix_socket)"),
                 None => (
-                    run.median("proc.ctx_switch", "round_trip", &[("kind", text("process"))])?,
+                    run.median(
+                        "proc.ctx_switch",
+                        "round_trip",
+                        &[("kind", text("process"))],
+                    )?,
                     "the pipe round trip (proc.ctx_switch kind=process)",
                 ),
             };
@@ -214,7 +222,10 @@ fn call(run: &Figures, p: &Params) -> Option<Prediction> {
     let zero = run.median("cpu.call_overhead", "call", &[("args", ParamValue::Int(0))])?;
     let (formula, tolerance) = if args <= 6 {
         (
-            format!("the 0-argument call's {} (args=0): arguments in registers add next to nothing", ns(zero)),
+            format!(
+                "the 0-argument call's {} (args=0): arguments in registers add next to nothing",
+                ns(zero)
+            ),
             0.3,
         )
     } else {
@@ -357,8 +368,20 @@ mod tests {
     fn models_use_figures_of_the_same_run() {
         let ns = Unit::Nanoseconds;
         let mut run = vec![
-            m("cpu.syscall", "getppid", Params::new().with("call", "getppid"), 100.0, ns),
-            m("cpu.syscall", "getuid", Params::new().with("call", "getuid"), 300.0, ns),
+            m(
+                "cpu.syscall",
+                "getppid",
+                Params::new().with("call", "getppid"),
+                100.0,
+                ns,
+            ),
+            m(
+                "cpu.syscall",
+                "getuid",
+                Params::new().with("call", "getuid"),
+                300.0,
+                ns,
+            ),
             m(
                 "mem.bandwidth",
                 "write",
@@ -366,14 +389,30 @@ mod tests {
                 4096e6,
                 Unit::BytesPerSecond,
             ),
-            m("mem.page_fault", "minor", Params::new().with("fault", "minor"), 1200.0, ns),
+            m(
+                "mem.page_fault",
+                "minor",
+                Params::new().with("fault", "minor"),
+                1200.0,
+                ns,
+            ),
             m("proc.fork", "fork_exit_wait", Params::new(), 100_000.0, ns),
-            m("proc.thread_create", "create_join", Params::new().with("api", "std"), 10_000.0, ns),
+            m(
+                "proc.thread_create",
+                "create_join",
+                Params::new().with("api", "std"),
+                10_000.0,
+                ns,
+            ),
         ];
         apply(&mut run, &Environment::default());
         let uid = run[1].prediction.as_ref().unwrap();
         assert_eq!(uid.value, 100.0);
-        assert_eq!(uid.disagreement(300.0), Some(3.0), "getuid 3x getppid disagrees");
+        assert_eq!(
+            uid.disagreement(300.0),
+            Some(3.0),
+            "getuid 3x getppid disagrees"
+        );
         // 100 ns + 4096 B at 4.096 GB/s (when pages are 4 KiB).
         let fault = run[3].prediction.as_ref().unwrap();
         let expected = 100.0 + page_size() as f64 / 4.096;
@@ -400,8 +439,20 @@ mod tests {
     #[test]
     fn an_experiments_own_prediction_is_kept() {
         let mut run = vec![
-            m("cpu.syscall", "getppid", Params::new(), 100.0, Unit::Nanoseconds),
-            m("cpu.syscall", "getuid", Params::new(), 100.0, Unit::Nanoseconds),
+            m(
+                "cpu.syscall",
+                "getppid",
+                Params::new(),
+                100.0,
+                Unit::Nanoseconds,
+            ),
+            m(
+                "cpu.syscall",
+                "getuid",
+                Params::new(),
+                100.0,
+                Unit::Nanoseconds,
+            ),
         ];
         run[1].prediction = Some(Prediction::new(7.0, "its own"));
         apply(&mut run, &Environment::default());
@@ -411,12 +462,26 @@ mod tests {
     #[test]
     fn select_is_extrapolated_linearly_and_caches_come_from_sysfs() {
         let ns = Unit::Nanoseconds;
-        let sel = |n: i64, v: f64| m("os.select", "select", Params::new().with("call", "select").with("n", n), v, ns);
+        let sel = |n: i64, v: f64| {
+            m(
+                "os.select",
+                "select",
+                Params::new().with("call", "select").with("n", n),
+                v,
+                ns,
+            )
+        };
         let mut run = vec![
             sel(10, 500.0),
             sel(100, 1400.0),
             sel(1000, 10_400.0),
-            m("mem.caches", "l1_size", Params::new(), 40_000.0, Unit::Bytes),
+            m(
+                "mem.caches",
+                "l1_size",
+                Params::new(),
+                40_000.0,
+                Unit::Bytes,
+            ),
         ];
         let env = Environment {
             caches: vec![CacheInfo {

@@ -504,8 +504,7 @@ mod aligned {
 #[cfg(target_arch = "x86_64")]
 const CALL_METHOD: &str = "direct calls with the C calling convention, callee and loop each at a 64-byte boundary (assembly), so every arity has the same code layout";
 #[cfg(not(target_arch = "x86_64"))]
-const CALL_METHOD: &str =
-    "called through an opaque function pointer with the C calling convention";
+const CALL_METHOD: &str = "called through an opaque function pointer with the C calling convention";
 
 impl Experiment for CallOverhead {
     fn id(&self) -> &'static str {

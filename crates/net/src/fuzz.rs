@@ -36,12 +36,19 @@ pub fn echo_reply(data: &[u8]) {
 /// takes any header (sequence numbers and send times at their extremes).
 pub fn udp_datagram(data: &[u8]) {
     let Some(header) = crate::modes::DatagramHeader::read(data) else {
-        assert!(data.len() < crate::modes::UDP_HEADER, "a long enough datagram has a header");
+        assert!(
+            data.len() < crate::modes::UDP_HEADER,
+            "a long enough datagram has a header"
+        );
         return;
     };
     let mut back = [0u8; crate::modes::UDP_HEADER];
     header.write(&mut back);
-    assert_eq!(&back[..], &data[..crate::modes::UDP_HEADER], "a header round-trips");
+    assert_eq!(
+        &back[..],
+        &data[..crate::modes::UDP_HEADER],
+        "a header round-trips"
+    );
     let mut counter = crate::modes::UdpCounter::default();
     counter.record(&header, data.len(), 0);
     counter.record(&header, data.len(), u64::MAX);

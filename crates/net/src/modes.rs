@@ -189,7 +189,9 @@ pub fn source(
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
                 ) => {}
             // The client went away first: what was sent stands.
             Err(e)

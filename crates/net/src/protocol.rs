@@ -492,8 +492,7 @@ impl Message {
                     if s.error.as_ref().is_some_and(|e| e.len() > MAX_TEXT) {
                         return Err("stream error text too long".into());
                     }
-                    if s
-                        .udp
+                    if s.udp
                         .is_some_and(|u| !u.jitter_ns.is_finite() || u.jitter_ns < 0.0)
                     {
                         return Err("UDP jitter must be a finite number >= 0".into());

@@ -41,7 +41,10 @@ fn a_udp_sink_counts_the_sessions_datagrams_and_ignores_the_rest() {
     let size = 64;
     let session = server
         .peer(None)
-        .open(TestSpec::UdpSink { size: size as u32 }, Duration::from_secs(5))
+        .open(
+            TestSpec::UdpSink { size: size as u32 },
+            Duration::from_secs(5),
+        )
         .unwrap();
     let control = session.attach(0, &ConnectOptions::default()).unwrap();
     let port = modes::read_announced_port(&control, Duration::from_secs(5)).unwrap();
@@ -77,7 +80,10 @@ fn a_udp_sink_counts_the_sessions_datagrams_and_ignores_the_rest() {
     assert_eq!(counts.highest, 10);
     assert!(counts.jitter_ns.is_finite() && counts.jitter_ns >= 0.0);
     // The port belonged to the session: it is closed now.
-    assert!(UdpSocket::bind(target).is_ok(), "the session's port is released");
+    assert!(
+        UdpSocket::bind(target).is_ok(),
+        "the session's port is released"
+    );
 }
 
 #[test]
@@ -108,8 +114,7 @@ fn a_crr_listener_answers_the_client_and_closes_on_strangers() {
     let target = SocketAddr::new(server.addr.ip(), port);
     for _ in 0..5 {
         let mut conn = TcpStream::connect_timeout(&target, Duration::from_secs(2)).unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         conn.write_all(&[9u8; 8]).unwrap();
         let mut reply = [0u8; 8];
         conn.read_exact(&mut reply).unwrap();

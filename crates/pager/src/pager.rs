@@ -908,7 +908,8 @@ impl Handler {
         let mut run = 0;
         while run + 1 < self.read_around {
             let next = page + 1 + run as u64;
-            if next >= end || self.table.get(next).state != PageState::Swapped(slot + 1 + run as u64)
+            if next >= end
+                || self.table.get(next).state != PageState::Swapped(slot + 1 + run as u64)
             {
                 break;
             }
@@ -949,7 +950,9 @@ impl Handler {
             for f in frames {
                 self.frames.release(*f);
             }
-            let e = result.err().unwrap_or_else(|| io::Error::other("nothing copied"));
+            let e = result
+                .err()
+                .unwrap_or_else(|| io::Error::other("nothing copied"));
             return Some(
                 self.install_failed(page, addr, "UFFDIO_COPY", e)
                     .unwrap_or(Served::Duplicate),
@@ -1150,7 +1153,10 @@ impl Handler {
                 });
             }
             bump(&self.counters.write_backs, writes.len() as u64);
-            bump(&self.counters.bytes_out, (writes.len() * self.page_size) as u64);
+            bump(
+                &self.counters.bytes_out,
+                (writes.len() * self.page_size) as u64,
+            );
         }
         // Only now may the pages leave memory: one hole per run.
         leaving.sort_unstable_by_key(|l| l.page);

@@ -462,7 +462,10 @@ impl SwapBackend for RfsSwap {
         page_size: usize,
     ) -> Result<(), SwapError> {
         let want = pages.len();
-        match self.client.read_at(self.fd, first * page_size as u64, pages) {
+        match self
+            .client
+            .read_at(self.fd, first * page_size as u64, pages)
+        {
             Ok(n) if n == want => Ok(()),
             Ok(got) => Err(SwapError::Short {
                 backend: self.describe(),

@@ -118,7 +118,12 @@ fn exercise(mut pager: Pager, what: &str) -> PagerCounters {
         far.iter().partition(|p| *p % 3 == 0);
     check_all(&mut pager, &far_changed, 2, &format!("{what}: far end"));
     check_all(&mut pager, &far_unchanged, 1, &format!("{what}: far end"));
-    check_all(&mut pager, &[1], 3, &format!("{what}: page 1 after eviction"));
+    check_all(
+        &mut pager,
+        &[1],
+        3,
+        &format!("{what}: page 1 after eviction"),
+    );
     check_all(&mut pager, &unchanged[2..], 1, &format!("{what}: rest"));
     let (c, _) = pager.finish();
     assert_counters_add_up(&c);

@@ -70,7 +70,10 @@ mod tests {
             },
         ];
         let note = counters_note(&m).unwrap();
-        assert!(note.starts_with("counted per operation: task-clock 61.2 ns"), "{note}");
+        assert!(
+            note.starts_with("counted per operation: task-clock 61.2 ns"),
+            "{note}"
+        );
         assert!(note.contains("page-faults 0"), "{note}");
         assert!(note.contains("ran 50% of the time"), "{note}");
         assert!(!note.contains("cycles"), "{note}");

@@ -77,9 +77,9 @@ pub fn reverse_measurements(
         Unit::BytesPerSecond,
         &[result.sender_rate()],
     )?;
-    sender
-        .notes
-        .push("one value: the server's bytes written over its sending time, summed over streams".into());
+    sender.notes.push(
+        "one value: the server's bytes written over its sending time, summed over streams".into(),
+    );
     let mut cpu = value_measurement(
         id,
         &metric("cpu_receiver"),

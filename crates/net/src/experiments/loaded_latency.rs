@@ -51,7 +51,10 @@ const PARAMS: [ParamSpec; 10] = [
     ParamSpec {
         name: "probe_ms",
         help: "milliseconds between probes",
-        kind: ParamKind::Int { min: 1, max: 10_000 },
+        kind: ParamKind::Int {
+            min: 1,
+            max: 10_000,
+        },
     },
     DURATION_PARAM,
 ];
@@ -128,7 +131,9 @@ impl Experiment for LoadedLatency {
             let left = config.duration.saturating_sub(config.omit);
             let loaded = probe.run_for(left, every, stop);
             let bulk = load.join().unwrap_or_else(|_| {
-                Err(ExperimentError::Failed("the bulk flows' thread panicked".into()))
+                Err(ExperimentError::Failed(
+                    "the bulk flows' thread panicked".into(),
+                ))
             });
             (loaded, bulk)
         });

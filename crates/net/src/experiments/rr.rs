@@ -141,7 +141,9 @@ impl Experiment for Rr {
         transactions.notes.push(format!(
             "the server counted {served} transactions (the warm-up's included)"
         ));
-        transactions.notes.push(format!("path: {}", endpoint.description));
+        transactions
+            .notes
+            .push(format!("path: {}", endpoint.description));
         if let Some(emulated) = endpoint.emulated_link() {
             transactions.notes.push(emulated.counters_note());
         }

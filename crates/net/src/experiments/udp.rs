@@ -135,7 +135,9 @@ impl Experiment for Udp {
         let target = SocketAddr::new(endpoint.server_addr().ip(), port);
         let id: [u8; 16] = crate::protocol::unhex(session.id())
             .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| ExperimentError::Failed("the server's session id is not 16 bytes".into()))?;
+            .ok_or_else(|| {
+                ExperimentError::Failed("the server's session id is not 16 bytes".into())
+            })?;
         let sent = send(target, id, size, bitrate, test_time, interrupt::flag())?;
         // Datagrams still in flight (a long emulated delay) arrive before
         // the server stops counting.
@@ -205,7 +207,8 @@ pub fn send(
     } else {
         "[::]:0".parse().expect("literal address")
     };
-    let socket = UdpSocket::bind(bind).map_err(|e| ExperimentError::io("binding a UDP socket", e))?;
+    let socket =
+        UdpSocket::bind(bind).map_err(|e| ExperimentError::io("binding a UDP socket", e))?;
     socket
         .connect(target)
         .map_err(|e| ExperimentError::io(format!("UDP connect to {target}"), e))?;

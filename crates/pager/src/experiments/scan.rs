@@ -174,8 +174,7 @@ impl Experiment for PageScan {
         if counters.failures > 0 {
             return Err(ExperimentError::Failed(format!(
                 "the pager failed {} faults: {}",
-                counters.failures,
-                "see the reason logged above"
+                counters.failures, "see the reason logged above"
             )));
         }
         let setting = format!(
