@@ -610,8 +610,13 @@ impl Handler {
     }
 
     /// Answer a fault that cannot be served with SIGBUS, and keep why.
+    /// A process that died meanwhile (its ioctls fail) is not blamed:
+    /// the loop ends it when it sees its socket closed.
     fn fail(&mut self, index: usize, fault: Fault, reason: String) {
         let p = &mut self.processes[index];
+        if p.running.as_ref().is_some_and(|r| hung_up(&r.control)) {
+            return;
+        }
         bump(&self.live[index].failures);
         let page_start = fault.address & !(self.page_size as u64 - 1);
         if let Some(running) = &p.running {
@@ -724,4 +729,16 @@ fn punch(memfd: &OwnedFd, offset: usize, len: usize) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Whether the other end of `socket` is gone (the process exited).
+fn hung_up(socket: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, no waiting.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+    ready > 0 && pfd.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0
 }
