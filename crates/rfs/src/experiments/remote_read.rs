@@ -29,7 +29,7 @@ pub struct RemoteRead;
 const BLOCK: usize = 4096;
 const FILE: &str = "fs-remote-read.bin";
 
-const PARAMS: [ParamSpec; 6] = [
+const PARAMS: [ParamSpec; 7] = [
     ParamSpec {
         name: "size",
         help: "size of the remote file",
