@@ -43,9 +43,9 @@ const FLAG_DISABLED: u64 = 1 << 0;
 const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 // _IO('$', 0), _IO('$', 1), _IO('$', 3).
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
-const PERF_EVENT_IOC_RESET: libc::c_ulong = 0x2403;
+const PERF_EVENT_IOC_ENABLE: libc::Ioctl = 0x2400;
+const PERF_EVENT_IOC_DISABLE: libc::Ioctl = 0x2401;
+const PERF_EVENT_IOC_RESET: libc::Ioctl = 0x2403;
 
 impl Event {
     pub const HARDWARE: [Event; 3] = [Event::Cycles, Event::Instructions, Event::CacheMisses];

@@ -171,14 +171,14 @@ pub fn send(socket: &OwnedFd, message: &Message, fd: Option<RawFd>) -> io::Resul
         // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
         let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
         header.msg_control = control.as_mut_ptr().cast();
-        header.msg_controllen = space;
+        header.msg_controllen = space as _;
         // SAFETY: the control buffer holds `space` bytes, so the first
         // header and its data fit.
         unsafe {
             let cmsg = libc::CMSG_FIRSTHDR(&header);
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
             std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
         }
     }
@@ -236,7 +236,7 @@ pub fn receive(socket: &OwnedFd, timeout_ms: i32) -> io::Result<Received> {
     header.msg_iov = &mut iov;
     header.msg_iovlen = 1;
     header.msg_control = control.as_mut_ptr().cast();
-    header.msg_controllen = std::mem::size_of_val(&control);
+    header.msg_controllen = std::mem::size_of_val(&control) as _;
     let n = loop {
         // SAFETY: the header describes live buffers.
         let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut header, libc::MSG_CMSG_CLOEXEC) };
