@@ -188,6 +188,12 @@ pub struct NetArgs {
     pub netns: bool,
     #[command(flatten)]
     pub link: NetLinkArgs,
+    /// bandwidth: the server sends and this end receives (iperf3 -R; --param direction=reverse)
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// bandwidth: both ends send at once (iperf3 --bidir; --param direction=bidir)
+    #[arg(long)]
+    pub bidir: bool,
     #[command(flatten)]
     pub token: TokenArg,
     #[command(flatten)]

@@ -151,6 +151,9 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         .into());
     }
     let mut overrides = args.params.clone();
+    if let Some(direction) = direction_flag(&args, exp)? {
+        overrides.push(("direction".into(), direction.into()));
+    }
     if let Some(to) = &args.to {
         overrides.push(("path".into(), "remote".into()));
         overrides.push(("to".into(), to.clone()));
@@ -170,6 +173,30 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         args.token.secret()?,
         false,
     )
+}
+
+/// The direction iperf3's -R and --bidir ask for, refused where the test
+/// has no direction or where --param sets it too.
+fn direction_flag(args: &NetArgs, exp: &dyn Experiment) -> Result<Option<&'static str>> {
+    let (flag, direction) = match (args.reverse, args.bidir) {
+        (true, _) => ("-R/--reverse", "reverse"),
+        (_, true) => ("--bidir", "bidir"),
+        _ => return Ok(None),
+    };
+    if !exp.params().iter().any(|p| p.name == "direction") {
+        return Err(UsageError(format!(
+            "{flag}: {} has no direction; it applies to bandwidth",
+            exp.id()
+        ))
+        .into());
+    }
+    if args.params.iter().any(|(name, _)| name == "direction") {
+        return Err(UsageError(format!(
+            "{flag} and --param direction=... both set the direction; give one or the other"
+        ))
+        .into());
+    }
+    Ok(Some(direction))
 }
 
 /// Plan, open the store, measure, store, print: shared by `run` and `bench`.

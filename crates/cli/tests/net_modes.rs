@@ -96,6 +96,35 @@ fn bandwidth_reverse_and_bidir() {
 }
 
 #[test]
+fn iperf3_direction_flags_set_the_direction_and_are_refused_elsewhere() {
+    let run = run(&["net", "bandwidth", "-R", "--param", "streams=1"]);
+    let ms = measurements(&run, "net.bandwidth");
+    assert!(!ms.is_empty());
+    for m in &ms {
+        assert_eq!(m["params"]["direction"], "reverse", "{m}");
+    }
+    for (args, expected) in [
+        (&["net", "rtt", "-R"][..], "has no direction"),
+        (
+            &[
+                "net",
+                "bandwidth",
+                "--bidir",
+                "--param",
+                "direction=reverse",
+            ][..],
+            "give one or the other",
+        ),
+        (&["net", "bandwidth", "-R", "--bidir"][..], "cannot be used"),
+    ] {
+        let out = osprobe().args(args).arg("--no-store").output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn bad_mode_values_are_refused_with_what_is_accepted() {
     for (test, param, expected) in [
         ("udp", "bitrate=fast", "bitrate"),
