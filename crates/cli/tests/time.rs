@@ -131,9 +131,16 @@ fn smoke_run_of_the_time_experiments() {
         assert!(min(late) >= 0.0, "a timer fired early: {}", late["summary"]);
         // Every round's timers all fired, so the samples are whole rounds.
         assert_eq!(late["summary"]["n"].as_u64().unwrap() % n, 0);
-        assert!(timers
-            .iter()
-            .any(|m| m["metric"] == "register" && m["params"] == *params && m["unit"] == "ns"));
+        // One-shot points time the registration; periodic ones (mode=
+        // absolute|rearm) register once and report their drift instead.
+        let periodic = params["mode"] == "absolute" || params["mode"] == "rearm";
+        let beside = if periodic { "drift" } else { "register" };
+        assert!(
+            timers
+                .iter()
+                .any(|m| m["metric"] == beside && m["params"] == *params && m["unit"] == "ns"),
+            "no {beside} metric at {params}"
+        );
     }
 }
 
