@@ -142,7 +142,7 @@ fn wrong_messages_at_the_wrong_time_are_refused() {
     match protocol::read_message(&mut s).unwrap() {
         Message::Error { code, message } => {
             assert_eq!(code, ErrorCode::Protocol);
-            assert!(message.contains("expected open or attach"), "{message}");
+            assert!(message.contains("expected open, attach"), "{message}");
         }
         other => panic!("{other:?}"),
     }
