@@ -106,15 +106,21 @@ impl BulkResult {
 
     /// Stream errors the server reported.
     pub fn errors(&self) -> Vec<String> {
-        self.reports
-            .iter()
-            .filter_map(|r| {
-                r.error
-                    .as_ref()
-                    .map(|e| format!("stream {}: {e}", r.stream))
-            })
-            .collect()
+        stream_errors(&self.reports)
     }
+}
+
+/// The errors the server reported for its streams, one line each: shared by
+/// the forward test and the reverse one (`crate::reverse`).
+pub fn stream_errors(reports: &[StreamReport]) -> Vec<String> {
+    reports
+        .iter()
+        .filter_map(|r| {
+            r.error
+                .as_ref()
+                .map(|e| format!("stream {}: {e}", r.stream))
+        })
+        .collect()
 }
 
 /// Run one bulk test against `peer`. `stop` is polled between writes.

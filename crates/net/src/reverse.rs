@@ -75,15 +75,9 @@ impl ReverseResult {
         Some(total)
     }
 
+    /// Stream errors the server reported.
     pub fn errors(&self) -> Vec<String> {
-        self.reports
-            .iter()
-            .filter_map(|r| {
-                r.error
-                    .as_ref()
-                    .map(|e| format!("stream {}: {e}", r.stream))
-            })
-            .collect()
+        crate::bulk::stream_errors(&self.reports)
     }
 }
 
