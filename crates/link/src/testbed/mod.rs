@@ -32,7 +32,10 @@ pub mod params;
 pub mod remote;
 
 pub use emulated::{raise_buffers, EmulatedLink, EmulatedSpec};
-pub use params::{DELAY_PARAM, LOSS_PARAM, PATHS, PATH_PARAM, RATE_PARAM, TO_PARAM, WMEM_PARAM};
+pub use params::{
+    DELAY_PARAM, LOSS_PARAM, NAMESPACES_NEED_ROOT, PATHS, PATH_PARAM, RATE_PARAM, TO_PARAM,
+    WMEM_PARAM,
+};
 
 use crate::netns::NetnsPair;
 use crate::serving::{ServeBody, ServingThread};

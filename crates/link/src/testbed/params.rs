@@ -8,6 +8,11 @@ use osprobe_core::{ParamKind, ParamSpec, Params};
 /// The path kinds, as the `path` parameter spells them.
 pub const PATHS: &[&str] = &["loopback", "netns", "remote", "emulated"];
 
+/// Which points need root, as `Requirements::root_for` says it: the path
+/// kinds that build network namespaces.
+pub const NAMESPACES_NEED_ROOT: &str =
+    "path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate)";
+
 /// The `path` parameter: where the far end of the measurement runs.
 pub const PATH_PARAM: ParamSpec = ParamSpec {
     name: "path",

@@ -58,9 +58,7 @@ impl Experiment for AckStall {
     /// Who can run which points: `osprobe list` shows it.
     fn requirements(&self) -> osprobe_core::Requirements {
         osprobe_core::Requirements {
-            root_for: Some(
-                "path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate)",
-            ),
+            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
             ..osprobe_core::Requirements::default()
         }
     }

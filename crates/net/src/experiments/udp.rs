@@ -88,9 +88,7 @@ impl Experiment for Udp {
 
     fn requirements(&self) -> Requirements {
         Requirements {
-            root_for: Some(
-                "path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate)",
-            ),
+            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
             ..Requirements::default()
         }
     }
