@@ -13,7 +13,6 @@
 use crate::model::Unit;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Mutex;
 
 /// One event osprobe knows how to count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -374,61 +373,6 @@ fn read_values(fd: &OwnedFd) -> Option<[u64; 3]> {
     (n == 24).then_some(buf)
 }
 
-/// Counts taken while samples were collected, found again by the samples'
-/// values when a measurement is made from them (`Samples` is built by hand
-/// in many experiments; this keeps it unchanged). Process-wide, so that a
-/// subtraction on `Samples` can carry the counts along; only recent entries
-/// are kept, as a measurement is made right after its samples.
-static LEDGER: Mutex<Vec<(u64, Vec<Counted>)>> = Mutex::new(Vec::new());
-
-const LEDGER_ENTRIES: usize = 64;
-
-fn ledger() -> std::sync::MutexGuard<'static, Vec<(u64, Vec<Counted>)>> {
-    LEDGER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Remember `counted` for samples with these values.
-pub fn record(samples: &[f64], counted: Vec<Counted>) {
-    let mut entries = ledger();
-    if entries.len() >= LEDGER_ENTRIES {
-        entries.remove(0);
-    }
-    entries.push((fingerprint(samples), counted));
-}
-
-/// The counts recorded for samples with these values (as sampled, or as
-/// changed through [`rekey`]), if any.
-pub fn find(samples: &[f64]) -> Vec<Counted> {
-    let key = fingerprint(samples);
-    ledger()
-        .iter()
-        .rev()
-        .find(|(k, _)| *k == key)
-        .map(|(_, c)| c.clone())
-        .unwrap_or_default()
-}
-
-/// Samples changed by a subtraction keep their counts.
-pub fn rekey(before: u64, after: &[f64]) {
-    let mut entries = ledger();
-    if let Some(entry) = entries.iter_mut().rev().find(|(k, _)| *k == before) {
-        entry.0 = fingerprint(after);
-    }
-}
-
-/// A hash of the exact values (FNV-1a over their bits): two sample sets of
-/// measured times share it only when they are the same set.
-pub fn fingerprint(samples: &[f64]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for x in samples {
-        for b in x.to_bits().to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h ^ samples.len() as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,24 +480,5 @@ mod tests {
         let a = describe(vec![Event::TaskClock], forbidden, true);
         assert!(a.note.contains("paranoid=3"), "{}", a.note);
         assert!(a.note.contains("user space only"), "{}", a.note);
-    }
-
-    #[test]
-    fn the_ledger_finds_counts_by_the_samples() {
-        let counted = vec![Counted {
-            event: "task-clock".into(),
-            per_op: 3.0,
-            unit: Unit::Nanoseconds,
-            user_only: false,
-            running: 1.0,
-        }];
-        let samples = vec![1.5, 2.5, 3.5, 1e-300];
-        record(&samples, counted.clone());
-        assert_eq!(find(&samples), counted);
-        assert_eq!(find(&[1.5, 2.5, 1e-300]), vec![]);
-        let before = fingerprint(&samples);
-        let after: Vec<f64> = samples.iter().map(|x| x - 1.0).collect();
-        rekey(before, &after);
-        assert_eq!(find(&after), counted);
     }
 }

@@ -60,16 +60,17 @@ pub struct Samples {
     /// Operations per sample (1 when each sample is one operation).
     pub iterations: u64,
     pub notes: Vec<String>,
+    /// Performance counters per operation over the sampling, when the run
+    /// counts and the experiment is CPU-bound (empty otherwise).
+    pub counted: Vec<crate::counters::Counted>,
 }
 
 impl Samples {
     /// Subtract a measured overhead from every sample and say so.
     pub fn subtract(mut self, overhead_ns: f64, what: &str) -> Samples {
-        let before = crate::counters::fingerprint(&self.ns);
         for x in &mut self.ns {
             *x -= overhead_ns;
         }
-        crate::counters::rekey(before, &self.ns);
         self.notes.push(format!(
             "{what} subtracted: {overhead_ns:.2} ns per operation"
         ));
@@ -149,11 +150,12 @@ impl<'a> Harness<'a> {
             let t1 = clock.stop();
             clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead) / iterations as f64
         };
-        let ns = self.collect(iterations, || Ok(batch()))?;
+        let (ns, counted) = self.collect(iterations, || Ok(batch()))?;
         Ok(Samples {
             ns,
             iterations,
             notes: self.method_notes(iterations),
+            counted,
         })
     }
 
@@ -165,7 +167,7 @@ impl<'a> Harness<'a> {
     ) -> Result<Samples, ExperimentError> {
         let clock = &self.ctx.clock;
         let overhead = self.ctx.timer_overhead_ticks;
-        let ns = self.collect(1, || {
+        let (ns, counted) = self.collect(1, || {
             let t0 = clock.start();
             op()?;
             let t1 = clock.stop();
@@ -175,6 +177,7 @@ impl<'a> Harness<'a> {
             ns,
             iterations: 1,
             notes: self.method_notes(1),
+            counted,
         })
     }
 
@@ -184,10 +187,12 @@ impl<'a> Harness<'a> {
         &self,
         op: impl FnMut() -> Result<f64, ExperimentError>,
     ) -> Result<Samples, ExperimentError> {
+        let (ns, counted) = self.collect(1, op)?;
         Ok(Samples {
-            ns: self.collect(1, op)?,
+            ns,
             iterations: 1,
             notes: Vec::new(),
+            counted,
         })
     }
 
@@ -229,7 +234,7 @@ impl<'a> Harness<'a> {
         &self,
         iterations: u64,
         mut sample: impl FnMut() -> Result<f64, ExperimentError>,
-    ) -> Result<Vec<f64>, ExperimentError> {
+    ) -> Result<(Vec<f64>, Vec<crate::counters::Counted>), ExperimentError> {
         let warmup_end = monotonic_ns() + self.budget.warmup.as_nanos() as u64;
         loop {
             self.ctx.check_interrupt()?;
@@ -252,11 +257,11 @@ impl<'a> Harness<'a> {
                 break;
             }
         }
-        if let Some(c) = counters {
-            let operations = (out.len() as u64).saturating_mul(iterations);
-            crate::counters::record(&out, c.stop(operations));
-        }
-        Ok(out)
+        let counted = match counters {
+            Some(c) => c.stop((out.len() as u64).saturating_mul(iterations)),
+            None => Vec::new(),
+        };
+        Ok((out, counted))
     }
 
     fn method_notes(&self, iterations: u64) -> Vec<String> {
@@ -287,7 +292,7 @@ impl Context {
         })?;
         let mut m = Measurement::new(experiment, metric, params, Unit::Nanoseconds, summary);
         m.cycles = self.clock.cycles_per_ns().map(|c| m.summary.scaled(c));
-        m.counters = crate::counters::find(&samples.ns);
+        m.counters = samples.counted.clone();
         m.notes.extend(samples.notes.iter().cloned());
         m.notes.extend(quality_notes(&m.summary));
         Ok(m)
@@ -436,9 +441,46 @@ mod tests {
             ns: vec![10.0, 12.0],
             iterations: 1,
             notes: vec![],
+            counted: vec![],
         }
         .subtract(2.0, "pipe cost");
         assert_eq!(s.ns, vec![8.0, 10.0]);
         assert!(s.notes[0].contains("pipe cost subtracted: 2.00 ns"));
+    }
+
+    #[test]
+    fn counts_stay_with_their_samples_into_the_measurement() {
+        let counted = vec![crate::counters::Counted {
+            event: "task-clock".into(),
+            per_op: 3.0,
+            unit: Unit::Nanoseconds,
+            user_only: false,
+            running: 1.0,
+        }];
+        let samples = Samples {
+            ns: vec![10.0, 12.0],
+            iterations: 1,
+            notes: vec![],
+            counted: counted.clone(),
+        }
+        .subtract(2.0, "pipe cost");
+        let ctx = ctx();
+        let m = ctx
+            .time_measurement("x.y", "op", Params::new(), &samples)
+            .unwrap();
+        assert_eq!(m.counters, counted);
+        let other = Samples {
+            ns: vec![8.0, 10.0],
+            iterations: 1,
+            notes: vec![],
+            counted: vec![],
+        };
+        let m = ctx
+            .time_measurement("x.y", "op", Params::new(), &other)
+            .unwrap();
+        assert!(
+            m.counters.is_empty(),
+            "counts of other samples with the same values"
+        );
     }
 }

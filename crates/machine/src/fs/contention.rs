@@ -142,6 +142,7 @@ impl Experiment for Contention {
         let samples = Samples {
             ns: per_block,
             iterations: 1,
+            counted: Vec::new(),
             notes,
         };
         let mut out =

@@ -475,6 +475,7 @@ fn measurements(
     let samples = Samples {
         ns: run.latency_ns.clone(),
         iterations: 1,
+        counted: Vec::new(),
         notes: vec![format!(
             "latency of one request from queueing to completion (fio's lat), {} requests",
             run.latency_ns.len()

@@ -124,6 +124,7 @@ impl Experiment for FsOps {
             let s = Samples {
                 ns,
                 iterations: 1,
+                counted: Vec::new(),
                 notes: vec![],
             };
             let mut m = ctx.time_measurement(self.id(), op, params.clone(), &s)?;

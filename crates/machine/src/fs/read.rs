@@ -143,6 +143,7 @@ impl Experiment for Read {
             let samples = Samples {
                 ns: result.pass_means.clone(),
                 iterations: blocks as u64,
+                counted: Vec::new(),
                 notes,
             };
             out.push(ctx.time_measurement(self.id(), pattern, params.clone(), &samples)?);

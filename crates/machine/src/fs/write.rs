@@ -231,6 +231,7 @@ impl Experiment for Write {
         let samples = Samples {
             ns: latencies,
             iterations: 1,
+            counted: Vec::new(),
             notes: vec![format!(
                 "completion latency of one write (fio's clat at iodepth 1), each timed singly; clock read cost subtracted: {:.1} ns",
                 ctx.clock.ticks_to_ns(ctx.timer_overhead_ticks)

@@ -103,6 +103,7 @@ impl Experiment for Connect {
         let close_samples = osprobe_core::Samples {
             ns: close_ns,
             iterations: 1,
+            counted: Vec::new(),
             notes: vec!["one sample = close() of an idle connected socket (the FIN is queued; the call does not wait for the peer)".into()],
         };
         let mut teardown =

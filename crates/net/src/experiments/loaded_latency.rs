@@ -218,6 +218,7 @@ impl LoadedLatency {
         let samples = Samples {
             ns,
             iterations: 1,
+            counted: Vec::new(),
             notes: Vec::new(),
         };
         let mut m = ctx.time_measurement(self.id(), metric, params.clone(), &samples)?;

@@ -148,6 +148,7 @@ impl Experiment for Rr {
         let samples = Samples {
             ns: outcome.latencies,
             iterations: 1,
+            counted: Vec::new(),
             notes: Vec::new(),
         };
         let mut latency = ctx.time_measurement(self.id(), "latency", params.clone(), &samples)?;

@@ -195,6 +195,7 @@ fn zero_fills(mut pager: Pager) -> Result<(Samples, Pager), ExperimentError> {
     let samples = Samples {
         ns,
         iterations: 1,
+        counted: Vec::new(),
         notes: vec![format!(
             "one sample per first touch of a page (the write's time; a pair of clock reads, {:.0} ns here, not subtracted)",
             clock_pair_ns()
@@ -244,6 +245,7 @@ fn swap_ins(ctx: &Context, mut pager: Pager) -> Result<(Samples, Pager), Experim
     let samples = Samples {
         ns,
         iterations: 1,
+        counted: Vec::new(),
         notes: vec![format!(
             "{} pages in {} frames read in order ({} passes after the first), each touch a swap-in that evicts a clean page; every byte checked",
             pages,
