@@ -20,6 +20,7 @@
 //! - [`pager`]: the live pager, its handler thread and counters.
 
 pub mod experiments;
+pub mod outcome;
 pub mod pager;
 pub mod policy;
 pub mod processes;
