@@ -18,6 +18,7 @@ pub mod experiment;
 pub mod far_end;
 pub mod fuzz;
 pub mod harness;
+pub mod human;
 pub mod id;
 pub mod interrupt;
 pub mod locator;
@@ -39,8 +40,8 @@ pub mod timers;
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
 pub use environment::Environment;
 pub use experiment::{
-    Context, Disposition, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements,
-    Runnable,
+    Context, Disposition, Experiment, ExperimentError, ParamKind, ParamSpec, Registry,
+    Requirements, Runnable,
 };
 pub use harness::{Budget, Harness, Samples};
 pub use model::{
