@@ -3,7 +3,6 @@
 
 use crate::clock::Clock;
 use crate::environment::Environment;
-use crate::harness::Harness;
 use crate::model::{Measurement, ParamValue, Params, Profile};
 use std::fmt;
 
@@ -440,11 +439,6 @@ impl Context {
             Clock::monotonic("test context".into()),
             Environment::default(),
         )
-    }
-
-    /// A harness with this profile's budget.
-    pub fn harness(&self) -> Harness<'_> {
-        Harness::new(self)
     }
 
     /// Stop measuring if the user asked to.
