@@ -2,7 +2,7 @@
 //! `to` parameter as HOST, HOST:PORT, a bare IPv6 address or [V6]:PORT.
 
 use osprobe_core::ExperimentError;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::sync::OnceLock;
 
 /// Finds a service the `osprobe serve` at `to` offers beside its own port,
@@ -46,6 +46,14 @@ pub fn resolve(to: &str, default_port: u16) -> Result<SocketAddr, ExperimentErro
     addrs
         .next()
         .ok_or_else(|| ExperimentError::Failed(format!("'{to}' resolves to no address")))
+}
+
+/// The IPv4 address of the host `to` names (the port, if any, aside): the
+/// destination of a middlebox, whose emulated link carries IPv4 only.
+pub fn host_v4(to: &str) -> Result<Ipv4Addr, ExperimentError> {
+    let addr = resolve(to, 1)?;
+    crate::middlebox::check_destination(addr.ip())
+        .map_err(|e| ExperimentError::Failed(e.to_string()))
 }
 
 fn has_port(to: &str) -> bool {
