@@ -20,6 +20,7 @@ pub mod fuzz;
 pub mod harness;
 pub mod id;
 pub mod interrupt;
+pub mod locator;
 pub mod model;
 pub mod models;
 pub mod mounts;
@@ -38,11 +39,13 @@ pub mod timers;
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
 pub use environment::Environment;
 pub use experiment::{
-    Context, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements, Runnable,
+    Context, Disposition, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements,
+    Runnable,
 };
 pub use harness::{Budget, Harness, Samples};
 pub use model::{
-    bits_per_second_text, Measurement, ParamValue, Params, Profile, Run, Unit, SCHEMA_VERSION,
+    bits_per_second_text, Measurement, ParamValue, Params, Profile, Run, RunSummary, Unit,
+    SCHEMA_VERSION,
 };
 pub use stats::Summary;
 
