@@ -241,8 +241,7 @@ impl Requirements {
 
 /// Whether osprobe runs with an effective uid of 0.
 pub fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    crate::sys::is_root()
 }
 
 /// A parameter a user may set with `--param name=value`.
@@ -641,7 +640,10 @@ mod tests {
     #[test]
     fn the_runner_stops_on_interruption_skips_the_unsupported_and_fails_the_rest() {
         use std::io;
-        assert_eq!(ExperimentError::Interrupted.disposition(), Disposition::Stop);
+        assert_eq!(
+            ExperimentError::Interrupted.disposition(),
+            Disposition::Stop
+        );
         assert_eq!(
             ExperimentError::Unsupported("needs x86_64".into()).disposition(),
             Disposition::Skip("needs x86_64".into())
