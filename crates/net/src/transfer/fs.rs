@@ -1,65 +1,14 @@
-//! File-system calls: rename without replacing, directory fsync, free
-//! space, and the seeded source files the experiments send.
+//! File-system calls: free space, and the seeded source files the
+//! experiments send. (Committing a received file, with its rename that does
+//! not replace and its directory fsync, is `osprobe_core::sys::commit`.)
 
-use super::partial::split_destination;
 use super::{io_error, with_path, TransferError, BULK_CHUNK};
 use osprobe_core::random::SplitMix64;
 use osprobe_core::scratch;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-
-fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
-    std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
-}
-
-/// rename(2) that fails with EEXIST instead of replacing `to`. File systems
-/// without RENAME_NOREPLACE fall back to link + unlink, which is just as
-/// atomic about not replacing.
-pub(super) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    let c_from = c_path(from)?;
-    let c_to = c_path(to)?;
-    // SAFETY: both paths are NUL-terminated strings that outlive the call;
-    // renameat2 through syscall() works whatever the C library provides.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            c_from.as_ptr(),
-            libc::AT_FDCWD,
-            c_to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EINVAL) | Some(libc::ENOSYS) => {
-            std::fs::hard_link(from, to)?;
-            std::fs::remove_file(from)
-        }
-        _ => Err(e),
-    }
-}
-
-pub(super) fn sync_directory(path: &Path) -> Result<(), TransferError> {
-    let (dir, _) = split_destination(path)?;
-    let result = File::open(&dir).and_then(|d| d.sync_all());
-    match result {
-        Ok(()) => Ok(()),
-        // Some file systems cannot fsync a directory; the rename is done.
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
-        Err(e) => Err(io_error(
-            format!("flushing directory {} to disk", dir.display()),
-            e,
-        )),
-    }
-}
 
 /// Refuse to start a transfer of `bytes` into `dir` when its file system
 /// has less free space (for unprivileged writers, as statvfs reports it).

@@ -73,9 +73,10 @@
 //!
 //! This one holds the reports, the errors and the hash; `send.rs` the
 //! sending side, `receive.rs` the receiving side (read or splice),
-//! `partial.rs` the partial file and its commit, `blocking.rs` the socket
-//! timeouts, idle limit and progress, `fs.rs` the file-system calls and
-//! `names.rs` the confinement of a peer's file name.
+//! `partial.rs` the partial file and its commit (through
+//! `osprobe_core::sys::commit`), `blocking.rs` the socket timeouts, idle
+//! limit and progress, `fs.rs` free space and source files, and `names.rs`
+//! the confinement of a peer's file name.
 
 mod blocking;
 mod fs;

@@ -1,9 +1,9 @@
 //! The partial file a receiver writes into, and its commit: fsync, a
 //! rename that does not replace unless allowed, fsync of the directory.
 
-use super::fs::{rename_noreplace, sync_directory};
 use super::names::printable;
 use super::{io_error, storage_error, RxReport, TransferError, MAX_NAME_BYTES};
+use osprobe_core::sys::{self, CommitError};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -141,32 +141,26 @@ pub fn commit(
             got: rx.hash.clone(),
         });
     }
-    partial.file.sync_all().map_err(|e| {
-        let what = format!("flushing {} to disk", partial.path.display());
-        storage_error(e, &partial.dir, what)
-    })?;
-    let renamed = if overwrite {
-        std::fs::rename(&partial.path, final_path)
-    } else {
-        rename_noreplace(&partial.path, final_path)
-    };
-    match renamed {
-        Ok(()) => partial.settled.store(true, Ordering::SeqCst),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            return Err(TransferError::AlreadyExists {
-                path: final_path.to_path_buf(),
-            })
-        }
-        Err(e) => {
-            let what = format!(
-                "cannot rename {} to {}",
-                partial.path.display(),
-                final_path.display()
-            );
-            return Err(io_error(what, e));
-        }
+    let committed = sys::commit_file(&partial.file, &partial.path, final_path, overwrite);
+    if matches!(committed, Ok(()) | Err(CommitError::SyncDir { .. })) {
+        // Renamed into place: the partial name is gone.
+        partial.settled.store(true, Ordering::SeqCst);
     }
-    sync_directory(final_path)
+    committed.map_err(|e| match e {
+        CommitError::Flush { path, source } => {
+            let what = format!("flushing {} to disk", path.display());
+            storage_error(source, &partial.dir, what)
+        }
+        CommitError::AlreadyExists { path } => TransferError::AlreadyExists { path },
+        CommitError::Rename { from, to, source } => {
+            let what = format!("cannot rename {} to {}", from.display(), to.display());
+            io_error(what, source)
+        }
+        CommitError::SyncDir { dir, source } => io_error(
+            format!("flushing directory {} to disk", dir.display()),
+            source,
+        ),
+    })
 }
 
 /// Remove the partial file of `rx` without keeping it; nothing to do if it
