@@ -643,7 +643,10 @@ mod tests {
     #[test]
     fn the_runner_stops_on_interruption_skips_the_unsupported_and_fails_the_rest() {
         use std::io;
-        assert_eq!(ExperimentError::Interrupted.disposition(), Disposition::Stop);
+        assert_eq!(
+            ExperimentError::Interrupted.disposition(),
+            Disposition::Stop
+        );
         assert_eq!(
             ExperimentError::Unsupported("needs x86_64".into()).disposition(),
             Disposition::Skip("needs x86_64".into())

@@ -38,8 +38,8 @@ pub mod timers;
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
 pub use environment::Environment;
 pub use experiment::{
-    Context, Disposition, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements,
-    Runnable,
+    Context, Disposition, Experiment, ExperimentError, ParamKind, ParamSpec, Registry,
+    Requirements, Runnable,
 };
 pub use harness::{Budget, Harness, Samples};
 pub use model::{
