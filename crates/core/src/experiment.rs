@@ -484,6 +484,9 @@ pub struct Context {
     /// The secret of a remote `osprobe serve --token`: given on the command
     /// line or in OSPROBE_TOKEN, never stored with the run.
     pub peer_token: Option<String>,
+    /// Where a remote `osprobe serve` offers its other services (the file
+    /// service of `--export`); set by the binary for runs with `--to`.
+    pub locator: Option<std::sync::Arc<dyn crate::locator::ServiceLocator>>,
     /// The performance counters this run can count (probed once).
     pub counters: crate::counters::Availability,
     /// Whether the experiment being run is CPU-bound, so that its samples
@@ -500,6 +503,7 @@ impl Context {
             environment,
             timer_overhead_ticks,
             peer_token: None,
+            locator: None,
             counters: crate::counters::probe(),
             counting: std::sync::atomic::AtomicBool::new(true),
         }

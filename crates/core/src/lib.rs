@@ -20,6 +20,7 @@ pub mod fuzz;
 pub mod harness;
 pub mod id;
 pub mod interrupt;
+pub mod locator;
 pub mod model;
 pub mod models;
 pub mod mounts;
@@ -43,7 +44,8 @@ pub use experiment::{
 };
 pub use harness::{Budget, Harness, Samples};
 pub use model::{
-    bits_per_second_text, Measurement, ParamValue, Params, Profile, Run, Unit, SCHEMA_VERSION,
+    bits_per_second_text, Measurement, ParamValue, Params, Profile, Run, RunSummary, Unit,
+    SCHEMA_VERSION,
 };
 pub use stats::Summary;
 

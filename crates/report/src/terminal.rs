@@ -6,7 +6,7 @@ use crate::table::{wrap_hanging, Align, Column, Table};
 use crate::width::terminal_width;
 use osprobe_core::model::Skipped;
 use osprobe_core::{Environment, Measurement, Params, Registry, Run};
-use osprobe_store::RunSummary;
+use osprobe_core::RunSummary;
 
 /// The results table at the terminal's width (see [`terminal_width`]).
 pub fn measurements_table(measurements: &[Measurement]) -> String {
