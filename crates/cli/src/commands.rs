@@ -154,15 +154,21 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     if let Some(direction) = direction_flag(&args, exp)? {
         overrides.push(("direction".into(), direction.into()));
     }
+    let link = args.link.params();
     if let Some(to) = &args.to {
-        overrides.push(("path".into(), "remote".into()));
+        // With --delay/--loss/--rate/--wmem the emulator sits in front of
+        // HOST (path=emulated with to); without, HOST is measured as is.
+        if link.is_empty() {
+            overrides.push(("path".into(), "remote".into()));
+        }
         overrides.push(("to".into(), to.clone()));
+        overrides.extend(link);
     } else if args.netns {
         overrides.push(("path".into(), "netns".into()));
     } else {
         // --delay/--loss/--rate/--wmem: path=emulated with those values,
         // checked like --param values.
-        overrides.extend(args.link.params());
+        overrides.extend(link);
     }
     measure(
         vec![exp],
@@ -276,7 +282,7 @@ fn measure(
 
     // Against a remote host, all or nothing: a host lost mid-run leaves
     // no half run behind.
-    let remote = overrides.iter().any(|(k, v)| k == "path" && v == "remote");
+    let remote = overrides.iter().any(|(k, _)| k == "to");
     if remote && !failures.is_empty() {
         exports.discard();
         for f in &failures {

@@ -3,7 +3,6 @@
 
 use crate::clock::Clock;
 use crate::environment::Environment;
-use crate::harness::Harness;
 use crate::model::{Measurement, ParamValue, Params, Profile};
 use std::fmt;
 
@@ -242,8 +241,7 @@ impl Requirements {
 
 /// Whether osprobe runs with an effective uid of 0.
 pub fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    crate::sys::is_root()
 }
 
 /// A parameter a user may set with `--param name=value`.
@@ -528,11 +526,6 @@ impl Context {
         )
     }
 
-    /// A harness with this profile's budget.
-    pub fn harness(&self) -> Harness<'_> {
-        Harness::new(self)
-    }
-
     /// Stop measuring if the user asked to.
     pub fn check_interrupt(&self) -> Result<(), ExperimentError> {
         if crate::interrupt::requested() {
@@ -647,7 +640,10 @@ mod tests {
     #[test]
     fn the_runner_stops_on_interruption_skips_the_unsupported_and_fails_the_rest() {
         use std::io;
-        assert_eq!(ExperimentError::Interrupted.disposition(), Disposition::Stop);
+        assert_eq!(
+            ExperimentError::Interrupted.disposition(),
+            Disposition::Stop
+        );
         assert_eq!(
             ExperimentError::Unsupported("needs x86_64".into()).disposition(),
             Disposition::Skip("needs x86_64".into())

@@ -309,15 +309,24 @@ mod tests {
             "fails as told"
         }
         fn grid(&self, _: Profile) -> Vec<Params> {
-            ["unsupported", "invalid", "setup", "io", "failed", "interrupted"]
-                .iter()
-                .map(|e| Params::new().with("error", *e))
-                .collect()
+            [
+                "unsupported",
+                "invalid",
+                "setup",
+                "io",
+                "failed",
+                "interrupted",
+            ]
+            .iter()
+            .map(|e| Params::new().with("error", *e))
+            .collect()
         }
         fn run(&self, _: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
             Err(match params.text("error").unwrap_or("") {
                 "unsupported" => ExperimentError::Unsupported("not here".into()),
-                "invalid" => ExperimentError::invalid_parameter("error", "error=invalid is refused"),
+                "invalid" => {
+                    ExperimentError::invalid_parameter("error", "error=invalid is refused")
+                }
                 "setup" => ExperimentError::setup("the testbed", "no namespaces"),
                 "io" => ExperimentError::io("reading", std::io::Error::other("gone")),
                 "failed" => ExperimentError::Failed("a check failed".into()),
