@@ -223,6 +223,7 @@ fn send_delivers_a_verified_copy_and_the_server_refuses_what_it_must() {
         .output()
         .unwrap();
     let outcome = json_of(&out);
+    common::assert_follows("send.schema.json", &outcome);
     assert_eq!(outcome["verified"], Value::Bool(true));
     assert_eq!(outcome["bytes"], 3 << 20);
     assert!(outcome["tx_bytes_per_s"].as_f64().unwrap() > 0.0);
