@@ -64,6 +64,7 @@ fn two_real_runs_compare_and_a_run_against_itself_is_unchanged() {
     // code must be 0 or 1 and agree with the regressions counted.
     let code = out.status.code().unwrap();
     let json: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    common::assert_follows("compare.schema.json", &json);
     let regressions = json["regressions"].as_u64().unwrap();
     assert_eq!(
         code,
@@ -201,6 +202,7 @@ fn reproduce_lists_every_reference_row_beside_the_run() {
     let refs = osprobe_report::reproduce::references().unwrap();
     let out = osprobe(&db).args(["reproduce", "--json"]).output().unwrap();
     let rows = common::json_of(&out);
+    common::assert_follows("reproduce.schema.json", &rows);
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), refs.len());
     let syscall = rows
