@@ -3,7 +3,6 @@
 
 use crate::clock::Clock;
 use crate::environment::Environment;
-use crate::harness::Harness;
 use crate::model::{Measurement, ParamValue, Params, Profile};
 use std::fmt;
 
@@ -242,8 +241,7 @@ impl Requirements {
 
 /// Whether osprobe runs with an effective uid of 0.
 pub fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    crate::sys::is_root()
 }
 
 /// A parameter a user may set with `--param name=value`.
@@ -526,11 +524,6 @@ impl Context {
             Clock::monotonic("test context".into()),
             Environment::default(),
         )
-    }
-
-    /// A harness with this profile's budget.
-    pub fn harness(&self) -> Harness<'_> {
-        Harness::new(self)
     }
 
     /// Stop measuring if the user asked to.
