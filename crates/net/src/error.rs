@@ -56,7 +56,9 @@ mod tests {
         .unwrap_err();
         let refused = CongestionControlRefused::within(err).expect("a refusal");
         assert_eq!(refused.cc, "osprobe_none");
-        assert!(refused.to_string().starts_with("congestion control 'osprobe_none': "));
+        assert!(refused
+            .to_string()
+            .starts_with("congestion control 'osprobe_none': "));
 
         let other = io::Error::other("connection reset");
         let back = CongestionControlRefused::within(other).unwrap_err();
