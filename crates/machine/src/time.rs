@@ -123,26 +123,14 @@ fn bad_param(name: &str, value: impl std::fmt::Display, accepted: &str) -> Exper
     ))
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// CPU time of the calling thread, in nanoseconds.
 fn thread_cpu_ns() -> u64 {
-    // SAFETY: usage is a plain struct filled by the kernel.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_THREAD with a valid pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
-        return 0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    tv(usage.ru_utime) + tv(usage.ru_stime)
+    osprobe_core::sys::thread_cpu_time().as_nanos() as u64
 }
 
 /// CPU time of the whole process, in nanoseconds.
 fn process_cpu_ns() -> u64 {
-    osprobe_core::clock::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+    osprobe_core::sys::process_cpu_time().as_nanos() as u64
 }
 
 /// The timer slack of this thread, for the notes.
@@ -408,7 +396,7 @@ impl Experiment for Sleep {
         let policy = params.text("policy").unwrap_or("other");
         let realtime = match policy {
             "other" => None,
-            "fifo" if !is_root() => {
+            "fifo" if !osprobe_core::sys::is_root() => {
                 return Err(ExperimentError::Unsupported(
                     "policy=fifo needs root (SCHED_FIFO and mlockall, cyclictest's method)".into(),
                 ))

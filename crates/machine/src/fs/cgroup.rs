@@ -53,8 +53,7 @@ impl MemoryCgroup {
     /// words why this machine cannot (not root, no memory controller, a
     /// read-only cgroup file system).
     pub fn create(limit: u64) -> Result<MemoryCgroup, String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !osprobe_core::sys::is_root() {
             return Err("creating a memory cgroup needs root".into());
         }
         let (version, parents) = locate()?;
@@ -210,8 +209,7 @@ fn sweep_stale(parent: &Path) -> usize {
 /// The owner may have run in another cgroup than ours (v1 cgroups go under
 /// the owner's own), hence the walk. Needs root; returns how many went.
 pub fn sweep_everywhere() -> usize {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !osprobe_core::sys::is_root() {
         return 0;
     }
     let mut removed = 0;
@@ -294,8 +292,7 @@ mod tests {
     /// live owner is kept. Root with a memory controller only.
     #[test]
     fn sweep_removes_dead_owners_cgroups_anywhere_and_keeps_live_ones() {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = osprobe_core::sys::is_root();
         let Ok((_, parents)) = locate().map_err(|e| eprintln!("skipped: {e}")) else {
             return;
         };

@@ -394,7 +394,7 @@ impl Driver {
 
 /// CPU time (user + system) of the calling thread.
 pub fn thread_cpu() -> Duration {
-    Duration::from_nanos(osprobe_core::clock::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+    osprobe_core::sys::thread_cpu_time()
 }
 
 #[cfg(test)]
