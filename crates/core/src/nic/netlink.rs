@@ -76,33 +76,8 @@ pub fn link(name: &str) -> io::Result<Link> {
     if index == 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: plain socket call; the descriptor is owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let fd = route_socket()?;
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    let timeout = libc::timeval {
-        tv_sec: 2,
-        tv_usec: 0,
-    };
-    // SAFETY: a valid timeval of the size passed.
-    unsafe {
-        libc::setsockopt(
-            raw,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &timeout as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
     let request = request(index as i32, 1);
     // SAFETY: the buffer is valid for its length; the kernel is the
     // default destination of a netlink socket.
@@ -124,6 +99,40 @@ pub fn link(name: &str) -> io::Result<Link> {
     })
 }
 
+/// A NETLINK_ROUTE socket of this thread's network namespace, with a
+/// receive timeout of two seconds (the kernel answers at once; a missing
+/// answer must not hang the environment capture).
+pub(super) fn route_socket() -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: plain socket call; the descriptor is owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just returned by socket(2), owned by no one else.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let timeout = libc::timeval {
+        tv_sec: 2,
+        tv_usec: 0,
+    };
+    // SAFETY: a valid timeval of the size passed.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &timeout as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    Ok(fd)
+}
+
 /// An RTM_GETLINK request for interface `index`.
 fn request(index: i32, seq: u32) -> Vec<u8> {
     let len = (NLMSG_HDR + IFINFOMSG) as u32;
@@ -142,15 +151,15 @@ fn request(index: i32, seq: u32) -> Vec<u8> {
     out
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(super) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+pub(super) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn align4(n: usize) -> usize {
+pub(super) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
@@ -201,14 +210,14 @@ fn parse_link(body: &[u8]) -> Result<Link, NetlinkError> {
 }
 
 /// A NUL-terminated attribute string.
-fn text(value: &[u8]) -> Option<String> {
+pub(super) fn text(value: &[u8]) -> Option<String> {
     let end = value.iter().position(|&c| c == 0).unwrap_or(value.len());
     let s = String::from_utf8_lossy(&value[..end]).into_owned();
     (!s.is_empty()).then_some(s)
 }
 
 /// (type, value) of each attribute in `b`; stops at the first malformed one.
-fn attributes(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(super) fn attributes(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     let mut at = 0usize;
     std::iter::from_fn(move || {
         let len = u16_at(b, at)? as usize;
