@@ -21,6 +21,7 @@ pub mod experiment;
 pub mod far_end;
 pub mod fuzz;
 pub mod harness;
+pub mod human;
 pub mod id;
 pub mod interrupt;
 pub mod locator;

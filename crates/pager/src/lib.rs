@@ -21,6 +21,7 @@
 
 pub mod error;
 pub mod experiments;
+pub mod outcome;
 pub mod pager;
 pub mod policy;
 pub mod processes;
