@@ -5,7 +5,7 @@ use crate::args::{BenchArgs, Cli, Command, HistoryArgs, NetArgs, ProfileArgs, Ru
 use crate::progress::Bar;
 use anyhow::{Context as _, Result};
 use osprobe_core::runner::{self, Plan};
-use osprobe_core::{Clock, Context, Experiment, Profile, Registry, Run, SCHEMA_VERSION};
+use osprobe_core::{Experiment, Profile, Registry};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -154,15 +154,21 @@ fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     if let Some(direction) = direction_flag(&args, exp)? {
         overrides.push(("direction".into(), direction.into()));
     }
+    let link = args.link.params();
     if let Some(to) = &args.to {
-        overrides.push(("path".into(), "remote".into()));
+        // With --delay/--loss/--rate/--wmem the emulator sits in front of
+        // HOST (path=emulated with to); without, HOST is measured as is.
+        if link.is_empty() {
+            overrides.push(("path".into(), "remote".into()));
+        }
         overrides.push(("to".into(), to.clone()));
+        overrides.extend(link);
     } else if args.netns {
         overrides.push(("path".into(), "netns".into()));
     } else {
         // --delay/--loss/--rate/--wmem: path=emulated with those values,
         // checked like --param values.
-        overrides.extend(args.link.params());
+        overrides.extend(link);
     }
     measure(
         vec![exp],
@@ -230,38 +236,34 @@ fn measure(
 
     osprobe_core::interrupt::install();
     let started = osprobe_core::now_rfc3339();
-    let clock = Clock::calibrated(osprobe_core::calibration_plan(profile));
-    let mut environment = osprobe_core::environment::capture(clock.info().clone());
-    environment.build = crate::version::build_info();
+    let mut ctx = runner::context(&plan, profile, crate::version::build_info());
     if let Some(warning) = crate::version::debug_build_warning() {
         eprintln!("{warning}");
     }
-    // What the performance counters can count is said once per run, where
-    // some experiment is CPU-bound (the others are not counted).
-    let counters = osprobe_core::counters::probe();
-    if plan.items.iter().any(|(e, _)| e.cpu_bound()) {
-        environment.notes.push(counters.note.clone());
-    }
     if !opts.json && !opts.brief {
-        print!("{}", osprobe_report::environment_block(&environment));
+        print!("{}", osprobe_report::environment_block(&ctx.environment));
         println!();
     }
     // The remote hosts, described before they are measured.
     let far_ends =
         crate::far_end::describe_all(&crate::far_end::hosts(&plan), peer_token.as_deref());
     if !far_ends.is_empty() && !opts.json && !opts.brief {
-        print!("{}", crate::far_end::block(&environment, &far_ends));
+        print!("{}", crate::far_end::block(&ctx.environment, &far_ends));
         println!();
     }
-    crate::remote::install_locator(peer_token.clone());
-    let mut ctx = Context::new(profile, clock, environment.clone());
+    ctx.locator = Some(crate::remote::locator(peer_token.clone()));
     ctx.peer_token = peer_token;
-    ctx.counters = counters;
-    let outcome = {
-        let mut bar = Bar::new(plan.points(), quiet);
-        runner::execute(&plan, &ctx, &mut bar)
+    let options = runner::RunOptions {
+        started,
+        command: redacted_command_line(),
+        labels,
+        far_ends,
     };
-    let Ok(outcome) = outcome else {
+    let measured = {
+        let mut bar = Bar::new(plan.points(), quiet);
+        runner::measure(&plan, &ctx, options, &mut bar)
+    };
+    let Ok(runner::Measured { run, failures }) = measured else {
         exports.discard();
         eprintln!("osprobe: interrupted; nothing was stored");
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
@@ -269,45 +271,27 @@ fn measure(
 
     // Nothing measured: a stored run of zero measurements would let a CI
     // gate pass silently, so store nothing and fail, saying why.
-    if outcome.measurements.is_empty() {
+    if run.measurements.is_empty() {
         exports.discard();
-        eprint!("{}", crate::outcome::nothing_measured(&outcome));
+        eprint!(
+            "{}",
+            crate::outcome::nothing_measured(&run.skipped, &failures)
+        );
         return Ok(ExitCode::FAILURE);
     }
 
     // Against a remote host, all or nothing: a host lost mid-run leaves
     // no half run behind.
-    let remote = overrides.iter().any(|(k, v)| k == "path" && v == "remote");
-    if remote && !outcome.failures.is_empty() {
+    let remote = overrides.iter().any(|(k, _)| k == "to");
+    if remote && !failures.is_empty() {
         exports.discard();
-        for f in &outcome.failures {
+        for f in &failures {
             eprintln!("osprobe: {} {} failed: {}", f.experiment, f.params, f.error);
         }
         eprintln!("osprobe: a remote experiment failed; nothing was stored");
         return Ok(ExitCode::FAILURE);
     }
 
-    let id = osprobe_core::id::new_run_id();
-    let mut measurements = outcome.measurements;
-    for m in &mut measurements {
-        m.run = id.clone();
-    }
-    // Models that need other experiments' figures of this run.
-    osprobe_core::models::apply(&mut measurements, &environment);
-    let run = Run {
-        schema: SCHEMA_VERSION,
-        id,
-        started,
-        ended: osprobe_core::now_rfc3339(),
-        osprobe_version: env!("CARGO_PKG_VERSION").to_string(),
-        profile,
-        command: redacted_command_line(),
-        environment,
-        measurements,
-        skipped: outcome.skipped,
-        labels,
-        far_ends,
-    };
     if let Some(store) = &mut store {
         store.save_run(&run).context("storing the run")?;
     }
@@ -341,10 +325,10 @@ fn measure(
             println!("report: {}", path.display());
         }
     }
-    for f in &outcome.failures {
+    for f in &failures {
         eprintln!("osprobe: {} {} failed: {}", f.experiment, f.params, f.error);
     }
-    Ok(if outcome.failures.is_empty() {
+    Ok(if failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

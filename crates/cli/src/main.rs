@@ -18,6 +18,7 @@ mod leftovers;
 mod link;
 mod net;
 mod outcome;
+mod output;
 mod pager;
 mod progress;
 mod remote;

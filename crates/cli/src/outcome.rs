@@ -1,16 +1,17 @@
 //! What to tell the user when a run measured nothing: the skip reasons,
 //! grouped so that twenty points skipped for one reason make one line.
 
-use osprobe_core::runner::Outcome;
+use osprobe_core::model::Skipped;
+use osprobe_core::runner::Failure;
 
 /// The message for a run with no measurement: why each point was skipped
 /// (one line per distinct reason, with the experiments it hit) and each
 /// failure.
-pub fn nothing_measured(outcome: &Outcome) -> String {
+pub fn nothing_measured(skipped: &[Skipped], failures: &[Failure]) -> String {
     let mut out = String::from("osprobe: nothing was measured, so nothing was stored\n");
     // Group by reason, keeping the order reasons were first seen in.
     let mut groups: Vec<(&str, Vec<&str>, usize)> = Vec::new();
-    for s in &outcome.skipped {
+    for s in skipped {
         match groups.iter_mut().find(|(r, _, _)| *r == s.reason) {
             Some((_, experiments, points)) => {
                 *points += 1;
@@ -28,13 +29,13 @@ pub fn nothing_measured(outcome: &Outcome) -> String {
             experiments.join(", ")
         ));
     }
-    for f in &outcome.failures {
+    for f in failures {
         out.push_str(&format!(
             "  failed {} {}: {}\n",
             f.experiment, f.params, f.error
         ));
     }
-    if outcome.skipped.is_empty() && outcome.failures.is_empty() {
+    if skipped.is_empty() && failures.is_empty() {
         out.push_str("  the plan had no points to measure\n");
     }
     out
@@ -43,8 +44,7 @@ pub fn nothing_measured(outcome: &Outcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use osprobe_core::model::Skipped;
-    use osprobe_core::runner::Failure;
+    use osprobe_core::runner::Outcome;
     use osprobe_core::Params;
 
     fn skip(experiment: &str, reason: &str) -> Skipped {
@@ -71,7 +71,7 @@ mod tests {
                 error: "boom".into(),
             }],
         };
-        let text = nothing_measured(&outcome);
+        let text = nothing_measured(&outcome.skipped, &outcome.failures);
         assert!(text.contains("nothing was stored"), "{text}");
         assert!(
             text.contains("skipped 3 points of a.x, b.y: needs root"),

@@ -6,6 +6,7 @@
 //! (osprobe-rfs).
 
 use crate::commands::UsageError;
+use osprobe_core::locator::ServiceLocator;
 use osprobe_net::client::Peer;
 use osprobe_rfs::{Server, ServerEvent, ServerOptions, Transports};
 use std::net::SocketAddr;
@@ -13,13 +14,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Let the testbed ask a remote serve where its file service is, with
+/// How the testbed asks a remote serve where its file service is, with
 /// this run's token (the hello itself proves nothing; the file service
-/// checks the token).
-pub fn install_locator(token: Option<String>) {
-    osprobe_link::testbed::remote::install_locator(Box::new(move |to, service| {
-        locate(to, service, token.clone())
-    }));
+/// checks the token): for `Context::locator`.
+pub fn locator(token: Option<String>) -> Arc<dyn ServiceLocator> {
+    Arc::new(move |to: &str, service: &str| locate(to, service, token.clone()))
 }
 
 fn locate(to: &str, service: &str, token: Option<String>) -> Result<SocketAddr, String> {

@@ -8,6 +8,8 @@
 //! - [`environment`]: the machine a run was measured on;
 //! - [`nic`], [`far_end`]: the interface a test crossed, and the far host;
 //! - [`affinity`], [`interrupt`], [`id`]: pinning, Ctrl-C, run ids;
+//! - [`sys`]: one home for each small OS helper (poll, socket options,
+//!   CPU time, effective uid, committing a partial file);
 //! - [`testing`]: honest skips and the decoders' mutation loop, for tests.
 
 pub mod affinity;
@@ -20,6 +22,7 @@ pub mod fuzz;
 pub mod harness;
 pub mod id;
 pub mod interrupt;
+pub mod locator;
 pub mod model;
 pub mod models;
 pub mod mounts;
@@ -32,17 +35,20 @@ pub mod runner;
 pub mod scratch;
 pub mod sleep;
 pub mod stats;
+pub mod sys;
 pub mod testing;
 pub mod timers;
 
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
 pub use environment::Environment;
 pub use experiment::{
-    Context, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements, Runnable,
+    Context, Disposition, Experiment, ExperimentError, ParamKind, ParamSpec, Registry,
+    Requirements, Runnable,
 };
 pub use harness::{Budget, Harness, Samples};
 pub use model::{
-    bits_per_second_text, Measurement, ParamValue, Params, Profile, Run, Unit, SCHEMA_VERSION,
+    bits_per_second_text, Measurement, ParamValue, Params, Profile, Run, RunSummary, Unit,
+    SCHEMA_VERSION,
 };
 pub use stats::Summary;
 

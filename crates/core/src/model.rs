@@ -371,6 +371,22 @@ impl Run {
     }
 }
 
+/// One line of `osprobe history`: a stored run without its measurements.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunSummary {
+    pub id: String,
+    pub started: String,
+    pub ended: String,
+    pub profile: String,
+    pub command: String,
+    pub hostname: String,
+    pub osprobe_version: String,
+    pub measurements: usize,
+    /// The run's labels (`host`, `groups`, `pair`, ...); empty for most runs.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
 /// A grid point that was not measured, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {

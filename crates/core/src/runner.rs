@@ -1,9 +1,13 @@
 //! Running a selection of experiments: the loop shared by `osprobe run` and
-//! `osprobe bench`. It knows nothing of terminals; progress goes to an
-//! [`Observer`].
+//! `osprobe bench`, and the run it makes ([`measure`]). It knows nothing of
+//! terminals or stores; progress goes to an [`Observer`].
 
-use crate::experiment::{grid_with_overrides, Context, Experiment, ExperimentError};
-use crate::model::{Measurement, Params, Profile, Skipped};
+use crate::environment::BuildInfo;
+use crate::experiment::{grid_with_overrides, Context, Disposition, Experiment, ExperimentError};
+use crate::far_end::FarEnd;
+use crate::model::{Measurement, Params, Profile, Run, Skipped, SCHEMA_VERSION};
+use crate::Clock;
+use std::collections::BTreeMap;
 
 /// The grid points to measure, per experiment, decided before anything runs
 /// so that bad parameters are reported before a minute is spent measuring.
@@ -65,8 +69,19 @@ pub struct Outcome {
 pub struct Interrupted;
 
 /// Measure every point of `plan`. A point that fails is recorded and the
-/// others still run; an interruption stops everything.
+/// others still run; an interruption stops everything. The measurements
+/// carry no run id (see [`measure`] for a run's).
 pub fn execute(
+    plan: &Plan,
+    ctx: &Context,
+    observer: &mut dyn Observer,
+) -> Result<Outcome, Interrupted> {
+    execute_for("", plan, ctx, observer)
+}
+
+/// [`execute`], each measurement marked with `run` as it is made.
+fn execute_for(
+    run: &str,
     plan: &Plan,
     ctx: &Context,
     observer: &mut dyn Observer,
@@ -83,26 +98,27 @@ pub fn execute(
                 None => exp.run(ctx, params),
             };
             observer.point_finished();
-            match result {
+            match result.map_err(ExperimentError::disposition) {
                 Ok(mut ms) => {
-                    if !exp.cpu_bound() {
-                        for m in &mut ms {
+                    for m in &mut ms {
+                        m.run = run.to_string();
+                        if !exp.cpu_bound() {
                             m.cycles = None;
                             m.counters.clear();
                         }
                     }
                     out.measurements.extend(ms)
                 }
-                Err(ExperimentError::Interrupted) => return Err(Interrupted),
-                Err(ExperimentError::Unsupported(reason)) => out.skipped.push(Skipped {
+                Err(Disposition::Stop) => return Err(Interrupted),
+                Err(Disposition::Skip(reason)) => out.skipped.push(Skipped {
                     experiment: exp.id().to_string(),
                     params: params.clone(),
                     reason,
                 }),
-                Err(e) => out.failures.push(Failure {
+                Err(Disposition::Fail(error)) => out.failures.push(Failure {
                     experiment: exp.id().to_string(),
                     params: params.clone(),
-                    error: e.to_string(),
+                    error,
                 }),
             }
             if crate::interrupt::requested() {
@@ -111,6 +127,77 @@ pub fn execute(
         }
     }
     Ok(out)
+}
+
+/// The context a run measures in: the clock calibrated for `profile`, the
+/// machine described (with `build`, the binary that measures), and the
+/// performance counters probed, their note kept where some experiment of
+/// `plan` is CPU-bound (the others are not counted).
+pub fn context(plan: &Plan, profile: Profile, build: BuildInfo) -> Context {
+    let clock = Clock::calibrated(crate::calibration_plan(profile));
+    let mut environment = crate::environment::capture(clock.info().clone());
+    environment.build = build;
+    let counters = crate::counters::probe();
+    if plan.items.iter().any(|(e, _)| e.cpu_bound()) {
+        environment.notes.push(counters.note.clone());
+    }
+    let mut ctx = Context::new(profile, clock, environment);
+    ctx.counters = counters;
+    ctx
+}
+
+/// What a run records beside its measurements.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// When the run started (RFC 3339, UTC): before the clock was calibrated.
+    pub started: String,
+    /// The command line that asked for it, secrets removed.
+    pub command: String,
+    /// Labels to attach (`--label`).
+    pub labels: BTreeMap<String, String>,
+    /// The remote hosts it measures against, described beforehand.
+    pub far_ends: Vec<FarEnd>,
+}
+
+/// A run and the points that failed in it (failures are not stored; the
+/// caller decides what they mean).
+#[derive(Debug)]
+pub struct Measured {
+    pub run: Run,
+    pub failures: Vec<Failure>,
+}
+
+/// Measure `plan` in `ctx` as one run: a new run id given to every
+/// measurement as it is made, the models that combine this run's figures
+/// applied, and the run assembled. An interruption discards everything.
+pub fn measure(
+    plan: &Plan,
+    ctx: &Context,
+    options: RunOptions,
+    observer: &mut dyn Observer,
+) -> Result<Measured, Interrupted> {
+    let id = crate::id::new_run_id();
+    let outcome = execute_for(&id, plan, ctx, observer)?;
+    let mut measurements = outcome.measurements;
+    crate::models::apply(&mut measurements, &ctx.environment);
+    let run = Run {
+        schema: SCHEMA_VERSION,
+        id,
+        started: options.started,
+        ended: crate::now_rfc3339(),
+        osprobe_version: env!("CARGO_PKG_VERSION").to_string(),
+        profile: ctx.profile,
+        command: options.command,
+        environment: ctx.environment.clone(),
+        measurements,
+        skipped: outcome.skipped,
+        labels: options.labels,
+        far_ends: options.far_ends,
+    };
+    Ok(Measured {
+        run,
+        failures: outcome.failures,
+    })
 }
 
 #[cfg(test)]
@@ -187,5 +274,88 @@ mod tests {
         };
         assert!(counted("test.syscall"));
         assert!(!counted("test.round_trip"), "nor counters");
+    }
+
+    #[test]
+    fn a_measured_run_marks_every_measurement_with_its_id() {
+        let syscall = Timed {
+            id: "test.syscall",
+            cpu_bound: true,
+        };
+        let plan = Plan::new(vec![&syscall], Profile::Smoke, &[]).unwrap();
+        let ctx = Context::for_tests(Profile::Smoke);
+        let options = RunOptions {
+            command: "bench test.syscall".into(),
+            ..RunOptions::default()
+        };
+        let measured = measure(&plan, &ctx, options, &mut Silent).unwrap();
+        let run = measured.run;
+        assert!(!run.id.is_empty());
+        assert_eq!(run.command, "bench test.syscall");
+        assert_eq!(run.profile, Profile::Smoke);
+        assert!(!run.measurements.is_empty());
+        assert!(run.measurements.iter().all(|m| m.run == run.id));
+        assert!(measured.failures.is_empty());
+    }
+
+    /// Fails every point with the error its parameter `error` names.
+    struct Failing;
+
+    impl Experiment for Failing {
+        fn id(&self) -> &'static str {
+            "test.failing"
+        }
+        fn description(&self) -> &'static str {
+            "fails as told"
+        }
+        fn grid(&self, _: Profile) -> Vec<Params> {
+            [
+                "unsupported",
+                "invalid",
+                "setup",
+                "io",
+                "failed",
+                "interrupted",
+            ]
+            .iter()
+            .map(|e| Params::new().with("error", *e))
+            .collect()
+        }
+        fn run(&self, _: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+            Err(match params.text("error").unwrap_or("") {
+                "unsupported" => ExperimentError::Unsupported("not here".into()),
+                "invalid" => {
+                    ExperimentError::invalid_parameter("error", "error=invalid is refused")
+                }
+                "setup" => ExperimentError::setup("the testbed", "no namespaces"),
+                "io" => ExperimentError::io("reading", std::io::Error::other("gone")),
+                "failed" => ExperimentError::Failed("a check failed".into()),
+                _ => ExperimentError::Interrupted,
+            })
+        }
+    }
+
+    #[test]
+    fn unsupported_points_are_skipped_other_errors_fail_and_an_interruption_stops() {
+        let failing = Failing;
+        let ctx = Context::for_tests(Profile::Smoke);
+        let mut plan = Plan::new(vec![&failing], Profile::Smoke, &[]).unwrap();
+        // Without the interrupted point: one skip, four failures, in order.
+        plan.items[0].1.pop();
+        let out = execute(&plan, &ctx, &mut Silent).unwrap();
+        assert_eq!(out.skipped.len(), 1);
+        assert_eq!(out.skipped[0].reason, "not here");
+        let errors: Vec<&str> = out.failures.iter().map(|f| f.error.as_str()).collect();
+        assert_eq!(
+            errors,
+            [
+                "error=invalid is refused",
+                "the testbed: no namespaces",
+                "reading: gone",
+                "a check failed"
+            ]
+        );
+        let whole = Plan::new(vec![&failing], Profile::Smoke, &[]).unwrap();
+        assert_eq!(execute(&whole, &ctx, &mut Silent).unwrap_err(), Interrupted);
     }
 }

@@ -18,6 +18,7 @@ use osprobe_core::Run;
 use std::path::PathBuf;
 
 mod codec;
+mod error;
 pub mod fuzz;
 pub mod import;
 mod location;
@@ -26,6 +27,7 @@ mod resolve;
 pub mod sqlite;
 pub mod testing;
 
+pub use error::{LineError, PrivateServerError};
 pub use import::{parse_jsonl, ImportError, Imported};
 pub use location::{default_location, redact_arg, Location, PgUrl};
 pub use sqlite::{SqliteStore, MIGRATIONS};
@@ -83,21 +85,9 @@ pub enum Access {
     Read,
 }
 
-/// One line of `osprobe history`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct RunSummary {
-    pub id: String,
-    pub started: String,
-    pub ended: String,
-    pub profile: String,
-    pub command: String,
-    pub hostname: String,
-    pub osprobe_version: String,
-    pub measurements: usize,
-    /// The run's labels (`host`, `groups`, `pair`, ...); empty for most runs.
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub labels: std::collections::BTreeMap<String, String>,
-}
+/// One line of `osprobe history` (in core's model, beside [`Run`], so that
+/// renderers need no store).
+pub use osprobe_core::model::RunSummary;
 
 /// Where runs are kept: what every command that reads or writes runs uses,
 /// whichever backend holds them. `Send`, so a store can be handed to the

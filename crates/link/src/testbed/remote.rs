@@ -1,31 +1,23 @@
 //! The `remote` path: an `osprobe serve` on another host, named by the
 //! `to` parameter as HOST, HOST:PORT, a bare IPv6 address or [V6]:PORT.
 
+use osprobe_core::locator::ServiceLocator;
 use osprobe_core::ExperimentError;
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::OnceLock;
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 
-/// Finds a service the `osprobe serve` at `to` offers beside its own port,
-/// by name ("rfs": the file service of `serve --export`): its address, or
-/// one line saying why not. Only the binary knows the serve protocol
-/// (experiment crates do not depend on each other), so it installs one.
-pub type Locator = dyn Fn(&str, &str) -> Result<SocketAddr, String> + Send + Sync;
-
-static LOCATOR: OnceLock<Box<Locator>> = OnceLock::new();
-
-/// Install the locator, once per process; false if one already was.
-pub fn install_locator(locator: Box<Locator>) -> bool {
-    LOCATOR.set(locator).is_ok()
-}
-
-/// The address of `service` at the `osprobe serve` named by `to`.
-pub fn locate(to: &str, service: &str) -> Result<SocketAddr, ExperimentError> {
-    let locator = LOCATOR.get().ok_or_else(|| {
+/// The address of `service` at the `osprobe serve` named by `to`, asked
+/// through the run's locator (`Context::locator`, which the binary sets).
+pub fn locate(
+    locator: Option<&dyn ServiceLocator>,
+    to: &str,
+    service: &str,
+) -> Result<SocketAddr, ExperimentError> {
+    let locator = locator.ok_or_else(|| {
         ExperimentError::Unsupported(format!(
             "path=remote for the {service} service: this program cannot ask an osprobe serve where it is (run it through the osprobe binary)"
         ))
     })?;
-    locator(to, service).map_err(ExperimentError::Failed)
+    locator.locate(to, service).map_err(ExperimentError::Failed)
 }
 
 /// `HOST[:PORT]` (or `[v6]:PORT`) to one address; `default_port` when the
@@ -46,6 +38,14 @@ pub fn resolve(to: &str, default_port: u16) -> Result<SocketAddr, ExperimentErro
     addrs
         .next()
         .ok_or_else(|| ExperimentError::Failed(format!("'{to}' resolves to no address")))
+}
+
+/// The IPv4 address of the host `to` names (the port, if any, aside): the
+/// destination of a middlebox, whose emulated link carries IPv4 only.
+pub fn host_v4(to: &str) -> Result<Ipv4Addr, ExperimentError> {
+    let addr = resolve(to, 1)?;
+    crate::middlebox::check_destination(addr.ip())
+        .map_err(|e| ExperimentError::Failed(e.to_string()))
 }
 
 fn has_port(to: &str) -> bool {

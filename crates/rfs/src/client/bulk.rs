@@ -65,13 +65,25 @@ impl Client {
         let (tmp, mut file) = create_partial(local)?;
         let result = self.get_into(handle, remote_path, attr.size, &mut file, &tmp, progress);
         let outcome = result.and_then(|(bytes, hash)| {
-            file.sync_all()
-                .map_err(|e| ClientError::io(format!("cannot flush {}", tmp.display()), e))?;
-            std::fs::rename(&tmp, local).map_err(|e| {
-                ClientError::io(
-                    format!("cannot rename {} to {}", tmp.display(), local.display()),
-                    e,
-                )
+            // The one commit policy (osprobe_core::sys::commit): fsync, rename,
+            // fsync of the directory. A get replaces the local file, as cp does.
+            use osprobe_core::sys::CommitError;
+            let rename_failed = |source| {
+                let what = format!("cannot rename {} to {}", tmp.display(), local.display());
+                ClientError::io(what, source)
+            };
+            osprobe_core::sys::commit_file(&file, &tmp, local, true).map_err(|e| match e {
+                CommitError::Flush { source, .. } => {
+                    ClientError::io(format!("cannot flush {}", tmp.display()), source)
+                }
+                CommitError::Rename { source, .. } => rename_failed(source),
+                CommitError::AlreadyExists { .. } => {
+                    rename_failed(io::Error::from(io::ErrorKind::AlreadyExists))
+                }
+                CommitError::SyncDir { dir, source } => ClientError::io(
+                    format!("flushing directory {} to disk", dir.display()),
+                    source,
+                ),
             })?;
             Ok((bytes, hash))
         });

@@ -18,6 +18,7 @@ pub mod throughput;
 use crate::protocol::{decode_reply, encode_request, Reply, Request};
 use crate::service::{Outcome, Peer, Service, ServiceConfig};
 use crate::{Client, ClientError, ClientOptions, OpenMode, Server, ServerOptions, Transports};
+use osprobe_core::locator::ServiceLocator;
 use osprobe_core::scratch::ScratchDir;
 use osprobe_core::{Context, ExperimentError, ParamKind, ParamSpec, Params, Registry};
 use osprobe_link::testbed::{self, ServerHost, Servers, Testbed};
@@ -25,6 +26,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use osprobe_link::testbed::{PathKind, DELAY_PARAM, PATH_PARAM, TO_PARAM};
@@ -67,6 +69,8 @@ pub struct Far {
 /// export directory, and a bandwidth sink.
 struct RfsServers {
     export: PathBuf,
+    /// The run's way to find a remote serve's file service.
+    locator: Option<Arc<dyn ServiceLocator>>,
 }
 
 impl Servers for RfsServers {
@@ -116,7 +120,7 @@ impl Servers for RfsServers {
     }
 
     fn find(&mut self, to: &str) -> Result<(Far, String), ExperimentError> {
-        let server = testbed::remote::locate(to, "rfs")?;
+        let server = testbed::remote::locate(self.locator.as_deref(), to, "rfs")?;
         Ok((
             Far { server, sink: None },
             format!("remote osprobe serve --export at {to} (file service {server})"),
@@ -150,30 +154,34 @@ impl TestPath {
     /// Build the path `params` names, without a token (a local path, or a
     /// remote serve that wants none).
     pub fn open(params: &Params) -> Result<TestPath, ExperimentError> {
-        TestPath::open_with_token(None, params)
+        TestPath::open_with_token(None, None, params)
     }
 
-    /// Build the path `params` names; a remote one with the context's token.
+    /// Build the path `params` names; a remote one with the context's token
+    /// and locator.
     pub fn open_for(ctx: &Context, params: &Params) -> Result<TestPath, ExperimentError> {
-        TestPath::open_with_token(ctx.peer_token.clone(), params)
+        TestPath::open_with_token(ctx.peer_token.clone(), ctx.locator.clone(), params)
     }
 
     fn open_with_token(
         token: Option<String>,
+        locator: Option<Arc<dyn ServiceLocator>>,
         params: &Params,
     ) -> Result<TestPath, ExperimentError> {
         let export = ScratchDir::new().map_err(|e| ExperimentError::io("export directory", e))?;
         let mut params = params.clone();
-        if PathKind::of(&params)? == PathKind::Emulated && params.get("delay").is_none() {
+        if PathKind::of(&params)?.is_emulated() && params.get("delay").is_none() {
             params = params.with("delay", DEFAULT_DELAY);
         }
         let mut servers = RfsServers {
             export: export.path().to_path_buf(),
+            locator,
         };
         let testbed = Testbed::open(&params, &mut servers)?;
-        let token = match testbed.kind {
-            PathKind::Remote => token,
-            _ => None,
+        let token = if testbed.kind.is_remote() {
+            token
+        } else {
+            None
         };
         Ok(TestPath {
             kind: testbed.kind,
@@ -192,7 +200,7 @@ impl TestPath {
     /// removed again when the path is dropped.
     pub fn put_file(&mut self, name: &str, size: u64) -> Result<(), ExperimentError> {
         make_file(self.export(), name, size)?;
-        if self.kind != PathKind::Remote {
+        if !self.kind.is_remote() {
             return Ok(());
         }
         let data = std::fs::read(self.export().join(name))
@@ -222,7 +230,7 @@ impl TestPath {
     /// Note a file the experiment creates on a remote export itself, so
     /// that it is removed when the path is dropped.
     pub fn will_remove(&mut self, name: &str) {
-        if self.kind == PathKind::Remote {
+        if self.kind.is_remote() {
             self.remote_files.push(name.to_string());
         }
     }
@@ -238,12 +246,15 @@ impl TestPath {
         if options.token.is_none() {
             options.token = self.token.clone();
         }
-        Client::connect(self.server, options).map_err(|e| match self.kind {
-            PathKind::Remote => ExperimentError::Failed(format!(
-                "the file service at {} ({}): {e}",
-                self.server, self.description
-            )),
-            _ => failed(e),
+        Client::connect(self.server, options).map_err(|e| {
+            if self.kind.is_remote() {
+                ExperimentError::Failed(format!(
+                    "the file service at {} ({}): {e}",
+                    self.server, self.description
+                ))
+            } else {
+                failed(e)
+            }
         })
     }
 
