@@ -114,7 +114,7 @@ fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
         &args.params,
         db,
         quiet,
-        None,
+        args.token.secret()?,
         false,
     )
 }

@@ -76,6 +76,12 @@ pub struct RunArgs {
     /// With --processes: global (one policy over all frames: a fault may evict another process's page) or local (a quota of frames per process)
     #[arg(long, value_name = "global|local", value_parser = ["global", "local"])]
     pub replacement: Option<String>,
+    /// Swap-in read-around: a fault on the page after the last one swapped in (a sequential scan) brings in up to N pages with one backend read and one UFFDIO_COPY (1: off; at most --frames; pager.scan's read_around)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub read_around: u32,
+    /// Write-behind: when no frame is free, N victims leave together and their changed pages are written in one batch (over rfs, a window of writes in flight; 1: one at a time; at most --frames)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub evict_batch: u32,
     /// The heap workload: pages per sbrk call
     #[arg(long, value_name = "PAGES", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub sbrk: u64,
@@ -156,7 +162,9 @@ pub(crate) fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
 
 fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     let workload = parse_workload(&args.workload)?;
-    if args.processes.is_some() || matches!(workload, Workload::Heap) {
+    let shared = args.processes.is_some() || matches!(workload, Workload::Heap);
+    check_batches(&args, shared)?;
+    if shared {
         return processes::run(&args, workload, quiet);
     }
     if args.replacement.is_some() {
@@ -189,6 +197,8 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     let pin = osprobe_core::affinity::PinGuard::first_allowed().ok();
     let mut config = PagerConfig::new(pages, frames, policy, swap);
     config.handler_cpu = pin.as_ref().map(|p| p.cpu);
+    config.read_around = args.read_around as usize;
+    config.evict_batch = args.evict_batch as usize;
     let mut pager = Pager::start(config)?;
     if !quiet && !args.json {
         eprintln!(
@@ -219,6 +229,8 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
                 pages,
                 policy: policy.to_string(),
                 swap,
+                read_around: args.read_around,
+                evict_batch: args.evict_batch,
             };
             output::print(args.json, &RunReport::new(setup, &outcome, &times))?;
             Ok(ExitCode::SUCCESS)
@@ -234,4 +246,27 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
             Err(anyhow::anyhow!("the workload failed: {e}{why}"))
         }
     }
+}
+
+/// --read-around and --evict-batch: at most the frames, and only on the
+/// single-process pager (the processes' pager, `shared`, serves one page a
+/// fault).
+fn check_batches(args: &RunArgs, shared: bool) -> Result<(), UsageError> {
+    for (flag, value) in [
+        ("--read-around", args.read_around),
+        ("--evict-batch", args.evict_batch),
+    ] {
+        if value > args.frames {
+            return Err(UsageError(format!(
+                "{flag} {value}: at most --frames ({}) pages",
+                args.frames
+            )));
+        }
+        if value > 1 && shared {
+            return Err(UsageError(format!(
+                "{flag} {value}: the pager of several processes (--processes, and the heap workload) serves one page per fault; {flag} needs the single-process pager"
+            )));
+        }
+    }
+    Ok(())
 }

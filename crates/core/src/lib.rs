@@ -16,6 +16,7 @@ pub mod affinity;
 pub mod clock;
 pub mod counters;
 pub mod environment;
+pub mod error;
 pub mod experiment;
 pub mod far_end;
 pub mod fuzz;

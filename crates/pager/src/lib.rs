@@ -19,6 +19,7 @@
 //!   the swap map;
 //! - [`pager`]: the live pager, its handler thread and counters.
 
+pub mod error;
 pub mod experiments;
 pub mod outcome;
 pub mod pager;
