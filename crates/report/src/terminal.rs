@@ -5,8 +5,8 @@ use crate::notes::Notes;
 use crate::table::{wrap_hanging, Align, Column, Table};
 use crate::width::terminal_width;
 use osprobe_core::model::Skipped;
-use osprobe_core::{Environment, Measurement, Params, Registry, Run};
 use osprobe_core::RunSummary;
+use osprobe_core::{Environment, Measurement, Params, Registry, Run};
 
 /// The results table at the terminal's width (see [`terminal_width`]).
 pub fn measurements_table(measurements: &[Measurement]) -> String {

@@ -2,8 +2,9 @@
 //! several processes served by one pager (osprobe-pager's `processes`),
 //! and what each did. Wiring and rendering only.
 
-use super::{swap_backend, RunArgs, Workload};
-use crate::commands::UsageError;
+use super::setup::{swap_backend, Workload};
+use crate::error::UsageError;
+use crate::flags::pager::PagerRunArgs;
 use anyhow::Result;
 use osprobe_core::interrupt;
 use osprobe_pager::processes::workloads::{grow_heap, replay, sort};
@@ -13,9 +14,7 @@ use osprobe_pager::processes::{
 use osprobe_pager::trace::generate;
 use std::process::ExitCode;
 
-pub const MAX_PROCESSES: i64 = 64;
-
-pub fn run(args: &RunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> {
+pub fn run(args: &PagerRunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> {
     let processes = args.processes.unwrap_or(1) as usize;
     let frames = args.frames as usize;
     let replacement: Replacement = args
@@ -128,7 +127,7 @@ fn why(p: &osprobe_pager::processes::ProcessOutcome) -> String {
     parts.join("; ")
 }
 
-fn json(args: &RunArgs, outcome: &SharedOutcome) -> serde_json::Value {
+fn json(args: &PagerRunArgs, outcome: &SharedOutcome) -> serde_json::Value {
     let processes: Vec<serde_json::Value> = outcome
         .processes
         .iter()
@@ -176,7 +175,7 @@ fn json(args: &RunArgs, outcome: &SharedOutcome) -> serde_json::Value {
     })
 }
 
-fn print_text(args: &RunArgs, spec: ProcessSpec, outcome: &SharedOutcome) {
+fn print_text(args: &PagerRunArgs, spec: ProcessSpec, outcome: &SharedOutcome) {
     println!(
         "{} in {} processes of {} pages each, {} frames ({}, {} replacement, {})",
         args.workload.join(" "),

@@ -17,9 +17,7 @@ pub fn locate(
             "path=remote for the {service} service: this program cannot ask an osprobe serve where it is (run it through the osprobe binary)"
         ))
     })?;
-    locator
-        .locate(to, service)
-        .map_err(ExperimentError::Failed)
+    locator.locate(to, service).map_err(ExperimentError::Failed)
 }
 
 /// `HOST[:PORT]` (or `[v6]:PORT`) to one address; `default_port` when the
