@@ -5,6 +5,7 @@
 
 use crate::error::UsageError;
 use crate::flags::ProfileArgs;
+use crate::output::{self, Exporter};
 use anyhow::{Context as _, Result};
 use osprobe_core::Run;
 use std::fs::File;
@@ -27,12 +28,12 @@ impl Format {
         }
     }
 
-    fn render(self, run: &Run) -> Result<String> {
-        Ok(match self {
-            Format::Json => serde_json::to_string_pretty(run)? + "\n",
-            Format::Csv => osprobe_report::csv::measurements_csv(&run.measurements),
-            Format::Markdown => osprobe_report::markdown::run_markdown(run),
-        })
+    fn exporter(self) -> &'static dyn Exporter<Run> {
+        match self {
+            Format::Json => &output::Json,
+            Format::Csv => &output::Csv,
+            Format::Markdown => &output::Markdown,
+        }
     }
 }
 
@@ -68,7 +69,7 @@ impl Exports {
     /// Write the run to every file.
     pub fn write(self, run: &Run) -> Result<()> {
         for (format, path, mut file) in self.files {
-            let text = format.render(run)?;
+            let text = format.exporter().render(run)?;
             file.write_all(text.as_bytes())
                 .and_then(|()| file.flush())
                 .with_context(|| format!("{} {}: writing it", format.flag(), path.display()))?;

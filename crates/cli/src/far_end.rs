@@ -1,5 +1,6 @@
 //! The far ends of a run: every remote host its plan measures against
-//! (`--to HOST`, i.e. points with `path=remote` and a `to`), each asked to
+//! (`--to HOST`, i.e. points with `path=remote`, or `path=emulated` in front
+//! of a host, and a `to`), each asked to
 //! describe itself before the measurements start, with this machine's
 //! interface towards it. A host that cannot be described is kept with the
 //! reason; the measurements decide whether the run fails.
@@ -13,7 +14,10 @@ pub fn hosts(plan: &Plan) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (_, points) in &plan.items {
         for params in points {
-            let remote = params.text("path").is_none_or(|p| p == "remote");
+            // path=emulated with a `to`: the emulator in front of that host.
+            let remote = params
+                .text("path")
+                .is_none_or(|p| p == "remote" || p == "emulated");
             if let Some(to) = params.text("to").filter(|_| remote) {
                 if !out.iter().any(|h| h == to) {
                     out.push(to.to_string());

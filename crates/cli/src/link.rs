@@ -4,12 +4,13 @@
 
 use crate::error::UsageError;
 use crate::flags::link::LinkArgs;
+use crate::output::{Exporter, Json, Text};
 use anyhow::{Context as _, Result};
 use osprobe_core::interrupt;
 use osprobe_link::emulator::{ENV_PEER, ENV_REFERENCE_PEER};
 use osprobe_link::{
-    parse, DirectionConfig, DirectionReport, JitterDistribution, Link, LinkConfig, LinkReport,
-    LogHistogram, Middlebox, QueueLimit, Trace,
+    parse, DirectionConfig, JitterDistribution, Link, LinkConfig, LinkReport, Middlebox,
+    QueueLimit, Trace,
 };
 use osprobe_net::server::{Server, ServerConfig};
 use std::ffi::OsString;
@@ -169,11 +170,10 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
     }
     let report = emulated.stop();
     if !quiet {
-        eprint!("{}", render(&report));
+        eprint!("{}", Text.render(&report)?);
     }
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report_json(&report))?;
-        std::fs::write(path, text + "\n")
+        std::fs::write(path, Json.render(&report)?)
             .with_context(|| format!("writing the report to {}", path.display()))?;
     }
     if let Some(e) = &report.cleanup_error {
@@ -317,46 +317,6 @@ fn exit_code(status: ExitStatus) -> ExitCode {
 fn describe(emulated: &Emulated, serving: bool) -> String {
     let link = emulated.link();
     let c = link.config();
-    let direction = |d: &DirectionConfig| {
-        let mut parts = vec![format!("delay {:?}", d.delay)];
-        if !d.jitter.is_zero() {
-            parts.push(format!(
-                "jitter {:?} {}",
-                d.jitter,
-                d.jitter_distribution.name()
-            ));
-        }
-        match d.loss {
-            parse::LossSpec::None => {}
-            parse::LossSpec::Bernoulli(p) => parts.push(format!("loss {}%", p * 100.0)),
-            parse::LossSpec::GilbertElliott {
-                p,
-                r,
-                loss_bad,
-                loss_good,
-            } => parts.push(format!(
-                "loss ge:p={}%,r={}%,bad={}%,good={}%",
-                p * 100.0,
-                r * 100.0,
-                loss_bad * 100.0,
-                loss_good * 100.0
-            )),
-        }
-        if let Some(bps) = d.rate_bps {
-            parts.push(format!("rate {} Mbit/s", bps as f64 / 1e6));
-        }
-        if let Some(t) = &d.trace {
-            parts.push(format!(
-                "trace {} ({:.1} Mbit/s mean)",
-                t.source(),
-                t.mean_rate_bps() / 1e6
-            ));
-        }
-        if d.has_bottleneck() {
-            parts.push(format!("queue {}", d.queue));
-        }
-        parts.join(", ")
-    };
     let mut text = format!(
         "osprobe link: A {} ({}) <-> B {} ({}), seed {}\n  uplink A->B: {}\n  downlink B->A: {}",
         link.namespace_a(),
@@ -364,8 +324,8 @@ fn describe(emulated: &Emulated, serving: bool) -> String {
         link.namespace_b(),
         link.addr_b(),
         link.seed(),
-        direction(&c.uplink),
-        direction(&c.downlink)
+        c.uplink,
+        c.downlink
     );
     if let Emulated::Middlebox(m) = emulated {
         let route = m.route();
@@ -396,118 +356,6 @@ fn describe(emulated: &Emulated, serving: bool) -> String {
         text.push_str(&format!("\n  reference veth {a} <-> {b}"));
     }
     text
-}
-
-fn ns(v: u64) -> String {
-    let v = v as f64;
-    if v < 1e3 {
-        format!("{v:.0} ns")
-    } else if v < 1e6 {
-        format!("{:.1} us", v / 1e3)
-    } else if v < 1e9 {
-        format!("{:.2} ms", v / 1e6)
-    } else {
-        format!("{:.2} s", v / 1e9)
-    }
-}
-
-fn percentiles(h: &LogHistogram) -> String {
-    match (h.percentile(50.0), h.percentile(99.0), h.max()) {
-        (Some(p50), Some(p99), Some(max)) => {
-            format!("p50 {} p99 {} max {}", ns(p50), ns(p99), ns(max))
-        }
-        _ => "none".into(),
-    }
-}
-
-fn render(report: &LinkReport) -> String {
-    let mut text = format!(
-        "osprobe link: {:.1} s, seed {}\n",
-        report.duration.as_secs_f64(),
-        report.seed
-    );
-    for (name, d) in [
-        ("uplink   A->B", &report.uplink),
-        ("downlink B->A", &report.downlink),
-    ] {
-        let c = &d.counters;
-        text.push_str(&format!(
-            "  {name}: in {} pkts {} B, out {} pkts {} B, dropped {} by loss, {} by queue",
-            c.packets_in, c.bytes_in, c.packets_out, c.bytes_out, c.dropped_loss, c.dropped_queue
-        ));
-        if c.dropped_error > 0 {
-            text.push_str(&format!(", {} by write errors", c.dropped_error));
-        }
-        if let Some(k) = d.kernel_drops.filter(|&k| k > 0) {
-            text.push_str(&format!(", {k} in the kernel before the emulator"));
-        }
-        text.push('\n');
-        if d.queueing_delay.count() > 0 {
-            text.push_str(&format!(
-                "    queueing delay {}\n",
-                percentiles(&d.queueing_delay)
-            ));
-        }
-        text.push_str(&format!(
-            "    release error {}; forwarder CPU {:.2} s ({:.0}% of one core)\n",
-            percentiles(&d.release_error),
-            d.cpu_time.as_secs_f64(),
-            100.0 * d.cpu_time.as_secs_f64() / report.duration.as_secs_f64().max(1e-9)
-        ));
-        if let Some(e) = &d.error {
-            text.push_str(&format!("    forwarder stopped early: {e}\n"));
-        }
-        if let Err(e) = &d.realtime {
-            text.push_str(&format!("    forwarded at normal priority: {e}\n"));
-        }
-    }
-    text
-}
-
-fn histogram_json(h: &LogHistogram) -> serde_json::Value {
-    let p = |q| h.percentile(q);
-    serde_json::json!({
-        "unit": "ns",
-        "count": h.count(),
-        "min": h.min(),
-        "p50": p(50.0),
-        "p90": p(90.0),
-        "p99": p(99.0),
-        "p999": p(99.9),
-        "max": h.max(),
-        "mean": h.mean(),
-        "histogram": h.octaves(),
-    })
-}
-
-fn direction_json(d: &DirectionReport) -> serde_json::Value {
-    let c = &d.counters;
-    serde_json::json!({
-        "packets_in": c.packets_in,
-        "bytes_in": c.bytes_in,
-        "packets_out": c.packets_out,
-        "bytes_out": c.bytes_out,
-        "dropped_loss": c.dropped_loss,
-        "dropped_queue": c.dropped_queue,
-        "dropped_error": c.dropped_error,
-        "kernel_drops": d.kernel_drops,
-        "left_pending": d.left_pending,
-        "queueing_delay": histogram_json(&d.queueing_delay),
-        "release_error": histogram_json(&d.release_error),
-        "error": d.error,
-        "realtime": d.realtime.as_ref().copied().unwrap_or(false),
-        "cpu_s": d.cpu_time.as_secs_f64(),
-    })
-}
-
-fn report_json(report: &LinkReport) -> serde_json::Value {
-    serde_json::json!({
-        "seed": report.seed,
-        "duration_s": report.duration.as_secs_f64(),
-        "uplink": direction_json(&report.uplink),
-        "downlink": direction_json(&report.downlink),
-        "cleanup_error": report.cleanup_error,
-    })
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod link;
 mod measure;
 mod net;
 mod outcome;
+mod output;
 mod pager;
 mod progress;
 mod registry;

@@ -101,15 +101,21 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
     if let Some(direction) = direction_flag(&args, exp)? {
         overrides.push(("direction".into(), direction.into()));
     }
+    let link = args.link.params();
     if let Some(to) = &args.to {
-        overrides.push(("path".into(), "remote".into()));
+        // With --delay/--loss/--rate/--wmem the emulator sits in front of
+        // HOST (path=emulated with to); without, HOST is measured as is.
+        if link.is_empty() {
+            overrides.push(("path".into(), "remote".into()));
+        }
         overrides.push(("to".into(), to.clone()));
+        overrides.extend(link);
     } else if args.netns {
         overrides.push(("path".into(), "netns".into()));
     } else {
         // --delay/--loss/--rate/--wmem: path=emulated with those values,
         // checked like --param values.
-        overrides.extend(args.link.params());
+        overrides.extend(link);
     }
     measure(Request {
         selected: vec![exp],
@@ -204,10 +210,7 @@ fn measure(request: Request) -> Result<ExitCode> {
         eprintln!("osprobe: interrupted; nothing was stored");
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     };
-    let remote = request
-        .overrides
-        .iter()
-        .any(|(k, v)| k == "path" && v == "remote");
+    let remote = request.overrides.iter().any(|(k, _)| k == "to");
     if let Some(why) = not_to_keep(&run, &failures, remote) {
         exports.discard();
         eprint!("{why}");

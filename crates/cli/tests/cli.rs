@@ -591,8 +591,7 @@ fn link_as_non_root_has_a_single_prefix() {
 /// root, else as nobody through setpriv; `None` when that is not possible.
 fn osprobe_as_a_user() -> Option<std::process::Command> {
     let bin = assert_cmd::cargo::cargo_bin("osprobe");
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !osprobe_core::sys::is_root() {
         return Some(std::process::Command::new(bin));
     }
     let mut cmd = std::process::Command::new(osprobe_core::find_program("setpriv")?);

@@ -3,7 +3,6 @@
 
 use crate::clock::Clock;
 use crate::environment::Environment;
-use crate::harness::Harness;
 use crate::model::{Measurement, ParamValue, Params, Profile};
 use std::fmt;
 
@@ -37,7 +36,12 @@ pub trait Experiment: Send + Sync {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError>;
 }
 
-/// Why an experiment could not produce a measurement.
+/// Why an experiment could not produce a measurement. The variants are the
+/// ones a caller acts on differently: the runner stops on `Interrupted`,
+/// skips on `Unsupported` and records the rest as failures
+/// ([`ExperimentError::disposition`]); the others say whose the fault is
+/// (the user's parameters, the testbed, the file system) so a message can
+/// point at what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {
     /// The user pressed Ctrl-C; the run must be abandoned.
@@ -47,15 +51,53 @@ pub enum ExperimentError {
     /// skipped with the reason, not a failure.
     #[error("unsupported here: {0}")]
     Unsupported(String),
-    /// Something went wrong while measuring.
+    /// The command line accepted the parameters, but this point cannot use
+    /// them (a combination of values, a value this machine or the far end
+    /// refuses): the user's to change. `reason` names the value.
+    #[error("{reason}")]
+    InvalidParameter {
+        /// The parameter at fault, as written after `--param`.
+        name: &'static str,
+        reason: String,
+    },
+    /// What the measurement runs on (namespaces, links, servers, a scratch
+    /// file system) could not be set up: nothing was measured.
+    #[error("{what}: {source}")]
+    Setup {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A system call failed, with what was being done.
     #[error("{context}: {source}")]
     Io {
         context: String,
         #[source]
         source: std::io::Error,
     },
+    /// Something went wrong while measuring that callers only report: a
+    /// check of the result failed, the far end sent nonsense, no sample
+    /// could be taken.
     #[error("{0}")]
     Failed(String),
+    /// As `Failed`, caused by another error, kept as the source.
+    #[error("{context}: {source}")]
+    FailedWith {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What the runner does with a point that returned an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// Abandon the whole run (the user interrupted it).
+    Stop,
+    /// Skip the point, with the reason shown beside the results.
+    Skip(String),
+    /// Record the point as failed, with the message; the others still run.
+    Fail(String),
 }
 
 impl ExperimentError {
@@ -70,6 +112,45 @@ impl ExperimentError {
     /// The last OS error, with what was being done.
     pub fn last_os(context: impl Into<String>) -> Self {
         ExperimentError::io(context, std::io::Error::last_os_error())
+    }
+
+    /// A failure caused by `source`, with what was being done.
+    pub fn failed(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        ExperimentError::FailedWith {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Setting up `what` failed because of `source`.
+    pub fn setup(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        ExperimentError::Setup {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Parameter `name` cannot be used here, and why (naming the value).
+    pub fn invalid_parameter(name: &'static str, reason: impl Into<String>) -> Self {
+        ExperimentError::InvalidParameter {
+            name,
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether the runner stops, skips the point or records a failure.
+    pub fn disposition(self) -> Disposition {
+        match self {
+            ExperimentError::Interrupted => Disposition::Stop,
+            ExperimentError::Unsupported(reason) => Disposition::Skip(reason),
+            other => Disposition::Fail(other.to_string()),
+        }
     }
 }
 
@@ -160,8 +241,7 @@ impl Requirements {
 
 /// Whether osprobe runs with an effective uid of 0.
 pub fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    crate::sys::is_root()
 }
 
 /// A parameter a user may set with `--param name=value`.
@@ -446,11 +526,6 @@ impl Context {
         )
     }
 
-    /// A harness with this profile's budget.
-    pub fn harness(&self) -> Harness<'_> {
-        Harness::new(self)
-    }
-
     /// Stop measuring if the user asked to.
     pub fn check_interrupt(&self) -> Result<(), ExperimentError> {
         if crate::interrupt::requested() {
@@ -561,6 +636,50 @@ mod tests {
     use super::*;
     use crate::model::Unit;
     use crate::stats::Summary;
+
+    #[test]
+    fn the_runner_stops_on_interruption_skips_the_unsupported_and_fails_the_rest() {
+        use std::io;
+        assert_eq!(
+            ExperimentError::Interrupted.disposition(),
+            Disposition::Stop
+        );
+        assert_eq!(
+            ExperimentError::Unsupported("needs x86_64".into()).disposition(),
+            Disposition::Skip("needs x86_64".into())
+        );
+        let failures = [
+            (
+                ExperimentError::invalid_parameter("periods", "periods=9999 is too many"),
+                "periods=9999 is too many",
+            ),
+            (
+                ExperimentError::setup("building the netns host", io::Error::other("no veth")),
+                "building the netns host: no veth",
+            ),
+            (
+                ExperimentError::io("opening /x", io::Error::from(io::ErrorKind::NotFound)),
+                "opening /x: entity not found",
+            ),
+            (ExperimentError::Failed("no tick".into()), "no tick"),
+            (
+                ExperimentError::failed("stream 2", io::Error::other("reset")),
+                "stream 2: reset",
+            ),
+        ];
+        for (error, message) in failures {
+            assert_eq!(error.disposition(), Disposition::Fail(message.into()));
+        }
+    }
+
+    #[test]
+    fn a_failure_keeps_its_cause_as_the_source() {
+        use std::error::Error;
+        let e = ExperimentError::failed("stream 2", std::io::Error::other("reset"));
+        assert_eq!(e.source().unwrap().to_string(), "reset");
+        let e = ExperimentError::setup("the server", "did not start");
+        assert_eq!(e.source().unwrap().to_string(), "did not start");
+    }
 
     #[test]
     fn globs() {

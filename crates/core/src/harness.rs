@@ -278,6 +278,12 @@ impl<'a> Harness<'a> {
 }
 
 impl Context {
+    /// A harness with this profile's budget. Defined here, beside the
+    /// harness, so that the experiment module needs nothing from this one.
+    pub fn harness(&self) -> Harness<'_> {
+        Harness::new(self)
+    }
+
     /// A time measurement from samples: the summary in ns, the same in TSC
     /// cycles when the clock is the TSC, and notes on outliers and noise.
     pub fn time_measurement(

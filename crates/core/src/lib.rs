@@ -8,6 +8,8 @@
 //! - [`environment`]: the machine a run was measured on;
 //! - [`nic`], [`far_end`]: the interface a test crossed, and the far host;
 //! - [`affinity`], [`interrupt`], [`id`]: pinning, Ctrl-C, run ids;
+//! - [`sys`]: one home for each small OS helper (poll, socket options,
+//!   CPU time, effective uid, committing a partial file);
 //! - [`testing`]: honest skips and the decoders' mutation loop, for tests.
 
 pub mod affinity;
@@ -33,13 +35,15 @@ pub mod runner;
 pub mod scratch;
 pub mod sleep;
 pub mod stats;
+pub mod sys;
 pub mod testing;
 pub mod timers;
 
 pub use clock::{CalibrationPlan, Clock, ClockInfo};
 pub use environment::Environment;
 pub use experiment::{
-    Context, Experiment, ExperimentError, ParamKind, ParamSpec, Registry, Requirements, Runnable,
+    Context, Disposition, Experiment, ExperimentError, ParamKind, ParamSpec, Registry,
+    Requirements, Runnable,
 };
 pub use harness::{Budget, Harness, Samples};
 pub use model::{

@@ -3,7 +3,7 @@
 //! terminals or stores; progress goes to an [`Observer`].
 
 use crate::environment::BuildInfo;
-use crate::experiment::{grid_with_overrides, Context, Experiment, ExperimentError};
+use crate::experiment::{grid_with_overrides, Context, Disposition, Experiment, ExperimentError};
 use crate::far_end::FarEnd;
 use crate::model::{Measurement, Params, Profile, Run, Skipped, SCHEMA_VERSION};
 use crate::Clock;
@@ -98,7 +98,7 @@ fn execute_for(
                 None => exp.run(ctx, params),
             };
             observer.point_finished();
-            match result {
+            match result.map_err(ExperimentError::disposition) {
                 Ok(mut ms) => {
                     for m in &mut ms {
                         m.run = run.to_string();
@@ -109,16 +109,16 @@ fn execute_for(
                     }
                     out.measurements.extend(ms)
                 }
-                Err(ExperimentError::Interrupted) => return Err(Interrupted),
-                Err(ExperimentError::Unsupported(reason)) => out.skipped.push(Skipped {
+                Err(Disposition::Stop) => return Err(Interrupted),
+                Err(Disposition::Skip(reason)) => out.skipped.push(Skipped {
                     experiment: exp.id().to_string(),
                     params: params.clone(),
                     reason,
                 }),
-                Err(e) => out.failures.push(Failure {
+                Err(Disposition::Fail(error)) => out.failures.push(Failure {
                     experiment: exp.id().to_string(),
                     params: params.clone(),
-                    error: e.to_string(),
+                    error,
                 }),
             }
             if crate::interrupt::requested() {
@@ -296,5 +296,66 @@ mod tests {
         assert!(!run.measurements.is_empty());
         assert!(run.measurements.iter().all(|m| m.run == run.id));
         assert!(measured.failures.is_empty());
+    }
+
+    /// Fails every point with the error its parameter `error` names.
+    struct Failing;
+
+    impl Experiment for Failing {
+        fn id(&self) -> &'static str {
+            "test.failing"
+        }
+        fn description(&self) -> &'static str {
+            "fails as told"
+        }
+        fn grid(&self, _: Profile) -> Vec<Params> {
+            [
+                "unsupported",
+                "invalid",
+                "setup",
+                "io",
+                "failed",
+                "interrupted",
+            ]
+            .iter()
+            .map(|e| Params::new().with("error", *e))
+            .collect()
+        }
+        fn run(&self, _: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+            Err(match params.text("error").unwrap_or("") {
+                "unsupported" => ExperimentError::Unsupported("not here".into()),
+                "invalid" => {
+                    ExperimentError::invalid_parameter("error", "error=invalid is refused")
+                }
+                "setup" => ExperimentError::setup("the testbed", "no namespaces"),
+                "io" => ExperimentError::io("reading", std::io::Error::other("gone")),
+                "failed" => ExperimentError::Failed("a check failed".into()),
+                _ => ExperimentError::Interrupted,
+            })
+        }
+    }
+
+    #[test]
+    fn unsupported_points_are_skipped_other_errors_fail_and_an_interruption_stops() {
+        let failing = Failing;
+        let ctx = Context::for_tests(Profile::Smoke);
+        let mut plan = Plan::new(vec![&failing], Profile::Smoke, &[]).unwrap();
+        // Without the interrupted point: one skip, four failures, in order.
+        plan.items[0].1.pop();
+        let out = execute(&plan, &ctx, &mut Silent).unwrap();
+        assert_eq!(out.skipped.len(), 1);
+        assert_eq!(out.skipped[0].reason, "not here");
+        let errors: Vec<&str> = out.failures.iter().map(|f| f.error.as_str()).collect();
+        assert_eq!(
+            errors,
+            [
+                "error=invalid is refused",
+                "the testbed: no namespaces",
+                "reading: gone",
+                "a check failed"
+            ]
+        );
+        let whole = Plan::new(vec![&failing], Profile::Smoke, &[]).unwrap();
+        assert_eq!(execute(&whole, &ctx, &mut Silent).unwrap_err(), Interrupted);
     }
 }

@@ -146,19 +146,6 @@ fn enter_fifo() -> Result<bool, String> {
     }
 }
 
-/// CPU time of the calling thread so far (CLOCK_THREAD_CPUTIME_ID).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a live timespec.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 struct Pending {
     due_ns: u64,
     buf: Vec<u8>,
@@ -271,7 +258,7 @@ impl Forwarder {
             state.result.error = Some(e.to_string());
         }
         state.result.left_pending = state.pending.iter().map(|p| p.packets).sum();
-        state.result.cpu_ns = thread_cpu_ns();
+        state.result.cpu_ns = osprobe_core::sys::thread_cpu_time().as_nanos() as u64;
         state.result
     }
 }

@@ -12,15 +12,12 @@
 use crate::bottleneck::{Bottleneck, Pace};
 use crate::delay::{DelayLine, JitterDistribution};
 use crate::loss::LossModel;
+pub use crate::parse::MAX_DELAY;
 use crate::parse::{LossSpec, QueueLimit};
 use crate::trace::{Trace, TraceLink};
 use osprobe_core::random::SplitMix64;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The longest delay or jitter accepted (a longer one is surely a typo, and
-/// the packets it holds must fit in memory).
-pub const MAX_DELAY: Duration = Duration::from_secs(60);
 
 /// The impairments of one direction.
 #[derive(Debug, Clone, Default)]

@@ -28,6 +28,7 @@ pub mod masquerade;
 pub mod middlebox;
 pub mod netns;
 pub mod parse;
+pub mod render;
 pub mod segment;
 pub mod serving;
 pub mod testbed;

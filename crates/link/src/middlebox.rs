@@ -306,8 +306,7 @@ pub fn sweep_stale() -> usize {
 
 /// [`sweep_stale`] when this process is root, else nothing.
 pub fn sweep_stale_if_root() -> usize {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !osprobe_core::sys::is_root() {
         return 0;
     }
     sweep_stale()

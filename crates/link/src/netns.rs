@@ -500,8 +500,7 @@ impl Drop for NetnsPair {
 
 /// Whether this machine can build network namespaces here, or why not.
 pub fn available() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = osprobe_core::sys::geteuid();
     if euid != 0 {
         return Err(format!(
             "network namespaces need root (running as uid {euid}); run as root or with sudo"
@@ -607,8 +606,7 @@ pub fn sweep_stale() -> usize {
 /// with `ip`), else nothing: for the start of every command, where lacking
 /// them is no error. Returns how many were removed.
 pub fn sweep_stale_if_root() -> usize {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || ip_program().is_err() {
+    if !osprobe_core::sys::is_root() || ip_program().is_err() {
         return 0;
     }
     sweep_stale()
@@ -1649,8 +1647,7 @@ mod tests {
 
     #[test]
     fn available_here_when_root() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
+        if osprobe_core::sys::is_root() {
             can_build();
         } else {
             assert!(available().unwrap_err().contains("root"));

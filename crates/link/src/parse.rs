@@ -154,11 +154,15 @@ pub fn probability(text: &str) -> Result<f64, ParseError> {
     Ok(percent / 100.0)
 }
 
-/// A link's delay or jitter: a [`duration`] of at most
-/// [`crate::impairment::MAX_DELAY`].
+/// The longest delay or jitter accepted (a longer one is surely a typo, and
+/// the packets it holds must fit in memory). Defined with the parsers, which
+/// enforce it, so that parsing needs nothing from the impairments it feeds.
+pub const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// A link's delay or jitter: a [`duration`] of at most [`MAX_DELAY`].
 pub fn delay(text: &str) -> Result<Duration, ParseError> {
     let delay = duration(text)?;
-    let max = crate::impairment::MAX_DELAY;
+    let max = MAX_DELAY;
     if delay > max {
         return Err(error(
             "delay",

@@ -12,6 +12,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
 
 // From linux/if_tun.h.
 // libc::Ioctl: the request's type differs by C library (unsigned long in
@@ -142,27 +143,10 @@ pub fn write_packet(fd: RawFd, packet: &[u8]) -> io::Result<()> {
 }
 
 /// Wait until `fd` is readable or `timeout_ns` has passed (ppoll: the
-/// timeout has nanosecond resolution, unlike poll's milliseconds).
+/// timeout has nanosecond resolution, unlike poll's milliseconds); false on
+/// timeout or when a signal cut the wait short.
 pub fn wait_readable(fd: RawFd, timeout_ns: u64) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as _, // the field's time_t (musl's libc deprecates the name)
-        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: one valid pollfd, a valid timespec, no signal mask change.
-    let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
-    }
-    Ok(rc > 0)
+    osprobe_core::sys::poll_one(fd, libc::POLLIN, Duration::from_nanos(timeout_ns))
 }
 
 #[cfg(test)]

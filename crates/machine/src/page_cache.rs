@@ -30,8 +30,7 @@ pub fn drop_all_caches() -> io::Result<()> {
 
 /// Whether this process may drop caches system-wide.
 pub fn can_drop_all_caches() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = osprobe_core::sys::is_root();
     root && std::fs::OpenOptions::new()
         .write(true)
         .open("/proc/sys/vm/drop_caches")

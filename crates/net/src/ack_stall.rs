@@ -113,6 +113,7 @@
 //! shuts its write side down at the end, also after an error, so the
 //! receiver sees end of file; the stop flag is honoured inside every wait.
 
+use osprobe_core::sys;
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -451,7 +452,7 @@ fn run_sender(
         polls: 0,
         stopped: false,
     };
-    let cpu_start = thread_cpu_time()?;
+    let cpu_start = sys::thread_cpu_time();
     let start = Instant::now();
     let end_of_writes = start + config.duration;
     while report.segments < config.max_segments {
@@ -475,7 +476,7 @@ fn run_sender(
         }
     }
     report.elapsed = start.elapsed();
-    report.sender_cpu = thread_cpu_time()?.saturating_sub(cpu_start);
+    report.sender_cpu = sys::thread_cpu_time().saturating_sub(cpu_start);
     report.polls = waiter.polls;
     Ok(report)
 }
@@ -706,39 +707,22 @@ fn unacknowledged_bytes(fd: RawFd) -> io::Result<libc::c_int> {
 }
 
 /// Wait up to `timeout` for `fd` to become readable (or to report end of
-/// file or an error, which the following read returns).
+/// file or an error, which the following read returns); false on timeout
+/// or when a signal interrupted the wait (the caller looks at its stop
+/// flag and waits again).
 fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    poll_one(fd, libc::POLLIN, timeout)
+    sys::poll_one(fd, libc::POLLIN, timeout).map_err(poll_error)
 }
 
 fn wait_writable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    poll_one(fd, libc::POLLOUT, timeout)
+    sys::poll_one(fd, libc::POLLOUT, timeout).map_err(poll_error)
 }
 
-fn poll_one(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
-    let mut entry = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // Round up so that a short remainder does not turn into a busy loop of
-    // zero-timeout polls.
-    let millis = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one valid pollfd, count 1.
-    let result = unsafe { libc::poll(&mut entry, 1, millis) };
-    if result < 0 {
-        let err = io::Error::last_os_error();
-        if err.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(io::Error::new(
-            err.kind(),
-            format!("poll on the ack-stall stream: {err}"),
-        ));
-    }
-    Ok(result > 0)
+fn poll_error(err: io::Error) -> io::Error {
+    io::Error::new(err.kind(), format!("poll on the ack-stall stream: {err}"))
 }
 
+/// [`sys::set_int`], with the option named in the error.
 fn set_int_option(
     fd: RawFd,
     level: libc::c_int,
@@ -746,69 +730,19 @@ fn set_int_option(
     value: libc::c_int,
     what: &str,
 ) -> io::Result<()> {
-    // SAFETY: the option value is a live c_int and its exact size is passed.
-    let result = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if result < 0 {
-        let err = io::Error::last_os_error();
-        return Err(io::Error::new(
-            err.kind(),
-            format!("setting {what} to {value}: {err}"),
-        ));
-    }
-    Ok(())
+    sys::set_int(fd, level, name, value)
+        .map_err(|err| io::Error::new(err.kind(), format!("setting {what} to {value}: {err}")))
 }
 
+/// [`sys::get_int`], with the option named in the error.
 fn get_int_option(
     fd: RawFd,
     level: libc::c_int,
     name: libc::c_int,
     what: &str,
 ) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: value and length are live locals; length holds value's size.
-    let result = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut length,
-        )
-    };
-    if result < 0 {
-        let err = io::Error::last_os_error();
-        return Err(io::Error::new(err.kind(), format!("reading {what}: {err}")));
-    }
-    Ok(value)
-}
-
-/// CPU time used by the calling thread so far.
-fn thread_cpu_time() -> io::Result<Duration> {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a pointer to a live
-    // local.
-    let result = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    if result < 0 {
-        let err = io::Error::last_os_error();
-        return Err(io::Error::new(
-            err.kind(),
-            format!("reading the thread CPU clock: {err}"),
-        ));
-    }
-    // The clock never reports negative values.
-    Ok(Duration::new(now.tv_sec as u64, now.tv_nsec as u32))
+    sys::get_int(fd, level, name)
+        .map_err(|err| io::Error::new(err.kind(), format!("reading {what}: {err}")))
 }
 
 #[cfg(test)]

@@ -376,33 +376,19 @@ impl Pinger {
     /// Waits until the socket is readable or `remaining` has passed;
     /// returns whether it is readable (an interrupted wait counts as not).
     fn wait_readable(&self, remaining: Duration) -> io::Result<bool> {
-        let mut poll_fd = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let timeout = libc::timespec {
-            tv_sec: remaining.as_secs() as _, // the field's time_t (musl's libc deprecates the name)
-            tv_nsec: remaining.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: one valid pollfd and a valid timespec; no signal mask.
-        let ready = unsafe { libc::ppoll(&mut poll_fd, 1, &timeout, std::ptr::null()) };
-        if ready < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(io::Error::new(
-                error.kind(),
-                format!(
-                    "cannot wait for the ICMP echo reply from {}: {error}",
-                    self.target
-                ),
-            ));
-        }
         // POLLERR also counts: the following recv reports the error (for
         // example an ICMP "destination unreachable" on a datagram socket).
-        Ok(ready > 0)
+        osprobe_core::sys::poll_one(self.socket.as_raw_fd(), libc::POLLIN, remaining).map_err(
+            |error| {
+                io::Error::new(
+                    error.kind(),
+                    format!(
+                        "cannot wait for the ICMP echo reply from {}: {error}",
+                        self.target
+                    ),
+                )
+            },
+        )
     }
 
     /// Receives one packet without blocking: its length and source, or
@@ -679,16 +665,12 @@ fn parse_echo_reply(packet: &[u8], framing: Framing) -> Result<EchoReply<'_>, Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osprobe_core::sys::is_root;
     use osprobe_core::testing::skip;
     use proptest::prelude::*;
 
     const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
     const TIMEOUT: Duration = Duration::from_secs(2);
-
-    fn is_root() -> bool {
-        // SAFETY: geteuid cannot fail.
-        unsafe { libc::geteuid() == 0 }
-    }
 
     /// Turns an echo request into the reply a host would send.
     fn reply_for(request: &[u8]) -> Vec<u8> {

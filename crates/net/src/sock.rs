@@ -6,7 +6,11 @@
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The helpers this module used to define are osprobe_core::sys's now;
+// re-exported so that callers keep their paths.
+pub use osprobe_core::sys::{get_int, process_cpu_time, set_int, thread_cpu_time, wait_readable};
 
 /// Options applied to a TCP socket before it connects.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -158,76 +162,16 @@ pub fn raise_fd_limit() -> io::Result<u64> {
     }
 }
 
-/// Wait until `fd` is readable (or has an error/hang-up), up to `timeout`.
-/// Returns false on timeout.
-pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    poll_one(fd, libc::POLLIN, timeout)
-}
-
+/// Wait until `fd` is writable, up to `timeout`; running out of time is an
+/// error (a connection that does not answer).
 fn wait_writable(fd: RawFd, timeout: Duration) -> io::Result<()> {
-    if poll_one(fd, libc::POLLOUT, timeout)? {
+    if osprobe_core::sys::wait_writable(fd, timeout)? {
         Ok(())
     } else {
         Err(io::Error::new(
             io::ErrorKind::TimedOut,
             format!("no answer within {:.1} s", timeout.as_secs_f64()),
         ))
-    }
-}
-
-fn poll_one(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let mut pfd = libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
-        let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: pfd is a valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        return Ok(n > 0);
-    }
-}
-
-/// setsockopt with an int value.
-pub fn set_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: value lives across the call; its size is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// getsockopt of an int value.
-pub fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
-    let mut value: i32 = 0;
-    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-    // SAFETY: value and len are valid for writes of the sizes given.
-    let rc =
-        unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut i32).cast(), &mut len) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(value)
     }
 }
 
@@ -285,26 +229,6 @@ impl std::ops::DerefMut for PageAligned {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
-}
-
-/// CPU time used so far by the calling thread.
-pub fn thread_cpu_time() -> Duration {
-    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// CPU time used so far by the whole process.
-pub fn process_cpu_time() -> Duration {
-    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
-}
-
-fn cpu_clock(clock: libc::clockid_t) -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is valid for writes; these clocks always exist on Linux.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 #[cfg(test)]

@@ -601,25 +601,12 @@ pub fn parse_name_list(text: &str) -> Vec<String> {
 
 /// Read an integer socket option at `SOL_SOCKET` level.
 fn socket_int_option(fd: RawFd, option: libc::c_int, option_name: &str) -> io::Result<u64> {
-    let mut value: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `value` is a c_int valid for writes of `len` bytes; the kernel
-    // writes at most that many and stores the count in `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            option,
-            (&mut value as *mut libc::c_int).cast::<libc::c_void>(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(with_context(
-            io::Error::last_os_error(),
+    let value = osprobe_core::sys::get_int(fd, libc::SOL_SOCKET, option).map_err(|e| {
+        with_context(
+            e,
             format!("getsockopt({option_name}) on fd {fd} (a socket is needed)"),
-        ));
-    }
+        )
+    })?;
     u64::try_from(value).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -942,16 +929,8 @@ mod tests {
         );
     }
 
-    /// Whether the effective uid is 0, read from /proc (no unsafe `geteuid`).
     fn running_as_root() -> bool {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("Uid:"))
-                    .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-            })
-            .unwrap_or(false)
+        osprobe_core::sys::is_root()
     }
 
     #[test]
@@ -961,17 +940,7 @@ mod tests {
         assert!(send_buffer(fd).unwrap() > 0);
         assert!(receive_buffer(fd).unwrap() > 0);
         let asked: libc::c_int = 64 << 10;
-        // SAFETY: `asked` is a c_int valid for reads of its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&asked as *const libc::c_int).cast::<libc::c_void>(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(rc, 0);
+        osprobe_core::sys::set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, asked).unwrap();
         let wmem_max = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok());

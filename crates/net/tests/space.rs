@@ -36,8 +36,7 @@ struct Tmpfs {
 
 impl Tmpfs {
     fn mount(size: &str) -> Result<Tmpfs, String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !osprobe_core::sys::is_root() {
             return Err("needs root to mount a tmpfs".into());
         }
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;

@@ -734,14 +734,10 @@ impl Handler {
         }
     }
 
+    /// Wait up to `timeout` for a fault; the caller reads whatever is there
+    /// (nothing on a timeout, a signal or an error) and looks at its stop flag.
     fn wait_readable(&self, timeout: Duration) {
-        let mut pfd = libc::pollfd {
-            fd: self.uffd.raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd.
-        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+        let _ = osprobe_core::sys::poll_one(self.uffd.raw(), libc::POLLIN, timeout);
     }
 
     /// Count a fault before the ioctl that wakes its thread: once awake,

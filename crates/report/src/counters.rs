@@ -10,8 +10,21 @@ pub fn counters_note(m: &Measurement) -> Option<String> {
     if m.counters.is_empty() {
         return None;
     }
-    let figures: Vec<String> = m
-        .counters
+    let scope = if user_space_only(m) {
+        " (user space only)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "counted per operation{scope}: {}",
+        counter_figures(m).join(", ")
+    ))
+}
+
+/// One figure per counter on `m`, per operation: `task-clock 61.2 ns`,
+/// `page-faults 0 (scaled: ran 50% of the time)`; empty without counters.
+pub fn counter_figures(m: &Measurement) -> Vec<String> {
+    m.counters
         .iter()
         .map(|c| {
             let value = match c.unit {
@@ -25,16 +38,12 @@ pub fn counters_note(m: &Measurement) -> Option<String> {
             };
             format!("{} {value}{multiplexed}", c.event)
         })
-        .collect();
-    let scope = if m.counters.iter().any(|c| c.user_only) {
-        " (user space only)"
-    } else {
-        ""
-    };
-    Some(format!(
-        "counted per operation{scope}: {}",
-        figures.join(", ")
-    ))
+        .collect()
+}
+
+/// The counts on `m` leave out the kernel's side (perf_event_paranoid).
+pub fn user_space_only(m: &Measurement) -> bool {
+    m.counters.iter().any(|c| c.user_only)
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! A run's measurements as CSV (RFC 4180): one row per measurement, values
 //! in the measurement's unit without prefixes, so that pandas or a
-//! spreadsheet reads them as numbers.
+//! spreadsheet reads them as numbers. Performance counters, where any row
+//! has them, follow as one column per counter named as perf names it
+//! (`task-clock`, `page-faults`, `cycles` ...), per operation, empty in a
+//! row where that counter was not counted.
 
 use osprobe_core::{Measurement, Params};
 
@@ -30,7 +33,14 @@ pub const COLUMNS: [&str; 17] = [
 /// RFC 4180 says.
 pub fn measurements_csv(measurements: &[Measurement]) -> String {
     let mut out = String::new();
-    push_row(&mut out, COLUMNS.iter().map(|c| c.to_string()));
+    let counters = counter_columns(measurements);
+    push_row(
+        &mut out,
+        COLUMNS
+            .iter()
+            .map(|c| c.to_string())
+            .chain(counters.iter().cloned()),
+    );
     for m in measurements {
         let s = &m.summary;
         let number = |v: f64| {
@@ -65,10 +75,33 @@ pub fn measurements_csv(measurements: &[Measurement]) -> String {
                 formula,
                 m.notes.join(" | "),
             ]
-            .into_iter(),
+            .into_iter()
+            .chain(counters.iter().map(|event| counted_field(m, event))),
         );
     }
     out
+}
+
+/// The counters any of `measurements` carries, in the order first met:
+/// after the fixed columns, so those keep their positions, and only those
+/// counted, so a run on a machine without a PMU has no `cycles` column.
+pub fn counter_columns(measurements: &[Measurement]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for c in measurements.iter().flat_map(|m| &m.counters) {
+        if !names.contains(&c.event) {
+            names.push(c.event.clone());
+        }
+    }
+    names
+}
+
+/// `m`'s count per operation of `event`, empty where it was not counted.
+fn counted_field(m: &Measurement, event: &str) -> String {
+    m.counters
+        .iter()
+        .find(|c| c.event == event && c.per_op.is_finite())
+        .map(|c| c.per_op.to_string())
+        .unwrap_or_default()
 }
 
 /// `k=v;k=v` with the values as stored (sizes in bytes).
@@ -109,6 +142,7 @@ pub fn quote(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osprobe_core::counters::Counted;
     use osprobe_core::model::Prediction;
     use osprobe_core::{Summary, Unit};
 
@@ -176,6 +210,68 @@ mod tests {
         assert_eq!(rows[2][col("params")], "");
         assert_eq!(rows[2][col("prediction")], "");
         assert!(text.contains("\"path=loopback;size=4096\""));
+    }
+
+    fn counted(event: &str, per_op: f64, unit: Unit) -> Counted {
+        Counted {
+            event: event.into(),
+            per_op,
+            unit,
+            user_only: false,
+            running: 1.0,
+        }
+    }
+
+    #[test]
+    fn counters_get_a_column_each_empty_where_not_counted() {
+        let summary = || Summary::of(&[60.0, 61.0]).unwrap();
+        let mut counted_row = Measurement::new(
+            "cpu.syscall",
+            "getppid",
+            Params::new(),
+            Unit::Nanoseconds,
+            summary(),
+        );
+        counted_row.counters = vec![
+            counted("task-clock", 61.5, Unit::Nanoseconds),
+            counted("page-faults", 0.0, Unit::Count),
+        ];
+        let mut faults_only = counted_row.clone();
+        faults_only.metric = "other".into();
+        faults_only.counters = vec![counted("page-faults", 2.5, Unit::Count)];
+        let uncounted = Measurement::new(
+            "net.connect",
+            "connect",
+            Params::new(),
+            Unit::Nanoseconds,
+            summary(),
+        );
+        let rows = parse(&measurements_csv(&[counted_row, faults_only, uncounted]));
+        let mut header: Vec<&str> = COLUMNS.to_vec();
+        header.extend(["task-clock", "page-faults"]);
+        assert_eq!(rows[0], header);
+        assert!(rows.iter().all(|r| r.len() == header.len()), "{rows:?}");
+        let col = |name: &str| header.iter().position(|c| *c == name).unwrap();
+        assert_eq!(rows[1][col("task-clock")], "61.5");
+        assert_eq!(rows[1][col("page-faults")], "0");
+        assert_eq!(rows[2][col("task-clock")], "");
+        assert_eq!(rows[2][col("page-faults")], "2.5");
+        assert_eq!(rows[3][col("task-clock")], "");
+        assert_eq!(rows[3][col("page-faults")], "");
+        // Never a cycles figure that was not counted: not even a column.
+        assert!(!rows[0].iter().any(|c| c == "cycles"));
+    }
+
+    #[test]
+    fn without_counters_the_header_is_the_fixed_columns() {
+        let plain = Measurement::new(
+            "cpu.syscall",
+            "getppid",
+            Params::new(),
+            Unit::Nanoseconds,
+            Summary::of(&[63.0]).unwrap(),
+        );
+        assert_eq!(parse(&measurements_csv(&[plain]))[0], COLUMNS);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! and an XHTML fragment (close every tag, escape text with [`escape`]).
 
 use crate::chart;
+use crate::counters::{counter_figures, user_space_only};
 use crate::human::{number, params_label, scale_for};
 use crate::overview::{overview, Overview};
 use crate::plot::{plots, Plot};
@@ -267,14 +268,25 @@ fn summary(out: &mut String, run: &Run) {
         out.push_str("<p class=\"warn\">This run has no measurements.</p>\n</section>\n");
         return;
     }
-    out.push_str("<table>\n<thead><tr><th>experiment</th><th>metric</th><th>params</th><th>median</th><th>95% CI of the median</th><th>p99</th><th>n</th><th>model</th><th>notes</th></tr></thead>\n<tbody>\n");
+    // The counters' column only where something was counted, so a run
+    // without them (no perf_event_open, nothing CPU-bound) keeps its table.
+    let with_counters = run.measurements.iter().any(|m| !m.counters.is_empty());
+    let _ = writeln!(
+        out,
+        "<table>\n<thead><tr><th>experiment</th><th>metric</th><th>params</th><th>median</th><th>95% CI of the median</th><th>p99</th><th>n</th><th>model</th>{}<th>notes</th></tr></thead>\n<tbody>",
+        if with_counters {
+            "<th>counted per operation</th>"
+        } else {
+            ""
+        }
+    );
     let mut previous = "";
     for m in &run.measurements {
         let s = &m.summary;
         let first = m.experiment != previous;
         let _ = writeln!(
             out,
-            "<tr{}><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{} .. {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"notes\">{}</td></tr>",
+            "<tr{}><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{} .. {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td>{}<td class=\"notes\">{}</td></tr>",
             if first { " class=\"first\"" } else { "" },
             if first { escape(&m.experiment) } else { String::new() },
             escape(&m.metric),
@@ -285,6 +297,11 @@ fn summary(out: &mut String, run: &Run) {
             escape(&scaled(m, s.p99)),
             s.n,
             model_cell(m),
+            if with_counters {
+                format!("<td class=\"counters\">{}</td>", counters_cell(m))
+            } else {
+                String::new()
+            },
             notes_cell(&m.notes)
         );
         previous = &m.experiment;
@@ -316,6 +333,21 @@ fn model_cell(m: &Measurement) -> String {
                 "the prediction"
             }
         );
+    }
+    cell
+}
+
+/// The counts per operation, one per line (`task-clock 61.2 ns`), only
+/// those counted: a row without counters gets an empty cell, never a
+/// zero or a cycles figure nobody counted.
+fn counters_cell(m: &Measurement) -> String {
+    let mut cell = counter_figures(m)
+        .iter()
+        .map(|f| escape(f))
+        .collect::<Vec<_>>()
+        .join("<br/>");
+    if user_space_only(m) {
+        cell.push_str("<br/><span class=\"formula\">user space only</span>");
     }
     cell
 }

@@ -597,3 +597,99 @@ fn net_userspace_bars_by_clock_with_the_configured_round_trip() {
     };
     assert!(bars.expected.iter().all(Option::is_none));
 }
+
+fn counted(event: &str, per_op: f64, unit: Unit) -> osprobe_core::counters::Counted {
+    osprobe_core::counters::Counted {
+        event: event.into(),
+        per_op,
+        unit,
+        user_only: false,
+        running: 1.0,
+    }
+}
+
+/// The summary table's header cells, in order.
+fn summary_headers(html: &str) -> Vec<String> {
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(html, opts).expect("XHTML parses");
+    let section = doc
+        .descendants()
+        .find(|n| n.attribute("id") == Some("summary"))
+        .expect("a summary section");
+    section
+        .descendants()
+        .filter(|n| n.has_tag_name("th"))
+        .map(|n| n.text().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn counted_rows_show_their_counters_and_the_others_an_empty_cell() {
+    let mut syscall = m(
+        "cpu.syscall",
+        "getppid",
+        Params::new(),
+        Unit::Nanoseconds,
+        61.0,
+    );
+    syscall.counters = vec![
+        counted("task-clock", 61.2, Unit::Nanoseconds),
+        counted("page-faults", 0.0, Unit::Count),
+    ];
+    let mut scaled = m(
+        "cpu.syscall",
+        "gettid",
+        Params::new(),
+        Unit::Nanoseconds,
+        60.0,
+    );
+    scaled.counters = vec![osprobe_core::counters::Counted {
+        running: 0.5,
+        user_only: true,
+        ..counted("context-switches", 0.25, Unit::Count)
+    }];
+    let connect = m(
+        "net.connect",
+        "connect",
+        Params::new(),
+        Unit::Nanoseconds,
+        20_000.0,
+    );
+    let html = Report::new(&run(vec![syscall, scaled, connect])).render();
+    assert!(summary_headers(&html).contains(&"counted per operation".to_string()));
+    let summary = &html[html.find("id=\"summary\"").unwrap()..html.find("id=\"plots\"").unwrap()];
+    let rows: Vec<&str> = summary.split("<tr").skip(2).collect();
+    assert_eq!(rows.len(), 3, "{summary}");
+    assert!(
+        rows[0].contains("<td class=\"counters\">task-clock 61.20 ns<br/>page-faults 0.000</td>"),
+        "{}",
+        rows[0]
+    );
+    assert!(
+        rows[1].contains("context-switches 0.250 (scaled: ran 50% of the time)"),
+        "{}",
+        rows[1]
+    );
+    assert!(rows[1].contains("user space only"), "{}", rows[1]);
+    assert!(
+        rows[2].contains("<td class=\"counters\"></td>"),
+        "{}",
+        rows[2]
+    );
+    // Nothing here counted cycles: the page never shows a cycles figure.
+    assert!(!summary.contains("cycles"), "{summary}");
+}
+
+#[test]
+fn a_run_without_counters_has_no_counters_column() {
+    let html = Report::new(&sample_run()).render();
+    let headers = summary_headers(&html);
+    assert!(
+        !headers.contains(&"counted per operation".to_string()),
+        "{headers:?}"
+    );
+    assert_eq!(headers.len(), 9, "{headers:?}");
+}

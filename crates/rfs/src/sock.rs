@@ -11,32 +11,15 @@ pub fn set_buffers(fd: libc::c_int, bytes: usize) {
         (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
     ] {
         for opt in [force, plain] {
-            // SAFETY: `v` is a c_int that outlives the call and its size is
-            // passed; setsockopt does not keep the pointer.
-            let rc = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&v as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
+            if osprobe_core::sys::set_int(fd, libc::SOL_SOCKET, opt, v).is_ok() {
                 break;
             }
         }
     }
 }
 
-/// Whether `fd` becomes readable within `timeout`.
+/// Whether `fd` becomes readable within `timeout` (false as well when a
+/// signal cut the wait short, or on an error, which the next read reports).
 pub fn wait_readable(fd: libc::c_int, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is one valid pollfd that outlives the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
-    rc > 0
+    osprobe_core::sys::poll_one(fd, libc::POLLIN, timeout).unwrap_or(false)
 }

@@ -63,20 +63,21 @@ pub struct NetArgs {
     pub params: Vec<(String, String)>,
 }
 
-/// Any of these puts the server behind the link emulator (path=emulated; root).
+/// Any of these puts the server behind the link emulator (path=emulated;
+/// root); with --to, the emulator sits in front of that host.
 #[derive(Debug, Args)]
 pub struct NetLinkArgs {
     /// Behind the link emulator: one-way delay each way, e.g. 50ms (a 100 ms round trip)
-    #[arg(long, value_name = "DURATION", conflicts_with_all = ["to", "netns"])]
+    #[arg(long, value_name = "DURATION", conflicts_with = "netns")]
     pub delay: Option<String>,
     /// Behind the link emulator: loss towards the server, e.g. 1% or ge:p=1%,r=25%
-    #[arg(long, value_name = "PERCENT", conflicts_with_all = ["to", "netns"])]
+    #[arg(long, value_name = "PERCENT", conflicts_with = "netns")]
     pub loss: Option<String>,
     /// Behind the link emulator: bottleneck rate each way, e.g. 100mbit (queue: one bandwidth-delay product)
-    #[arg(long, value_name = "RATE", conflicts_with_all = ["to", "netns"])]
+    #[arg(long, value_name = "RATE", conflicts_with = "netns")]
     pub rate: Option<String>,
     /// Behind the link emulator: maximum of tcp_wmem at the sender and tcp_rmem at the receiver, e.g. 100M
-    #[arg(long, value_name = "SIZE", conflicts_with_all = ["to", "netns"])]
+    #[arg(long, value_name = "SIZE", conflicts_with = "netns")]
     pub wmem: Option<String>,
 }
 

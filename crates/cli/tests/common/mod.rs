@@ -81,8 +81,7 @@ pub fn assert_follows_schema(run: &Value) {
 }
 
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    osprobe_core::sys::is_root()
 }
 
 /// Namespace tests run as root; CI runs as root and must not skip them

@@ -20,11 +20,20 @@
 //!   in B (the receiver), as the BBR talk raised tcp_wmem to 100 MB. A new
 //!   namespace starts from the kernel's defaults (4 MiB and 6 MiB), not
 //!   from this host's settings, and the notes report what was in force.
+//!
+//! With `to`, the same link sits in front of a real host instead
+//! ([`EmulatedLink::in_front_of`], a [`Middlebox`]): B is a router, the
+//! server is the `osprobe serve` on HOST, and this thread in A reaches it
+//! through the emulator and then this host's own routing. `wmem` then
+//! raises both of A's ceilings (A sends, and receives in reverse tests);
+//! the far host's buffers are its own.
 
+use crate::middlebox::Middlebox;
 use crate::netns::ThreadNetnsGuard;
 use crate::parse::{self, LossSpec, QueueLimit};
 use crate::{DirectionConfig, Link, LinkConfig, LinkCounters, LinkError, Side};
 use osprobe_core::{ExperimentError, Params};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// What the parameters ask of the link.
@@ -150,11 +159,43 @@ pub fn raise_buffers(link: &Link, wmem: Option<u64>) -> Result<String, LinkError
     ))
 }
 
+/// Raise A's send and receive buffer ceilings to `wmem` when given (A
+/// is both ends' only namespace here: the far host is real), and say what
+/// is in force.
+fn raise_buffers_in_a(link: &Link, wmem: Option<u64>) -> Result<String, LinkError> {
+    if let Some(wmem) = wmem {
+        link.write_sysctl(Side::A, "net.ipv4.tcp_wmem", &format!("4096 16384 {wmem}"))?;
+        link.write_sysctl(Side::A, "net.ipv4.tcp_rmem", &format!("4096 131072 {wmem}"))?;
+    }
+    let read = |key: &str| {
+        link.read_sysctl(Side::A, key)
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|e| format!("unreadable ({e})"))
+    };
+    Ok(format!(
+        "measuring namespace tcp_wmem {}, tcp_rmem {} ({}); the far host's buffers are its own",
+        read("net.ipv4.tcp_wmem"),
+        read("net.ipv4.tcp_rmem"),
+        if wmem.is_some() {
+            "raised by wmem="
+        } else {
+            "a new namespace's defaults; wmem= raises them"
+        }
+    ))
+}
+
+/// What carries the emulated traffic: a link between two namespaces of
+/// this host, or the same link routed out to a real host.
+enum Carrier {
+    Between(Link),
+    InFront(Middlebox),
+}
+
 /// A running emulated link with this thread inside side A. Field order is
 /// drop order: the thread comes back first, then the link goes.
 pub struct EmulatedLink {
     guard: Option<ThreadNetnsGuard>,
-    link: Link,
+    carrier: Carrier,
     pub spec: EmulatedSpec,
     /// The TCP buffer sysctls in force on each side, for notes.
     pub buffers_note: String,
@@ -169,14 +210,40 @@ impl EmulatedLink {
             raise_buffers(&link, spec.wmem).map_err(|e| ExperimentError::Failed(e.to_string()))?;
         Ok(EmulatedLink {
             guard: None,
-            link,
+            carrier: Carrier::Between(link),
             spec,
             buffers_note,
         })
     }
 
+    /// Build the link in front of the real host `to` (a [`Middlebox`]:
+    /// forwarding and masquerade set up here, removed on drop); the caller
+    /// then calls [`EmulatedLink::enter_client_side`] and reaches `to`.
+    pub fn in_front_of(to: Ipv4Addr, spec: EmulatedSpec) -> Result<EmulatedLink, ExperimentError> {
+        let middlebox = Middlebox::start(to.into(), spec.link_config())?;
+        let buffers_note = raise_buffers_in_a(middlebox.link(), spec.wmem)
+            .map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        Ok(EmulatedLink {
+            guard: None,
+            carrier: Carrier::InFront(middlebox),
+            spec,
+            buffers_note,
+        })
+    }
+
+    /// The middlebox, when the link sits in front of a real host.
+    pub fn middlebox(&self) -> Option<&Middlebox> {
+        match &self.carrier {
+            Carrier::InFront(m) => Some(m),
+            Carrier::Between(_) => None,
+        }
+    }
+
     pub fn link(&self) -> &Link {
-        &self.link
+        match &self.carrier {
+            Carrier::Between(link) => link,
+            Carrier::InFront(middlebox) => middlebox.link(),
+        }
     }
 
     /// Move this thread into A until drop.

@@ -10,6 +10,10 @@
 //!   with `delay`, `loss`, `rate` and `wmem` ([`emulated`]; root).
 //! - `remote`: an `osprobe serve` on another host, named by `to`
 //!   ([`remote`]); nothing is built here.
+//! - `emulated` with `to` (the fifth kind, [`PathKind::EmulatedTo`]): the
+//!   emulator as a middlebox in front of that remote serve
+//!   ([`crate::middlebox`]): this thread in side A, its traffic across the
+//!   emulated link and out through this host's routing to HOST (root).
 //!
 //! The experiment hands its servers to the testbed ([`Servers`]): how to
 //! start them on a host the testbed built, and how to find them on a
@@ -54,15 +58,19 @@ pub enum PathKind {
     Netns,
     Remote,
     Emulated,
+    /// `path=emulated` with `to`: the emulator in front of a remote serve.
+    EmulatedTo,
 }
 
 impl PathKind {
-    /// The `path` parameter's kind (loopback when not given).
+    /// The `path` parameter's kind (loopback when not given); `emulated`
+    /// with a `to` is [`PathKind::EmulatedTo`].
     pub fn of(params: &Params) -> Result<PathKind, ExperimentError> {
         match params.text("path").unwrap_or("loopback") {
             "loopback" => Ok(PathKind::Loopback),
             "netns" => Ok(PathKind::Netns),
             "remote" => Ok(PathKind::Remote),
+            "emulated" if params.text("to").is_some() => Ok(PathKind::EmulatedTo),
             "emulated" => Ok(PathKind::Emulated),
             other => Err(ExperimentError::Failed(format!(
                 "path '{other}': expected one of {}",
@@ -77,8 +85,19 @@ impl PathKind {
             PathKind::Loopback => "loopback",
             PathKind::Netns => "netns",
             PathKind::Remote => "remote",
-            PathKind::Emulated => "emulated",
+            PathKind::Emulated | PathKind::EmulatedTo => "emulated",
         }
+    }
+
+    /// Whether the far end is an `osprobe serve` on another host (found,
+    /// not started: its token applies, files written there are removed).
+    pub fn is_remote(self) -> bool {
+        matches!(self, PathKind::Remote | PathKind::EmulatedTo)
+    }
+
+    /// Whether the traffic crosses the link emulator.
+    pub fn is_emulated(self) -> bool {
+        matches!(self, PathKind::Emulated | PathKind::EmulatedTo)
     }
 
     /// Whether this machine can build the path; the reason when not. A
@@ -89,6 +108,9 @@ impl PathKind {
             PathKind::Loopback | PathKind::Remote => Ok(()),
             PathKind::Netns => crate::netns::available(),
             PathKind::Emulated => crate::check_requirements().map_err(|e| e.to_string()),
+            PathKind::EmulatedTo => {
+                crate::middlebox::check_requirements().map_err(|e| e.to_string())
+            }
         }
     }
 }
@@ -161,9 +183,9 @@ impl<F> Testbed<F> {
         S: Servers<Far = F>,
     {
         let kind = PathKind::of(params)?;
-        if kind != PathKind::Emulated && params::emulation_set(params) {
+        if !kind.is_emulated() && params::emulation_set(params) {
             return Err(ExperimentError::Failed(
-                "delay, loss, rate and wmem apply to path=emulated only (`osprobe net TEST --delay ...` sets it)".into(),
+                "delay, loss, rate and wmem apply to path=emulated only (`osprobe net TEST --delay ...` sets it; with --to HOST the emulator sits in front of that host)".into(),
             ));
         }
         if kind != PathKind::Remote {
@@ -233,6 +255,34 @@ impl<F> Testbed<F> {
                 emulated.enter_client_side()?;
                 testbed.emulated = Some(emulated);
                 Ok(testbed)
+            }
+            PathKind::EmulatedTo => {
+                let to = params.text("to").unwrap_or_default();
+                let host = remote::host_v4(to)?;
+                // Asked from here, before anything is built: a serve that
+                // is missing or refuses fails without a namespace made.
+                let (far, found) = servers.find(to)?;
+                let mut emulated =
+                    EmulatedLink::in_front_of(host, EmulatedSpec::from_params(params)?)?;
+                let middlebox = emulated
+                    .middlebox()
+                    .expect("a middlebox in front of a host");
+                let description = format!(
+                    "emulated link in front of {found}: namespace {} -> emulator -> this host's route via {} ({}); {}",
+                    middlebox.addr_a(),
+                    middlebox.route().device,
+                    emulated.spec.describe(),
+                    emulated.buffers_note
+                );
+                emulated.enter_client_side()?;
+                Ok(Testbed {
+                    kind,
+                    description,
+                    far,
+                    _threads: Vec::new(),
+                    netns: None,
+                    emulated: Some(emulated),
+                })
             }
             PathKind::Remote => {
                 let to = params.text("to").ok_or_else(|| {

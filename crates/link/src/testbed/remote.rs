@@ -3,7 +3,7 @@
 
 use osprobe_core::locator::ServiceLocator;
 use osprobe_core::ExperimentError;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 
 /// The address of `service` at the `osprobe serve` named by `to`, asked
 /// through the run's locator (`Context::locator`, which the binary sets).
@@ -38,6 +38,14 @@ pub fn resolve(to: &str, default_port: u16) -> Result<SocketAddr, ExperimentErro
     addrs
         .next()
         .ok_or_else(|| ExperimentError::Failed(format!("'{to}' resolves to no address")))
+}
+
+/// The IPv4 address of the host `to` names (the port, if any, aside): the
+/// destination of a middlebox, whose emulated link carries IPv4 only.
+pub fn host_v4(to: &str) -> Result<Ipv4Addr, ExperimentError> {
+    let addr = resolve(to, 1)?;
+    crate::middlebox::check_destination(addr.ip())
+        .map_err(|e| ExperimentError::Failed(e.to_string()))
 }
 
 fn has_port(to: &str) -> bool {

@@ -171,3 +171,86 @@ fn emulated_puts_this_thread_in_side_a_until_dropped() {
     drop(testbed);
     assert_eq!(this_threads_netns(), before, "back home after drop");
 }
+
+#[test]
+fn emulated_with_to_names_the_fifth_kind() {
+    let params = Params::new()
+        .with("path", "emulated")
+        .with("to", "198.18.100.2");
+    let kind = PathKind::of(&params).unwrap();
+    assert_eq!(kind, PathKind::EmulatedTo);
+    assert!(kind.is_remote() && kind.is_emulated());
+    assert!(PathKind::Remote.is_remote() && !PathKind::Remote.is_emulated());
+    assert!(!PathKind::Emulated.is_remote() && PathKind::Emulated.is_emulated());
+}
+
+#[test]
+fn emulated_in_front_of_loopback_is_refused_before_building() {
+    let params = Params::new()
+        .with("path", "emulated")
+        .with("to", "127.0.0.1:5301")
+        .with("delay", "1ms");
+    let mut servers = echo();
+    let e = Testbed::open(&params, &mut servers)
+        .err()
+        .unwrap()
+        .to_string();
+    // Refused for the address (or, without root, for the emulator).
+    assert!(e.contains("loopback") || e.contains("cannot run"), "{e}");
+    assert!(servers.found.is_empty(), "nothing asked of the far end");
+}
+
+/// A "real" host: a namespace reached through this namespace's routing
+/// (its veth), not through the emulator's own devices; the testbed puts
+/// the emulator in front of it and this thread behind the emulator.
+#[test]
+fn emulated_in_front_of_a_host_crosses_the_emulator_and_leaves_nothing() {
+    if let Err(reason) = PathKind::EmulatedTo.available() {
+        osprobe_core::testing::skip(format!(
+            "cannot put the emulator in front of a host: {reason}"
+        ));
+        return;
+    }
+    let host = NetnsPair::create().unwrap();
+    let egress = host.host_ifname().to_string();
+    let spawn = |body: ServeBody| host.spawn_in(body);
+    let (server, threads) = start_on(host.peer_addr(), &spawn, &mut echo()).unwrap();
+    let before = this_threads_netns();
+    let params = Params::new()
+        .with("path", "emulated")
+        .with("to", server.to_string().as_str())
+        .with("delay", "1ms");
+    let mut servers = echo();
+    let testbed = Testbed::open(&params, &mut servers).unwrap();
+    assert_eq!(testbed.kind, PathKind::EmulatedTo);
+    assert_eq!(testbed.far, server, "the far end is the host's server");
+    assert_eq!(servers.found, vec![server.to_string()]);
+    assert_ne!(this_threads_netns(), before, "this thread is in side A");
+    assert_eq!(echo_once(testbed.far).unwrap(), 42);
+    let emulated = testbed.emulated_link().expect("an emulated link");
+    assert!(emulated.middlebox().is_some());
+    let c = emulated.counters();
+    assert!(c.uplink.packets_out > 0 && c.downlink.packets_out > 0);
+    assert!(
+        testbed.description.contains("in front of") && testbed.description.contains("2 ms"),
+        "{}",
+        testbed.description
+    );
+    // (/proc/sys/net here would be A's: forwarding is checked after.)
+    drop(testbed);
+    assert_eq!(this_threads_netns(), before, "back home after drop");
+    assert_eq!(
+        crate::forwarding::read(&egress).unwrap(),
+        "0",
+        "forwarding restored"
+    );
+    let ours = format!("{}{}_", crate::masquerade::TABLE_PREFIX, std::process::id());
+    let left: Vec<String> = crate::masquerade::tables()
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.starts_with(&ours))
+        .collect();
+    assert!(left.is_empty(), "NAT tables left: {left:?}");
+    drop(threads);
+    host.remove().unwrap();
+}

@@ -305,8 +305,7 @@ fn cc_measurements(
 
 /// Root may load a congestion-control module on first use.
 fn can_load_modules() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    osprobe_core::sys::is_root()
 }
 
 fn tcp_info_notes(result: &bulk::BulkResult, sndbuf: i64) -> Vec<String> {

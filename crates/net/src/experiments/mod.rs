@@ -74,12 +74,11 @@ impl Placement {
         if params.text("pin") == Some("none") {
             return unpinned("pin=none");
         }
-        match path {
-            crate::path::PathKind::Remote => return unpinned("the receiver is on another host"),
-            crate::path::PathKind::Emulated => {
-                return unpinned("the emulator's forwarder threads need the CPUs too")
-            }
-            _ => {}
+        if path.is_remote() {
+            return unpinned("the receiver is on another host");
+        }
+        if path.is_emulated() {
+            return unpinned("the emulator's forwarder threads need the CPUs too");
         }
         match osprobe_core::affinity::allowed_cpus() {
             Ok(cpus) if cpus.len() >= 2 => Placement {

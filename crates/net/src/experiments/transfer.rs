@@ -18,7 +18,7 @@
 
 use super::{cross, default_paths, failed, value_measurement, COMMON};
 use crate::diagnosis::{diagnose_with_sysctls, Diagnosis, DiagnosisInput};
-use crate::path::{Endpoint, PathKind};
+use crate::path::Endpoint;
 use crate::protocol::TestSpec;
 use crate::sock::ConnectOptions;
 use crate::tcp_info::{self, TcpInfo};
@@ -271,7 +271,7 @@ impl Transfer {
         params: &Params,
         connections: u32,
     ) -> Result<Vec<Measurement>, ExperimentError> {
-        if osprobe_core::find_program("iperf3").is_none() || endpoint.kind == PathKind::Remote {
+        if osprobe_core::find_program("iperf3").is_none() || endpoint.kind.is_remote() {
             return Ok(Vec::new());
         }
         let seconds = match ctx.profile {

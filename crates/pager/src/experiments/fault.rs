@@ -122,7 +122,7 @@ impl Experiment for PageFault {
                 let client = path.client(options)?;
                 let swap = RfsSwap::create(client, "osprobe-pager.swap").map_err(|e| {
                     let text = e.to_string();
-                    if path.kind == osprobe_link::testbed::PathKind::Remote
+                    if path.kind.is_remote()
                         && (text.contains("read-only") || text.contains("ROFS"))
                     {
                         ExperimentError::Failed(format!(

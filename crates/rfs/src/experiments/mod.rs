@@ -170,7 +170,7 @@ impl TestPath {
     ) -> Result<TestPath, ExperimentError> {
         let export = ScratchDir::new().map_err(|e| ExperimentError::io("export directory", e))?;
         let mut params = params.clone();
-        if PathKind::of(&params)? == PathKind::Emulated && params.get("delay").is_none() {
+        if PathKind::of(&params)?.is_emulated() && params.get("delay").is_none() {
             params = params.with("delay", DEFAULT_DELAY);
         }
         let mut servers = RfsServers {
@@ -178,9 +178,10 @@ impl TestPath {
             locator,
         };
         let testbed = Testbed::open(&params, &mut servers)?;
-        let token = match testbed.kind {
-            PathKind::Remote => token,
-            _ => None,
+        let token = if testbed.kind.is_remote() {
+            token
+        } else {
+            None
         };
         Ok(TestPath {
             kind: testbed.kind,
@@ -199,7 +200,7 @@ impl TestPath {
     /// removed again when the path is dropped.
     pub fn put_file(&mut self, name: &str, size: u64) -> Result<(), ExperimentError> {
         make_file(self.export(), name, size)?;
-        if self.kind != PathKind::Remote {
+        if !self.kind.is_remote() {
             return Ok(());
         }
         let data = std::fs::read(self.export().join(name))
@@ -229,7 +230,7 @@ impl TestPath {
     /// Note a file the experiment creates on a remote export itself, so
     /// that it is removed when the path is dropped.
     pub fn will_remove(&mut self, name: &str) {
-        if self.kind == PathKind::Remote {
+        if self.kind.is_remote() {
             self.remote_files.push(name.to_string());
         }
     }
@@ -245,12 +246,15 @@ impl TestPath {
         if options.token.is_none() {
             options.token = self.token.clone();
         }
-        Client::connect(self.server, options).map_err(|e| match self.kind {
-            PathKind::Remote => ExperimentError::Failed(format!(
-                "the file service at {} ({}): {e}",
-                self.server, self.description
-            )),
-            _ => failed(e),
+        Client::connect(self.server, options).map_err(|e| {
+            if self.kind.is_remote() {
+                ExperimentError::Failed(format!(
+                    "the file service at {} ({}): {e}",
+                    self.server, self.description
+                ))
+            } else {
+                failed(e)
+            }
         })
     }
 

@@ -20,7 +20,7 @@
 
 use super::{
     bits_text, check, failed, getattr_round_trip_ns, median_ns, rate_measurement, server_rate,
-    PathKind, ServerOp, TestPath, DELAY_PARAM, PATH_PARAM, TO_PARAM, WINDOW_PARAM,
+    ServerOp, TestPath, DELAY_PARAM, PATH_PARAM, TO_PARAM, WINDOW_PARAM,
 };
 use crate::{ClientOptions, CreateHow, OpenMode, Transport};
 use osprobe_core::model::Prediction;
@@ -303,14 +303,14 @@ impl Experiment for Throughput {
             ));
             out.push(m);
         }
-        if path.kind == PathKind::Remote {
+        if path.kind.is_remote() {
             for m in &mut out {
                 m.notes.push(
                     "path=remote: the path bandwidth term is not measured here (net.bandwidth against the same serve measures it); the server rate is this machine's service in-process".into(),
                 );
             }
         }
-        if path.kind == PathKind::Emulated {
+        if path.kind.is_emulated() {
             for m in &mut out {
                 m.notes.push(
                     "the emulator's forwarders add their own per-packet cost; the TCP stream's rate includes it".into(),

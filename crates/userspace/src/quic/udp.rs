@@ -9,7 +9,7 @@ use std::io;
 use std::mem;
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The most datagrams one GSO send carries (the kernel allows 64; quinn's
 /// own I/O layer uses 10 by default, which already amortizes the system
@@ -32,17 +32,9 @@ pub struct Udp {
     pub gro: bool,
 }
 
+/// Set an integer option; whether the kernel took it.
 fn setsockopt(fd: libc::c_int, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> bool {
-    // SAFETY: an int option, its size passed; the kernel copies it.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            &value as *const libc::c_int as *const libc::c_void,
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
+    osprobe_core::sys::set_int(fd, level, name, value).is_ok()
 }
 
 impl Udp {
@@ -68,20 +60,7 @@ impl Udp {
         );
         let gro = setsockopt(fd, libc::SOL_UDP, libc::UDP_GRO, 1);
         // GSO needs no option: probe that the kernel knows UDP_SEGMENT.
-        let gso = {
-            let mut value: libc::c_int = 0;
-            let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
-            // SAFETY: an int buffer and its size.
-            unsafe {
-                libc::getsockopt(
-                    fd,
-                    libc::SOL_UDP,
-                    libc::UDP_SEGMENT,
-                    &mut value as *mut libc::c_int as *mut libc::c_void,
-                    &mut len,
-                ) == 0
-            }
-        };
+        let gso = osprobe_core::sys::get_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
         Ok(Udp { socket, gso, gro })
     }
 
@@ -192,30 +171,12 @@ impl Udp {
     /// Returns whether the socket became ready (false: the timeout expired
     /// or a signal interrupted).
     pub fn wait(&self, deadline: Option<Instant>, writable: bool) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
-            revents: 0,
-        };
-        let timeout = deadline.map(|d| {
-            let left = d.saturating_duration_since(Instant::now());
-            libc::timespec {
-                tv_sec: left.as_secs() as _,
-                tv_nsec: left.subsec_nanos() as libc::c_long,
-            }
+        let events = libc::POLLIN | if writable { libc::POLLOUT } else { 0 };
+        // No deadline: wait for ever (poll_one's longest wait is decades).
+        let wait = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
         });
-        let tp = timeout
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: one pollfd, a timespec or null, no signal mask.
-        let rc = unsafe { libc::ppoll(&mut pfd, 1, tp, std::ptr::null()) };
-        if rc < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        }
-        Ok(rc > 0)
+        osprobe_core::sys::poll_one(self.socket.as_raw_fd(), events, wait)
     }
 }
 
