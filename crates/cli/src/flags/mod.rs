@@ -105,3 +105,17 @@ impl Command {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own checks over every definition (names that conflicts_with
+    /// and requires refer to exist, no flag defined twice in a command,
+    /// ...), which otherwise run only when a command is parsed.
+    #[test]
+    fn the_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+}
