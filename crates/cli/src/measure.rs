@@ -61,7 +61,7 @@ pub fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCo
         overrides: &args.params,
         db,
         quiet,
-        peer_token: None,
+        peer_token: args.token.secret()?,
         html_report: false,
     })
 }

@@ -5,12 +5,14 @@
 
 use crate::error::UsageError;
 use crate::flags::pager::{PagerArgs, PagerCommand, PagerRunArgs};
+use crate::output;
 use anyhow::Result;
 use osprobe_core::interrupt;
+use osprobe_pager::outcome::{RunReport, RunSetup};
 use osprobe_pager::policy::policy_by_name;
 use osprobe_pager::trace::generate;
-use osprobe_pager::workload::{self, WorkloadError, WorkloadOutcome};
-use osprobe_pager::{Pager, PagerConfig, ServiceTimes};
+use osprobe_pager::workload::{self, WorkloadError};
+use osprobe_pager::{Pager, PagerConfig};
 use setup::{parse_workload, swap_backend, Workload};
 use std::process::ExitCode;
 
@@ -81,7 +83,15 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
     let (_, times) = pager.finish();
     match outcome {
         Ok(outcome) => {
-            print_outcome(&args, pages, &description, &outcome, &times)?;
+            let (policy, swap) = description;
+            let setup = RunSetup {
+                workload: args.workload.join(" "),
+                frames: u64::from(args.frames),
+                pages,
+                policy: policy.to_string(),
+                swap,
+            };
+            output::print(args.json, &RunReport::new(setup, &outcome, &times))?;
             Ok(ExitCode::SUCCESS)
         }
         Err(WorkloadError::Interrupted) => {
@@ -95,91 +105,4 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
             Err(anyhow::anyhow!("the workload failed: {e}{why}"))
         }
     }
-}
-
-fn median_us(values: &[f64]) -> Option<f64> {
-    osprobe_core::stats::Summary::of(values).map(|s| s.p50 / 1e3)
-}
-
-fn print_outcome(
-    args: &PagerRunArgs,
-    pages: u64,
-    (policy, swap): &(&str, String),
-    outcome: &WorkloadOutcome,
-    times: &ServiceTimes,
-) -> Result<()> {
-    let c = &outcome.counters;
-    if args.json {
-        let value = serde_json::json!({
-            "workload": args.workload.join(" "),
-            "frames": args.frames,
-            "pages": pages,
-            "policy": policy,
-            "swap": swap,
-            "accesses": outcome.accesses,
-            "run_time_ns": outcome.elapsed.as_nanos() as u64,
-            "checked": outcome.checked,
-            "counters": {
-                "faults": c.faults,
-                "zero_fills": c.zero_fills,
-                "swap_ins": c.swap_ins,
-                "referenced_bit_faults": c.referenced_bit_faults,
-                "duplicate_faults": c.duplicate_faults,
-                "evictions": c.evictions,
-                "write_backs": c.write_backs,
-                "bits_cleared": c.bits_cleared,
-                "bytes_in": c.bytes_in,
-                "bytes_out": c.bytes_out,
-                "failures": c.failures,
-            },
-            "service_time_p50_ns": {
-                "zero_fill": median_us(&times.zero_fill).map(|u| u * 1e3),
-                "swap_in": median_us(&times.swap_in).map(|u| u * 1e3),
-                "referenced_bit": median_us(&times.referenced_bit).map(|u| u * 1e3),
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
-    }
-    let time = |v: &[f64]| match median_us(v) {
-        Some(us) => format!("{us:.2} us"),
-        None => "-".into(),
-    };
-    println!(
-        "{} on {} pages in {} frames ({policy}, {swap})",
-        args.workload.join(" "),
-        pages,
-        args.frames
-    );
-    println!(
-        "  run time        {:.3} s for {} accesses",
-        outcome.elapsed.as_secs_f64(),
-        outcome.accesses
-    );
-    println!("  checked         {}", outcome.checked);
-    println!(
-        "  faults          {} = {} zero-fill + {} swap-in + {} referenced-bit",
-        c.faults, c.zero_fills, c.swap_ins, c.referenced_bit_faults
-    );
-    println!(
-        "  evictions       {} ({} written back, {} clean)",
-        c.evictions,
-        c.write_backs,
-        c.evictions - c.write_backs
-    );
-    println!("  bits cleared    {}", c.bits_cleared);
-    println!(
-        "  moved           {} bytes in, {} bytes out",
-        c.bytes_in, c.bytes_out
-    );
-    println!(
-        "  service p50     zero-fill {}, swap-in {}, referenced-bit {} (inside the handler)",
-        time(&times.zero_fill),
-        time(&times.swap_in),
-        time(&times.referenced_bit)
-    );
-    if c.duplicate_faults > 0 {
-        println!("  duplicates      {}", c.duplicate_faults);
-    }
-    Ok(())
 }

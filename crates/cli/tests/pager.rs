@@ -23,7 +23,9 @@ fn stderr(out: &Output) -> String {
 
 fn counters(out: &Output) -> Value {
     assert!(out.status.success(), "{}", stderr(out));
-    json_of(out)["counters"].clone()
+    let doc = json_of(out);
+    common::assert_follows("pager-run.schema.json", &doc);
+    doc["counters"].clone()
 }
 
 fn add_up(c: &Value) {
@@ -56,6 +58,7 @@ fn pager_run_pages_a_trace_and_a_sort_through_a_swap_file() {
         "sort",
     ]);
     let doc = json_of(&out);
+    common::assert_follows("pager-run.schema.json", &doc);
     assert!(doc["checked"].as_str().unwrap().contains("sorted"), "{doc}");
     add_up(&doc["counters"]);
     // The human form names the counters.

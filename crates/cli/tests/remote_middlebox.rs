@@ -88,14 +88,14 @@ fn net_to_a_host_with_a_delay_crosses_the_emulator() {
     let _one = serialized();
     let (_dir, token) = token_file("mid-middlebox");
     let token = token.to_str().unwrap();
-    let host = NsHost::start(HOST_IP, &["--token-file", token]);
+    let (host, addr) = NsHost::start(HOST_IP, &["--token-file", token]);
     let egress = host.pair.host_ifname().to_string();
 
     let (pid, out) = osprobe(&[
         "net",
         "rtt",
         "--to",
-        &host.addr,
+        &addr,
         "--delay",
         "20ms",
         "--token-file",
@@ -110,7 +110,7 @@ fn net_to_a_host_with_a_delay_crosses_the_emulator() {
     assert!(!rtts.is_empty(), "no net.rtt measurement: {run}");
     for m in &rtts {
         assert_eq!(m["params"]["path"], "emulated", "{m}");
-        assert_eq!(m["params"]["to"], host.addr.as_str(), "{m}");
+        assert_eq!(m["params"]["to"], addr.as_str(), "{m}");
         // 20 ms each way: every round trip is at least 40 ms (in ns).
         assert!(p50(m) >= 40e6, "round trip {} ns: {m}", p50(m));
     }
@@ -126,7 +126,7 @@ fn net_to_a_host_with_a_delay_crosses_the_emulator() {
         "net",
         "bandwidth",
         "--to",
-        &host.addr,
+        &addr,
         "--delay",
         "2ms",
         "--rate",

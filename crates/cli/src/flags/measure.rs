@@ -27,6 +27,10 @@ pub struct BenchArgs {
     /// Set a parameter for every point, e.g. --param args=3; repeat it or give a list (args=1,3,5) to sweep: one point per value, the product of several (see `osprobe list` for what each accepts)
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
+    // The far end's token, for points with --param to=HOST (path=remote,
+    // or path=emulated in front of HOST), as `run` and `net` take it.
+    #[command(flatten)]
+    pub token: TokenArg,
 }
 
 #[derive(Debug, Args)]

@@ -11,7 +11,8 @@
 //! connected to the peer, no packet sent, and the interface that owns its
 //! local address; a peer that is one of this machine's own addresses goes
 //! over `lo`). What it is: the link as rtnetlink reports it ([`netlink`]:
-//! kind, MTU, state, root queue discipline, queue counts) and the driver
+//! kind, MTU, state, root queue discipline, queue counts; [`qdisc`]: every
+//! queue discipline of the interface, with a token bucket's rate) and the driver
 //! as the ethtool ioctls report it ([`ethtool`]: driver, speed, duplex,
 //! offloads). Both are asked through sockets of the caller's network
 //! namespace, so a server in a namespace describes its own veth, where
@@ -23,6 +24,7 @@
 
 pub mod ethtool;
 pub mod netlink;
+pub mod qdisc;
 pub mod route;
 
 use serde::{Deserialize, Serialize};
@@ -58,6 +60,10 @@ pub struct NicInfo {
     pub offloads: BTreeMap<String, bool>,
     /// The root queue discipline (`noqueue`, `fq_codel`, `mq`, `fq`, ...).
     pub qdisc: Option<String>,
+    /// Every queue discipline of the interface, the root first, with
+    /// handles, parents and a tbf's rate. Empty in runs stored before it
+    /// was recorded (they hold the root's name in `qdisc` only).
+    pub qdiscs: Vec<qdisc::Qdisc>,
     /// Transmit queue length in packets (`txqueuelen`).
     pub tx_queue_len: Option<u32>,
     pub tx_queues: Option<u32>,
@@ -65,14 +71,14 @@ pub struct NicInfo {
 }
 
 /// The interface this machine uses to reach `peer`, described.
-pub fn towards(peer: IpAddr) -> Result<NicInfo, String> {
+pub fn towards(peer: IpAddr) -> Result<NicInfo, crate::error::NicError> {
     let (local, name) = route::interface_towards(peer)?;
     Ok(describe(&name, local))
 }
 
 /// The interface that carries a connection whose local end is `local` and
 /// whose remote end is `peer` (what a server knows of an accepted socket).
-pub fn of_connection(local: IpAddr, peer: IpAddr) -> Result<NicInfo, String> {
+pub fn of_connection(local: IpAddr, peer: IpAddr) -> Result<NicInfo, crate::error::NicError> {
     let name = route::interface_of_connection(local, peer)?;
     Ok(describe(&name, local))
 }
@@ -95,6 +101,9 @@ pub fn describe(name: &str, address: IpAddr) -> NicInfo {
         nic.tx_queue_len = link.tx_queue_len;
         nic.tx_queues = link.tx_queues;
         nic.rx_queues = link.rx_queues;
+    }
+    if let Ok(qdiscs) = qdisc::of(name) {
+        nic.qdiscs = qdiscs;
     }
     if let Ok(socket) = ethtool::Socket::new() {
         if let Some(info) = socket.driver(name) {
@@ -164,9 +173,43 @@ impl NicInfo {
                 })),
             ),
             ("Offloads".into(), offloads_summary(&self.offloads)),
-            ("Qdisc".into(), or_dash(self.qdisc.clone())),
+            ("Qdisc".into(), or_dash(self.qdisc_summary())),
             ("Queues".into(), or_dash(queues)),
         ]
+    }
+}
+
+impl NicInfo {
+    /// Every level of the queue discipline tree when recorded (`tbf 1:
+    /// root rate 10 Mbit/s, pfifo 10: parent 1:1`), else the root's name.
+    pub fn qdisc_summary(&self) -> Option<String> {
+        if self.qdiscs.is_empty() {
+            return self.qdisc.clone();
+        }
+        // An mq device has one child per queue, all alike: say how many.
+        let mut parts: Vec<(String, usize)> = Vec::new();
+        for q in &self.qdiscs {
+            let text = match q.parent.as_str() {
+                "root" | "ingress" => q.describe(),
+                _ if q.kind == "mq" || self.qdiscs.len() <= 4 => q.describe(),
+                _ => format!(
+                    "{} under {}",
+                    q.kind,
+                    q.parent.split(':').next().unwrap_or("")
+                ),
+            };
+            match parts.iter_mut().find(|(t, _)| *t == text) {
+                Some((_, n)) => *n += 1,
+                None => parts.push((text, 1)),
+            }
+        }
+        Some(
+            parts
+                .into_iter()
+                .map(|(t, n)| if n > 1 { format!("{t} (x{n})") } else { t })
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
     }
 }
 
@@ -206,6 +249,7 @@ mod tests {
         assert_eq!(nic.kind, "loopback");
         assert!(nic.mtu.is_some_and(|m| m >= 1500), "{nic:?}");
         assert!(nic.qdisc.is_some(), "{nic:?}");
+        assert_eq!(nic.qdiscs.first().map(|q| q.parent.as_str()), Some("root"));
     }
 
     #[test]
@@ -239,6 +283,49 @@ mod tests {
         assert_eq!(lines["Interface"], "eth0 (192.0.2.1), ether");
         assert_eq!(lines["Speed"], "10 Gbit/s full duplex");
         assert_eq!(lines["Qdisc"], "-");
+        // A run stored before the tree was recorded shows the root's name.
+        let old = NicInfo {
+            qdisc: Some("fq_codel".into()),
+            ..NicInfo::default()
+        };
+        assert_eq!(old.qdisc_summary().as_deref(), Some("fq_codel"));
+        let old: NicInfo = serde_json::from_str(r#"{"name": "eth0", "qdisc": "mq"}"#).unwrap();
+        assert!(old.qdiscs.is_empty());
+        assert_eq!(old.qdisc_summary().as_deref(), Some("mq"));
+        let level = |kind: &str, handle: &str, parent: &str| qdisc::Qdisc {
+            kind: kind.into(),
+            handle: handle.into(),
+            parent: parent.into(),
+            rate_bps: None,
+        };
+        let shaped = NicInfo {
+            qdisc: Some("tbf".into()),
+            qdiscs: vec![
+                qdisc::Qdisc {
+                    rate_bps: Some(10_000_000),
+                    ..level("tbf", "1:", "root")
+                },
+                level("fq_codel", "10:", "1:1"),
+            ],
+            ..NicInfo::default()
+        };
+        let shaped_lines: BTreeMap<String, String> = shaped.summary_lines().into_iter().collect();
+        assert_eq!(
+            shaped_lines["Qdisc"],
+            "tbf 1: root rate 10 Mbit/s, fq_codel 10: parent 1:1"
+        );
+        let mut queues = vec![level("mq", "0:", "root")];
+        for i in 1..=8 {
+            queues.push(level("fq_codel", "0:", &format!("0:{i}")));
+        }
+        let multi = NicInfo {
+            qdiscs: queues,
+            ..NicInfo::default()
+        };
+        assert_eq!(
+            multi.qdisc_summary().as_deref(),
+            Some("mq 0: root, fq_codel under 0 (x8)")
+        );
         assert_eq!(lines["Driver"], "virtio_net");
     }
 }

@@ -2,6 +2,7 @@
 //! by index on a NETLINK_ROUTE socket of this network namespace, and a
 //! parser of the answer's attributes (pure, so it is tested on bytes).
 
+use crate::error::NetlinkError;
 use std::ffi::CString;
 use std::io;
 
@@ -75,33 +76,8 @@ pub fn link(name: &str) -> io::Result<Link> {
     if index == 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: plain socket call; the descriptor is owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let fd = route_socket()?;
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    let timeout = libc::timeval {
-        tv_sec: 2,
-        tv_usec: 0,
-    };
-    // SAFETY: a valid timeval of the size passed.
-    unsafe {
-        libc::setsockopt(
-            raw,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &timeout as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
     let request = request(index as i32, 1);
     // SAFETY: the buffer is valid for its length; the kernel is the
     // default destination of a netlink socket.
@@ -116,7 +92,45 @@ pub fn link(name: &str) -> io::Result<Link> {
         return Err(io::Error::last_os_error());
     }
     answer.truncate(got as usize);
-    parse_answer(&answer).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    parse_answer(&answer).map_err(|e| match e {
+        // The kernel's own error (no such device, ...) as the kernel said it.
+        NetlinkError::Kernel(e) => e,
+        other => io::Error::new(io::ErrorKind::InvalidData, other),
+    })
+}
+
+/// A NETLINK_ROUTE socket of this thread's network namespace, with a
+/// receive timeout of two seconds (the kernel answers at once; a missing
+/// answer must not hang the environment capture).
+pub(super) fn route_socket() -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: plain socket call; the descriptor is owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just returned by socket(2), owned by no one else.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let timeout = libc::timeval {
+        tv_sec: 2,
+        tv_usec: 0,
+    };
+    // SAFETY: a valid timeval of the size passed.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &timeout as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    Ok(fd)
 }
 
 /// An RTM_GETLINK request for interface `index`.
@@ -137,40 +151,40 @@ fn request(index: i32, seq: u32) -> Vec<u8> {
     out
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(super) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+pub(super) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn align4(n: usize) -> usize {
+pub(super) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
 /// The first message of a netlink answer: a link, or the kernel's error.
-pub fn parse_answer(b: &[u8]) -> Result<Link, String> {
-    let len = u32_at(b, 0).ok_or("short netlink answer")? as usize;
-    let kind = u16_at(b, 4).ok_or("short netlink answer")?;
+pub fn parse_answer(b: &[u8]) -> Result<Link, NetlinkError> {
+    let len = u32_at(b, 0).ok_or(NetlinkError::Short("netlink answer"))? as usize;
+    let kind = u16_at(b, 4).ok_or(NetlinkError::Short("netlink answer"))?;
     if len < NLMSG_HDR || len > b.len() {
-        return Err(format!("netlink message length {len} of {} bytes", b.len()));
+        return Err(NetlinkError::Length { len, have: b.len() });
     }
     let body = &b[NLMSG_HDR..len];
     match kind {
         NLMSG_ERROR => {
-            let errno = u32_at(body, 0).ok_or("short netlink error")? as i32;
-            Err(format!("{}", io::Error::from_raw_os_error(-errno)))
+            let errno = u32_at(body, 0).ok_or(NetlinkError::Short("netlink error"))? as i32;
+            Err(NetlinkError::Kernel(io::Error::from_raw_os_error(-errno)))
         }
         RTM_NEWLINK => parse_link(body),
-        other => Err(format!("unexpected netlink message type {other}")),
+        other => Err(NetlinkError::UnexpectedType(other)),
     }
 }
 
 /// An RTM_NEWLINK body: ifinfomsg, then attributes.
-fn parse_link(body: &[u8]) -> Result<Link, String> {
+fn parse_link(body: &[u8]) -> Result<Link, NetlinkError> {
     if body.len() < IFINFOMSG {
-        return Err("short link message".into());
+        return Err(NetlinkError::Short("link message"));
     }
     let mut link = Link {
         hardware_type: u16_at(body, 2).unwrap_or(0),
@@ -196,14 +210,14 @@ fn parse_link(body: &[u8]) -> Result<Link, String> {
 }
 
 /// A NUL-terminated attribute string.
-fn text(value: &[u8]) -> Option<String> {
+pub(super) fn text(value: &[u8]) -> Option<String> {
     let end = value.iter().position(|&c| c == 0).unwrap_or(value.len());
     let s = String::from_utf8_lossy(&value[..end]).into_owned();
     (!s.is_empty()).then_some(s)
 }
 
 /// (type, value) of each attribute in `b`; stops at the first malformed one.
-fn attributes(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(super) fn attributes(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     let mut at = 0usize;
     std::iter::from_fn(move || {
         let len = u16_at(b, at)? as usize;
@@ -263,7 +277,9 @@ mod tests {
     #[test]
     fn an_error_answer_and_garbage_are_errors_not_panics() {
         let err = message(NLMSG_ERROR, &(-19i32).to_ne_bytes());
-        assert!(parse_answer(&err).is_err());
+        assert!(
+            matches!(parse_answer(&err), Err(NetlinkError::Kernel(e)) if e.raw_os_error() == Some(19))
+        );
         for n in 0..40 {
             let junk: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
             let _ = parse_answer(&junk);
