@@ -27,7 +27,9 @@ pub fn pager(args: PagerArgs, quiet: bool) -> Result<ExitCode> {
 
 fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
     let workload = parse_workload(&args.workload)?;
-    if args.processes.is_some() || matches!(workload, Workload::Heap) {
+    let shared = args.processes.is_some() || matches!(workload, Workload::Heap);
+    check_batches(&args, shared)?;
+    if shared {
         return processes::run(&args, workload, quiet);
     }
     if args.replacement.is_some() {
@@ -60,6 +62,8 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
     let pin = osprobe_core::affinity::PinGuard::first_allowed().ok();
     let mut config = PagerConfig::new(pages, frames, policy, swap);
     config.handler_cpu = pin.as_ref().map(|p| p.cpu);
+    config.read_around = args.read_around as usize;
+    config.evict_batch = args.evict_batch as usize;
     let mut pager = Pager::start(config)?;
     if !quiet && !args.json {
         eprintln!(
@@ -90,6 +94,8 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
                 pages,
                 policy: policy.to_string(),
                 swap,
+                read_around: args.read_around,
+                evict_batch: args.evict_batch,
             };
             output::print(args.json, &RunReport::new(setup, &outcome, &times))?;
             Ok(ExitCode::SUCCESS)
@@ -105,4 +111,27 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
             Err(anyhow::anyhow!("the workload failed: {e}{why}"))
         }
     }
+}
+
+/// --read-around and --evict-batch: at most the frames, and only on the
+/// single-process pager (the processes' pager, `shared`, serves one page a
+/// fault).
+fn check_batches(args: &PagerRunArgs, shared: bool) -> Result<(), UsageError> {
+    for (flag, value) in [
+        ("--read-around", args.read_around),
+        ("--evict-batch", args.evict_batch),
+    ] {
+        if value > args.frames {
+            return Err(UsageError(format!(
+                "{flag} {value}: at most --frames ({}) pages",
+                args.frames
+            )));
+        }
+        if value > 1 && shared {
+            return Err(UsageError(format!(
+                "{flag} {value}: the pager of several processes (--processes, and the heap workload) serves one page per fault; {flag} needs the single-process pager"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -19,6 +19,10 @@ pub struct RunReport {
     pub policy: String,
     /// Where evicted pages went, in words.
     pub swap: String,
+    /// Pages one swap-in may bring in (1: read-around off).
+    pub read_around: u32,
+    /// Evictions written back together (1: one at a time).
+    pub evict_batch: u32,
     pub accesses: u64,
     pub run_time_ns: u64,
     /// What was checked afterwards, in words.
@@ -42,6 +46,8 @@ pub struct RunCounters {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub failures: u64,
+    /// Pages brought in ahead of their fault by read-around.
+    pub read_around_pages: u64,
 }
 
 impl From<&PagerCounters> for RunCounters {
@@ -58,6 +64,7 @@ impl From<&PagerCounters> for RunCounters {
             bytes_in: c.bytes_in,
             bytes_out: c.bytes_out,
             failures: c.failures,
+            read_around_pages: c.read_around_pages,
         }
     }
 }
@@ -92,6 +99,8 @@ pub struct RunSetup {
     pub pages: u64,
     pub policy: String,
     pub swap: String,
+    pub read_around: u32,
+    pub evict_batch: u32,
 }
 
 impl RunReport {
@@ -102,6 +111,8 @@ impl RunReport {
             pages: setup.pages,
             policy: setup.policy,
             swap: setup.swap,
+            read_around: setup.read_around,
+            evict_batch: setup.evict_batch,
             accesses: outcome.accesses,
             run_time_ns: outcome.elapsed.as_nanos() as u64,
             checked: outcome.checked.clone(),
@@ -148,6 +159,13 @@ impl fmt::Display for RunReport {
             c.evictions - c.write_backs
         )?;
         writeln!(f, "  bits cleared    {}", c.bits_cleared)?;
+        if self.read_around > 1 || self.evict_batch > 1 {
+            writeln!(
+                f,
+                "  batches         read-around {} ({} pages brought in ahead), evictions in batches of {}",
+                self.read_around, c.read_around_pages, self.evict_batch
+            )?;
+        }
         writeln!(
             f,
             "  moved           {} bytes in, {} bytes out",

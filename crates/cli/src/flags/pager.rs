@@ -58,6 +58,12 @@ pub struct PagerRunArgs {
     /// With --processes: global (one policy over all frames: a fault may evict another process's page) or local (a quota of frames per process)
     #[arg(long, value_name = "global|local", value_parser = ["global", "local"])]
     pub replacement: Option<String>,
+    /// Swap-in read-around: a fault on the page after the last one swapped in (a sequential scan) brings in up to N pages with one backend read and one UFFDIO_COPY (1: off; at most --frames; pager.scan's read_around)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub read_around: u32,
+    /// Write-behind: when no frame is free, N victims leave together and their changed pages are written in one batch (over rfs, a window of writes in flight; 1: one at a time; at most --frames)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub evict_batch: u32,
     /// The heap workload: pages per sbrk call
     #[arg(long, value_name = "PAGES", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub sbrk: u64,
