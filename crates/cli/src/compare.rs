@@ -4,49 +4,19 @@
 //! experiment, metric and parameters in common), 2 for a usage error. Wiring only:
 //! the arithmetic lives in osprobe-report's compare module.
 
-use crate::commands::UsageError;
+use crate::error::UsageError;
+use crate::flags::CompareArgs;
 use anyhow::Result;
-use clap::Args;
 use osprobe_core::Run;
 use osprobe_report::compare::{compare, parse_threshold, render};
-use osprobe_store::{RunStore, StoreError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Debug, Args)]
-pub struct CompareArgs {
-    /// The baseline run: an id, a unique prefix of one, `latest` or `latest~N` (N runs before the latest); HOST:REF counts among one host's runs (e.g. web-1:latest, the same experiment on two machines)
-    pub a: String,
-    /// The run compared with it (same forms)
-    pub b: String,
-    /// Smallest relative change that counts, as a percentage (5%) or a fraction (0.05)
-    #[arg(long, value_name = "PERCENT", default_value = "5%")]
-    pub threshold: String,
-    /// Print the comparison as JSON
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Open the store for reading (either backend); a missing store is the
-/// user's to fix (exit 2).
-pub fn open_store(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
-    let location = crate::store::location(db)?;
-    osprobe_store::open(&location, osprobe_store::Access::Read).map_err(|e| match e {
-        StoreError::Missing(_) => UsageError(e.to_string()).into(),
-        other => crate::store::classify(other),
-    })
-}
-
-/// Load a run; an unknown, ambiguous or absent id is a usage error.
-pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
-    crate::store::load_run(store, id)
-}
-
 pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     let threshold = parse_threshold(&args.threshold).map_err(|e| UsageError(e.to_string()))?;
-    let store = open_store(db)?;
-    let a = load_run(&store, &args.a)?;
-    let b = load_run(&store, &args.b)?;
+    let store = crate::store::open_to_look_up(db)?;
+    let a = crate::store::load_run(&*store, &args.a)?;
+    let b = crate::store::load_run(&*store, &args.b)?;
     let comparison = compare(&a, &b, threshold);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&comparison)?);

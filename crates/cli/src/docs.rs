@@ -2,26 +2,14 @@
 //! from the registry so it cannot drift from the code. The checked-in copy
 //! is docs/experiments.md; a test regenerates it and fails when it is stale.
 
-use clap::{Args, Subcommand};
+use crate::flags::docs::{DocsArgs, DocsWhat};
 use osprobe_core::{Experiment, Profile, Registry, Requirements};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-#[derive(Debug, Args)]
-pub struct DocsArgs {
-    #[command(subcommand)]
-    pub what: DocsWhat,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum DocsWhat {
-    /// Print the experiment reference (docs/experiments.md) as Markdown
-    Experiments,
-}
-
 pub fn run(args: DocsArgs) -> anyhow::Result<ExitCode> {
     match args.what {
-        DocsWhat::Experiments => print!("{}", experiments_markdown(&crate::commands::registry())),
+        DocsWhat::Experiments => print!("{}", experiments_markdown(&crate::registry::registry())),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -188,7 +176,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_section() {
-        let registry = crate::commands::registry();
+        let registry = crate::registry::registry();
         let text = experiments_markdown(&registry);
         for e in registry.all() {
             assert!(

@@ -3,8 +3,8 @@
 //! The files are created before anything is measured, so a bad path fails
 //! in a millisecond rather than after a minute of work.
 
-use crate::args::ProfileArgs;
-use crate::commands::UsageError;
+use crate::error::UsageError;
+use crate::flags::ProfileArgs;
 use crate::output::{self, Exporter};
 use anyhow::{Context as _, Result};
 use osprobe_core::Run;

@@ -4,27 +4,13 @@
 //! An import is all or nothing per file and idempotent (run ids are ULIDs).
 //! Wiring only: the format and its checks live in osprobe-store's import.
 
-use crate::commands::UsageError;
+use crate::error::UsageError;
+use crate::flags::{ExportArgs, ImportArgs};
 use anyhow::{Context as _, Result};
-use clap::Args;
 use osprobe_store::RunStore;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(Debug, Args)]
-pub struct ExportArgs {
-    /// Runs to export: ids, unique prefixes of ids, `latest`, `latest~N` or HOST:REF (default: every stored run, oldest first)
-    #[arg(value_name = "RUN")]
-    pub runs: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct ImportArgs {
-    /// A file of runs as `osprobe export` writes them (JSON Lines), or `-` for standard input
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
-}
 
 pub fn export(args: ExportArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let store = crate::store::open_for_reading(db)?;

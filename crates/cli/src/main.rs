@@ -3,24 +3,27 @@
 //! compare with nothing in common), 2 usage error, 128 + signal when
 //! interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 
-mod args;
 mod commands;
 mod compare;
 mod docs;
+mod error;
 mod export;
 mod export_import;
 mod far_end;
+mod flags;
 mod fleet;
 mod fleetref;
 mod hostref;
 mod labels;
 mod leftovers;
 mod link;
+mod measure;
 mod net;
 mod outcome;
 mod output;
 mod pager;
 mod progress;
+mod registry;
 mod remote;
 mod report;
 mod reproduce;
@@ -33,12 +36,12 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
+    let cli = flags::Cli::parse();
     match commands::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("osprobe: {err:#}");
-            if err.is::<commands::UsageError>() {
+            if err.is::<error::UsageError>() {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -1,8 +1,8 @@
 //! `osprobe serve` and `osprobe send`: wiring between the command line and
 //! osprobe-net's server and sender.
 
-use crate::args::{SendArgs, ServeArgs};
-use crate::commands::UsageError;
+use crate::error::UsageError;
+use crate::flags::{NetServeArgs, SendArgs};
 use anyhow::Result;
 use osprobe_core::interrupt;
 use osprobe_net::client::Peer;
@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub fn serve(args: ServeArgs, quiet: bool) -> Result<ExitCode> {
+pub fn serve(args: NetServeArgs, quiet: bool) -> Result<ExitCode> {
     let bind: SocketAddr = args.bind.parse().map_err(|_| {
         UsageError(format!(
             "--bind '{}': expected ADDR:PORT, e.g. 0.0.0.0:5301 or [::]:5301",

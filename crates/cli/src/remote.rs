@@ -5,7 +5,7 @@
 //! knows both the serve protocol (osprobe-net) and the file service
 //! (osprobe-rfs).
 
-use crate::commands::UsageError;
+use crate::error::UsageError;
 use osprobe_core::locator::ServiceLocator;
 use osprobe_net::client::Peer;
 use osprobe_rfs::{Server, ServerEvent, ServerOptions, Transports};

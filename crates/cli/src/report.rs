@@ -4,35 +4,21 @@
 //! store. Wiring only: the pages are osprobe-report's html and fleet
 //! modules.
 
-use crate::commands::UsageError;
-use crate::compare::{load_run, open_store};
+use crate::error::UsageError;
+use crate::flags::ReportArgs;
 use anyhow::{Context as _, Result};
-use clap::Args;
 use osprobe_core::{Run, SCHEMA_VERSION};
 use osprobe_report::html::Report;
 use osprobe_store::RunStore;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(Debug, Args)]
-pub struct ReportArgs {
-    /// The run: an id, a unique prefix of one, `latest`, `latest~N`, or HOST:REF (among one host's runs)
-    #[arg(default_value = "latest")]
-    pub run: String,
-    /// Write the fleet page instead: every run labelled fleet=ID (default: the latest fleet), one row per host, the network between hosts as heat maps
-    #[arg(long, value_name = "FLEET_ID", num_args = 0..=1, default_missing_value = "latest", conflicts_with = "run")]
-    pub fleet: Option<String>,
-    /// Where to write the HTML (default: osprobe-report-RUN.html in the current directory)
-    #[arg(long, short, value_name = "FILE")]
-    pub out: Option<PathBuf>,
-}
-
 pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
-    let store = open_store(db)?;
+    let store = crate::store::open_to_look_up(db)?;
     if let Some(fleet) = &args.fleet {
         return fleet_page(&*store, fleet, args.out);
     }
-    let run = load_run(&store, &args.run)?;
+    let run = crate::store::load_run(&*store, &args.run)?;
     readable_schema(&run)?;
     let out = args
         .out
@@ -56,7 +42,7 @@ fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Re
     let fleet = crate::fleetref::resolve(&store.list_runs()?, reference).map_err(UsageError)?;
     let mut runs = Vec::with_capacity(fleet.runs.len());
     for id in &fleet.runs {
-        let run = load_run(store, id)?;
+        let run = crate::store::load_run(store, id)?;
         readable_schema(&run)?;
         runs.push(run);
     }

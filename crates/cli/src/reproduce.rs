@@ -2,29 +2,12 @@
 //! figures beside a stored run's, with the ratio. Wiring only: the data and
 //! the table live in osprobe-report's reproduce module.
 
-use crate::commands::UsageError;
-use crate::compare::{load_run, open_store};
+use crate::error::UsageError;
+use crate::flags::ReproduceArgs;
 use anyhow::{Context as _, Result};
-use clap::Args;
 use osprobe_report::reproduce::{self, parse_seed, references};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(Debug, Args)]
-pub struct ReproduceArgs {
-    /// The run: an id, a unique prefix of one, `latest` or `latest~N`
-    #[arg(default_value = "latest")]
-    pub run: String,
-    /// Only the figures of one reference study: 000, 001, 002, 003 or 004 (see docs/references.md)
-    #[arg(long = "study", alias = "seed", value_name = "STUDY")]
-    pub seed: Option<String>,
-    /// Print the rows as JSON
-    #[arg(long, conflicts_with = "csv")]
-    pub json: bool,
-    /// Print the rows as CSV
-    #[arg(long)]
-    pub csv: bool,
-}
 
 pub fn run(args: ReproduceArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     let seed = match &args.seed {
@@ -36,8 +19,8 @@ pub fn run(args: ReproduceArgs, db: Option<PathBuf>) -> Result<ExitCode> {
         })?),
     };
     let refs = references().context("the reference data built into osprobe")?;
-    let store = open_store(db)?;
-    let run = load_run(&store, &args.run)?;
+    let store = crate::store::open_to_look_up(db)?;
+    let run = crate::store::load_run(&*store, &args.run)?;
     let rows = reproduce::reproduce(&run, &refs, seed.as_deref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -55,7 +38,7 @@ mod tests {
 
     #[test]
     fn every_reference_names_an_experiment_of_this_build() {
-        let registry = crate::commands::registry();
+        let registry = crate::registry::registry();
         for r in references().unwrap() {
             let Some(id) = &r.experiment else { continue };
             let exp = registry

@@ -1,21 +1,14 @@
 //! `osprobe completions SHELL` and `osprobe man`: generated from the clap
-//! definition in args.rs, so they never drift from the real flags.
+//! definitions in flags/, so they never drift from the real flags.
 
+use crate::flags::docs::CompletionsArgs;
 use anyhow::{Context as _, Result};
-use clap::{Args, CommandFactory};
-use clap_complete::Shell;
+use clap::CommandFactory;
 use std::io::Write;
 use std::process::ExitCode;
 
-#[derive(Debug, Args)]
-pub struct CompletionsArgs {
-    /// The shell to complete for
-    #[arg(value_enum)]
-    pub shell: Shell,
-}
-
 pub fn completions(args: CompletionsArgs) -> Result<ExitCode> {
-    let mut cmd = crate::args::Cli::command();
+    let mut cmd = crate::flags::Cli::command();
     let mut out = std::io::stdout().lock();
     clap_complete::generate(args.shell, &mut cmd, "osprobe", &mut out);
     out.flush().context("writing the completion script")?;
@@ -24,7 +17,7 @@ pub fn completions(args: CompletionsArgs) -> Result<ExitCode> {
 
 /// One man page for the whole command, its subcommands listed in it.
 pub fn man() -> Result<ExitCode> {
-    let cmd = crate::args::Cli::command();
+    let cmd = crate::flags::Cli::command();
     let mut page = Vec::new();
     clap_mangen::Man::new(cmd)
         .render(&mut page)

@@ -2,7 +2,7 @@
 //! URL), else `$OSPROBE_DB`, else the default SQLite file. The one place the
 //! cli opens a store, so every command works on either backend.
 
-use crate::commands::UsageError;
+use crate::error::UsageError;
 use anyhow::Result;
 use osprobe_core::Run;
 use osprobe_store::{Access, Location, RunStore, StoreError};
@@ -28,6 +28,16 @@ pub fn open_for_writing(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
 /// failure (exit 1) that says to run something first.
 pub fn open_for_reading(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
     osprobe_store::open(&location(db)?, Access::Read).map_err(classify)
+}
+
+/// Open the store for reading to look runs up in it (compare, report,
+/// reproduce); a store that does not exist yet is the user's to fix
+/// (exit 2): they named runs in it.
+pub fn open_to_look_up(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
+    osprobe_store::open(&location(db)?, Access::Read).map_err(|e| match e {
+        StoreError::Missing(_) => UsageError(e.to_string()).into(),
+        other => classify(other),
+    })
 }
 
 /// Open the store for reading, or None when nothing was ever stored there

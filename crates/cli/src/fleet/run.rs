@@ -3,13 +3,13 @@
 //! the pairs one at a time; every run stored here with its labels as it
 //! arrives, so a host that fails costs the others nothing.
 
-use crate::commands::UsageError;
+use crate::error::UsageError;
+use crate::flags::fleet::FleetRunArgs;
 use crate::fleet::inventory::{Host, Inventory};
 use crate::fleet::pairs::{self, End, PairError};
 use crate::fleet::progress::Progress;
 use crate::fleet::remote::{self, LocalBinary};
 use crate::fleet::ssh::{ExecError, Finished, Input, Ssh, Target};
-use crate::fleet::FleetRunArgs;
 use anyhow::Result;
 use osprobe_core::Run;
 use osprobe_store::RunStore;
@@ -52,7 +52,7 @@ struct Shared<'a> {
 pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let inventory = Inventory::load(&args.inventory).map_err(|e| UsageError(e.to_string()))?;
     // Check --only and --pairs here, before any host is reached.
-    let registry = crate::commands::registry();
+    let registry = crate::registry::registry();
     registry
         .select(&args.only)
         .map_err(|e| UsageError(format!("--only: {e}")))?;

@@ -2,8 +2,9 @@
 //! several processes served by one pager (osprobe-pager's `processes`),
 //! and what each did (osprobe-pager's `outcome` renders it). Wiring only.
 
-use super::{swap_backend, RunArgs, Workload};
-use crate::commands::UsageError;
+use super::setup::{swap_backend, Workload};
+use crate::error::UsageError;
+use crate::flags::pager::PagerRunArgs;
 use crate::output;
 use anyhow::Result;
 use osprobe_core::interrupt;
@@ -15,9 +16,7 @@ use osprobe_pager::processes::{
 use osprobe_pager::trace::generate;
 use std::process::ExitCode;
 
-pub const MAX_PROCESSES: i64 = 64;
-
-pub fn run(args: &RunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> {
+pub fn run(args: &PagerRunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> {
     let processes = args.processes.unwrap_or(1) as usize;
     let frames = args.frames as usize;
     let replacement: Replacement = args

@@ -71,4 +71,27 @@ mod tests {
         assert_eq!(resolve("[::1]:7000", 5301).unwrap().port(), 7000);
         // No test of a failed lookup: it would send a DNS query off this machine.
     }
+
+    #[test]
+    fn services_are_found_through_the_locator_handed_in() {
+        let found: SocketAddr = "127.0.0.1:5302".parse().unwrap();
+        let locator = move |to: &str, service: &str| {
+            if to == "far" && service == "rfs" {
+                Ok(found)
+            } else {
+                Err(format!("no {service} at {to}"))
+            }
+        };
+        assert_eq!(locate(Some(&locator), "far", "rfs").unwrap(), found);
+        assert!(matches!(
+            locate(Some(&locator), "far", "nfs"),
+            Err(ExperimentError::Failed(e)) if e == "no nfs at far"
+        ));
+        // Without one (a program other than the binary), the remote
+        // service is unsupported here, not a failure.
+        assert!(matches!(
+            locate(None, "far", "rfs"),
+            Err(ExperimentError::Unsupported(_))
+        ));
+    }
 }

@@ -325,8 +325,7 @@ impl Handler {
             if read.is_err() || faults.is_empty() {
                 return;
             }
-            for at in 0..faults.len() {
-                let fault = faults[at];
+            for &fault in faults.iter() {
                 if self.processes[index].running.is_none() {
                     return;
                 }

@@ -1,0 +1,134 @@
+//! Flags several commands share: the peer's token, who may reach a
+//! server, the profile and what becomes of a run, `--param`.
+
+use crate::error::UsageError;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Args)]
+pub struct TokenArg {
+    /// Secret shared with the server (default: $OSPROBE_TOKEN); visible to other users in `ps`, prefer --token-file; never sent in clear, never stored
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "OSPROBE_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    pub token: Option<String>,
+    /// Read the shared secret from this file (its first line; keep it private: chmod 600)
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// A token file larger than this is not a token (and reading it whole would
+/// let a mistaken path, /dev/zero say, exhaust memory).
+const MAX_TOKEN_FILE: u64 = 4096;
+
+impl TokenArg {
+    /// The secret from --token-file, --token or $OSPROBE_TOKEN, refusing an
+    /// empty one (it would protect nothing) and naming the file that is
+    /// unreadable, empty or too large.
+    pub fn secret(&self) -> Result<Option<String>, UsageError> {
+        use std::io::Read;
+        if let Some(path) = &self.token_file {
+            let shown = path.display();
+            let file = std::fs::File::open(path)
+                .map_err(|e| UsageError(format!("--token-file {shown}: cannot open it: {e}")))?;
+            let mut text = String::new();
+            file.take(MAX_TOKEN_FILE + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| {
+                    UsageError(format!("--token-file {shown}: cannot read it as text: {e}"))
+                })?;
+            if text.len() as u64 > MAX_TOKEN_FILE {
+                return Err(UsageError(format!(
+                    "--token-file {shown}: larger than {MAX_TOKEN_FILE} bytes; expected one line holding the secret"
+                )));
+            }
+            let secret = text.lines().next().unwrap_or("").trim_end_matches('\r');
+            if secret.is_empty() {
+                return Err(UsageError(format!(
+                    "--token-file {shown}: its first line is empty; expected the secret there"
+                )));
+            }
+            return Ok(Some(secret.to_string()));
+        }
+        match &self.token {
+            Some(t) if t.is_empty() => Err(UsageError(
+                "--token (or $OSPROBE_TOKEN): the secret must not be empty".into(),
+            )),
+            other => Ok(other.clone()),
+        }
+    }
+}
+
+/// Who may talk to a server: the address it binds and whether it demands a
+/// token. Shared by `serve` and `rfs serve`.
+#[derive(Debug, Args)]
+pub struct ExposureArgs {
+    /// Serve without a token on a non-loopback address: anyone who can reach the port may use it (a warning is printed)
+    #[arg(long, conflicts_with_all = ["token", "token_file"])]
+    pub no_auth: bool,
+}
+
+impl ExposureArgs {
+    /// Refuse a server reachable from other hosts without a token, unless
+    /// --no-auth says so; the warning to print when it does.
+    pub fn check(
+        &self,
+        command: &str,
+        bind: std::net::SocketAddr,
+        has_token: bool,
+    ) -> Result<Option<String>, UsageError> {
+        if has_token || bind.ip().is_loopback() {
+            return Ok(None);
+        }
+        if self.no_auth {
+            return Ok(Some(format!(
+                "osprobe {command}: WARNING: listening on {bind} without a token (--no-auth): anyone who can reach this port may use it"
+            )));
+        }
+        Err(UsageError(format!(
+            "{command} --bind {bind}: a server reachable from other hosts needs a token: \
+             give --token-file PATH (or $OSPROBE_TOKEN), or --no-auth to serve anyone; \
+             without --bind it listens on loopback only"
+        )))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// smoke: seconds, checks structure; quick: about two minutes; full: thorough, half an hour or more as root
+    #[arg(long, default_value = "quick", value_parser = ["smoke", "quick", "full"])]
+    pub profile: String,
+    /// One line per experiment (its headline measurement) instead of the full table
+    #[arg(long, conflicts_with = "json")]
+    pub brief: bool,
+    /// Print the run as JSON (schema/osprobe.schema.json) instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Do not store the run
+    #[arg(long)]
+    pub no_store: bool,
+    /// Also write the run as JSON to FILE (schema/osprobe.schema.json), beside the table
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+    /// Also write the measurements as CSV to FILE (the columns of `show --csv`)
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+    /// Also write the run as Markdown tables to FILE (as `show --markdown`)
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
+    /// Attach a label to the stored run, e.g. --label team=db; repeatable (key: a-z 0-9 _ . -; value: printable text)
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = crate::labels::parse_label)]
+    pub labels: Vec<(String, String)>,
+}
+
+/// `--param NAME=VALUE`, the value checked later against the experiment.
+pub fn parse_param(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("expected NAME=VALUE (e.g. args=3), got '{raw}'")),
+    }
+}

@@ -1,0 +1,362 @@
+//! The measuring verbs, `run`, `bench` and `net`: each turns its flags
+//! into a selection of experiments and parameter overrides; [`measure`]
+//! plans, opens the store, has `osprobe_core::runner` make the run, then
+//! stores and prints it.
+
+use crate::error::UsageError;
+use crate::flags::{BenchArgs, NetArgs, ProfileArgs, RunArgs};
+use crate::progress::Bar;
+use anyhow::{Context as _, Result};
+use osprobe_core::far_end::FarEnd;
+use osprobe_core::runner::{self, Failure, Plan};
+use osprobe_core::{Environment, Experiment, Profile, Run};
+use osprobe_store::RunStore;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
+    let registry = crate::registry::registry();
+    let mut selected = registry
+        .select(&args.only)
+        .map_err(|e| UsageError(format!("--only: {e}")))?;
+    let token = args.token.secret()?;
+    let mut overrides = Vec::new();
+    if let Some(to) = &args.to {
+        // Only the experiments with a remote form: those taking `to`.
+        selected.retain(|e| e.params().iter().any(|p| p.name == "to"));
+        if selected.is_empty() {
+            return Err(UsageError(
+                "--to: none of the selected experiments has a remote form (net.*, rfs.throughput, fs.remote_read, pager.fault)".into(),
+            )
+            .into());
+        }
+        let needs_files = selected.iter().any(|e| !e.id().starts_with("net."));
+        crate::remote::preflight(to, token.clone(), needs_files)?;
+        overrides.push(("path".to_string(), "remote".to_string()));
+        overrides.push(("to".to_string(), to.clone()));
+    }
+    measure(Request {
+        selected,
+        opts: &args.profile,
+        overrides: &overrides,
+        db,
+        quiet,
+        peer_token: token,
+        html_report: true,
+    })
+}
+
+pub fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
+    let registry = crate::registry::registry();
+    let exp = registry.get(&args.id).ok_or_else(|| {
+        UsageError(format!(
+            "unknown experiment '{}'; known: {}",
+            args.id,
+            registry.ids().join(", ")
+        ))
+    })?;
+    measure(Request {
+        selected: vec![exp],
+        opts: &args.profile,
+        overrides: &args.params,
+        db,
+        quiet,
+        peer_token: args.token.secret()?,
+        html_report: false,
+    })
+}
+
+/// `osprobe net TEST`: `bench net.TEST` with the path chosen by --to or
+/// --netns and the peer's token.
+pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
+    let registry = crate::registry::registry();
+    let id = format!("net.{}", args.test.trim_start_matches("net."));
+    let exp = registry.get(&id).ok_or_else(|| {
+        let tests: Vec<&str> = registry
+            .ids()
+            .into_iter()
+            .filter_map(|i| i.strip_prefix("net."))
+            .collect();
+        UsageError(format!(
+            "unknown network test '{}'; known: {}",
+            args.test,
+            tests.join(", ")
+        ))
+    })?;
+    // A parameter set by a flag (--to, --netns, --delay, ...) is not also
+    // swept with --param: that would silently measure both.
+    let by_flags = ["path", "to", "delay", "loss", "rate", "wmem"];
+    let flagged = args.to.is_some() || args.netns || !args.link.params().is_empty();
+    if let Some((name, _)) = args
+        .params
+        .iter()
+        .find(|(name, _)| flagged && by_flags.contains(&name.as_str()))
+    {
+        return Err(UsageError(format!(
+            "--param {name}=...: {name} is already set by --to, --netns or --delay/--loss/--rate/--wmem; give one or the other"
+        ))
+        .into());
+    }
+    let mut overrides = args.params.clone();
+    if let Some(direction) = direction_flag(&args, exp)? {
+        overrides.push(("direction".into(), direction.into()));
+    }
+    let link = args.link.params();
+    if let Some(to) = &args.to {
+        // With --delay/--loss/--rate/--wmem the emulator sits in front of
+        // HOST (path=emulated with to); without, HOST is measured as is.
+        if link.is_empty() {
+            overrides.push(("path".into(), "remote".into()));
+        }
+        overrides.push(("to".into(), to.clone()));
+        overrides.extend(link);
+    } else if args.netns {
+        overrides.push(("path".into(), "netns".into()));
+    } else {
+        // --delay/--loss/--rate/--wmem: path=emulated with those values,
+        // checked like --param values.
+        overrides.extend(link);
+    }
+    measure(Request {
+        selected: vec![exp],
+        opts: &args.profile,
+        overrides: &overrides,
+        db,
+        quiet,
+        peer_token: args.token.secret()?,
+        html_report: false,
+    })
+}
+
+/// The direction iperf3's -R and --bidir ask for, refused where the test
+/// has no direction or where --param sets it too.
+fn direction_flag(args: &NetArgs, exp: &dyn Experiment) -> Result<Option<&'static str>> {
+    let (flag, direction) = match (args.reverse, args.bidir) {
+        (true, _) => ("-R/--reverse", "reverse"),
+        (_, true) => ("--bidir", "bidir"),
+        _ => return Ok(None),
+    };
+    if !exp.params().iter().any(|p| p.name == "direction") {
+        return Err(UsageError(format!(
+            "{flag}: {} has no direction; it applies to bandwidth",
+            exp.id()
+        ))
+        .into());
+    }
+    if args.params.iter().any(|(name, _)| name == "direction") {
+        return Err(UsageError(format!(
+            "{flag} and --param direction=... both set the direction; give one or the other"
+        ))
+        .into());
+    }
+    Ok(Some(direction))
+}
+
+/// What a measuring verb asks [`measure`] for.
+struct Request<'r> {
+    selected: Vec<&'r dyn Experiment>,
+    opts: &'r ProfileArgs,
+    overrides: &'r [(String, String)],
+    db: Option<PathBuf>,
+    quiet: bool,
+    peer_token: Option<String>,
+    /// Write the HTML report beside the store (`run` does).
+    html_report: bool,
+}
+
+/// Plan, open the store, measure, store, print: shared by `run`, `bench`
+/// and `net`. The run itself is assembled by `osprobe_core::runner`.
+fn measure(request: Request) -> Result<ExitCode> {
+    let opts = request.opts;
+    let profile = Profile::parse(&opts.profile).ok_or_else(|| {
+        UsageError(format!(
+            "unknown profile '{}': expected smoke, quick or full",
+            opts.profile
+        ))
+    })?;
+    let plan = Plan::new(request.selected, profile, request.overrides)
+        .map_err(|e| UsageError(format!("--param: {e}")))?;
+    let labels = crate::labels::collect(&opts.labels).map_err(UsageError)?;
+    // Open the store before measuring: a bad --db fails in a millisecond,
+    // not after a minute of work.
+    let store = if opts.no_store {
+        None
+    } else {
+        Some(crate::store::open_for_writing(request.db)?)
+    };
+    let exports = crate::export::Exports::create(opts)?;
+
+    osprobe_core::interrupt::install();
+    let started = osprobe_core::now_rfc3339();
+    let mut ctx = runner::context(&plan, profile, crate::version::build_info());
+    if let Some(warning) = crate::version::debug_build_warning() {
+        eprintln!("{warning}");
+    }
+    let far_ends = announce(&plan, &ctx.environment, opts, request.peer_token.as_deref());
+    ctx.locator = Some(crate::remote::locator(request.peer_token.clone()));
+    ctx.peer_token = request.peer_token;
+    let options = runner::RunOptions {
+        started,
+        command: redacted_command_line(),
+        labels,
+        far_ends,
+    };
+    let measured = {
+        let mut bar = Bar::new(plan.points(), request.quiet);
+        runner::measure(&plan, &ctx, options, &mut bar)
+    };
+    let Ok(runner::Measured { run, failures }) = measured else {
+        exports.discard();
+        eprintln!("osprobe: interrupted; nothing was stored");
+        return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
+    };
+    let remote = request.overrides.iter().any(|(k, _)| k == "to");
+    if let Some(why) = not_to_keep(&run, &failures, remote) {
+        exports.discard();
+        eprint!("{why}");
+        return Ok(ExitCode::FAILURE);
+    }
+    keep_and_show(&run, store, request.html_report, opts, exports)?;
+    for f in &failures {
+        eprintln!("osprobe: {} {} failed: {}", f.experiment, f.params, f.error);
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Before measuring, unless the output is JSON or brief: the environment,
+/// then the remote hosts of the plan, described (they are described in
+/// any case: the run keeps them).
+fn announce(
+    plan: &Plan,
+    environment: &Environment,
+    opts: &ProfileArgs,
+    peer_token: Option<&str>,
+) -> Vec<FarEnd> {
+    let tables = !opts.json && !opts.brief;
+    if tables {
+        print!("{}", osprobe_report::environment_block(environment));
+        println!();
+    }
+    let far_ends = crate::far_end::describe_all(&crate::far_end::hosts(plan), peer_token);
+    if !far_ends.is_empty() && tables {
+        print!("{}", crate::far_end::block(environment, &far_ends));
+        println!();
+    }
+    far_ends
+}
+
+/// Why a measured run must not be stored, in the lines to print, or None
+/// to keep it.
+fn not_to_keep(run: &Run, failures: &[Failure], remote: bool) -> Option<String> {
+    // Nothing measured: a stored run of zero measurements would let a CI
+    // gate pass silently, so store nothing and fail, saying why.
+    if run.measurements.is_empty() {
+        return Some(crate::outcome::nothing_measured(&run.skipped, failures));
+    }
+    // Against a remote host, all or nothing: a host lost mid-run leaves
+    // no half run behind.
+    if remote && !failures.is_empty() {
+        let mut why = String::new();
+        for f in failures {
+            why.push_str(&format!(
+                "osprobe: {} {} failed: {}\n",
+                f.experiment, f.params, f.error
+            ));
+        }
+        why.push_str("osprobe: a remote experiment failed; nothing was stored\n");
+        return Some(why);
+    }
+    None
+}
+
+/// Store the run (with its HTML report beside the store when asked),
+/// write the --export-* files and print it.
+fn keep_and_show(
+    run: &Run,
+    mut store: Option<Box<dyn RunStore>>,
+    html_report: bool,
+    opts: &ProfileArgs,
+    exports: crate::export::Exports,
+) -> Result<()> {
+    if let Some(store) = &mut store {
+        store.save_run(run).context("storing the run")?;
+    }
+    // A report that cannot be written costs the run nothing: warn only.
+    let report_path = match (&store, html_report) {
+        (Some(store), true) => crate::report::write_beside_store(run, store.location())
+            .map_err(|e| eprintln!("osprobe: warning: no HTML report: {e:#}"))
+            .ok(),
+        _ => None,
+    };
+    exports.write(run)?;
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(run)?);
+        return Ok(());
+    }
+    let width = osprobe_report::terminal_width();
+    if opts.brief {
+        print!("{}", osprobe_report::brief_results(run, width));
+    } else {
+        print!("{}", osprobe_report::run_results(run, width));
+    }
+    if let Some(store) = &store {
+        println!(
+            "\nstored as run {} in {} (osprobe show {})",
+            run.id,
+            store.location(),
+            run.id
+        );
+    }
+    if let Some(path) = &report_path {
+        println!("report: {}", path.display());
+    }
+    Ok(())
+}
+
+/// The command line as stored with a run, with the value of --token
+/// replaced: secrets never reach the store.
+fn redacted_command_line() -> String {
+    redact_token(std::env::args().skip(1))
+        .iter()
+        .map(|arg| osprobe_store::redact_arg(arg))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn redact_token(args: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    for arg in args {
+        if hide_next {
+            out.push("***".into());
+            hide_next = false;
+        } else if arg == "--token" {
+            out.push(arg);
+            hide_next = true;
+        } else if arg.starts_with("--token=") {
+            out.push("--token=***".into());
+        } else {
+            out.push(arg);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_redacted_from_stored_command_lines() {
+        let args = ["net", "rtt", "--token", "s3cret", "--to", "h", "--token=x"];
+        let out = redact_token(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            ["net", "rtt", "--token", "***", "--to", "h", "--token=***"]
+        );
+    }
+}
