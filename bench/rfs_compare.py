@@ -99,25 +99,32 @@ def main():
     report = {"stream": {}, "curves": [], "model": [], "model_skipped": ""}
 
     # 1. rfs over TCP against a plain TCP stream, alternating, median of runs.
-    rfs_rates, plain_rates = [], []
+    # The same point over UDP gives the UDP/TCP ratio (target >= 0.8:
+    # UDP within 20% of TCP).
+    rfs_rates, udp_rates, plain_rates = [], [], []
     for i in range(a.runs if want("stream") else 0):
-        order = ["rfs", "plain"] if i % 2 == 0 else ["plain", "rfs"]
+        order = ["rfs", "udp", "plain"] if i % 2 == 0 else ["plain", "udp", "rfs"]
         for who in order:
             if who == "plain":
                 plain_rates.append(plain_tcp_stream(STREAM_BYTES))
             else:
+                transport = "tcp" if who == "rfs" else "udp"
                 found, why = bench(a.osprobe, {
-                    "path": "loopback", "transport": "tcp", "window": 32,
+                    "path": "loopback", "transport": transport, "window": 32,
                     "packet": "32K", "size": "8M"})
                 if not found:
-                    fail(f"rfs.throughput gave nothing: {why}")
-                rfs_rates.append(found["read"]["summary"]["p50"])
+                    fail(f"rfs.throughput over {transport} gave nothing: {why}")
+                (rfs_rates if who == "rfs" else udp_rates).append(found["read"]["summary"]["p50"])
     if rfs_rates:
         rfs_med, plain_med = statistics.median(rfs_rates), statistics.median(plain_rates)
+        udp_med = statistics.median(udp_rates)
         report["stream"] = {"rfs_read_bits_per_s": rfs_med, "plain_tcp_bits_per_s": plain_med,
-                            "ratio": rfs_med / plain_med, "target": 0.5,
+                            "ratio": rfs_med / plain_med, "target": 0.9,
+                            "udp_read_bits_per_s": udp_med,
+                            "udp_tcp_ratio": udp_med / rfs_med, "udp_target": 0.8,
                             "runs": a.runs,
-                            "rfs_runs": rfs_rates, "plain_runs": plain_rates}
+                            "rfs_runs": rfs_rates, "udp_runs": udp_rates,
+                            "plain_runs": plain_rates}
 
     # 2. Curves over the window: SOS's figure 5 setting, both transports.
     for transport in ["udp", "tcp"] if want("curves") else []:
@@ -163,6 +170,10 @@ def main():
         print("rfs over loopback TCP (window 32 x 32 KiB, 8 MiB read) vs a plain TCP stream of 8 MiB")
         print(f"  rfs read {mbit(s['rfs_read_bits_per_s'])} Mbit/s   plain TCP {mbit(s['plain_tcp_bits_per_s'])} Mbit/s"
               f"   ratio {s['ratio']:.2f} ({verdict} the target >= {s['target']}; median of {a.runs} runs)")
+        verdict = "meets" if s["udp_tcp_ratio"] >= s["udp_target"] else "BELOW"
+        print("rfs over loopback UDP vs TCP (the same window, packet and file)")
+        print(f"  UDP read {mbit(s['udp_read_bits_per_s'])} Mbit/s   TCP read  {mbit(s['rfs_read_bits_per_s'])} Mbit/s"
+              f"   ratio {s['udp_tcp_ratio']:.2f} ({verdict} the target >= {s['udp_target']}: UDP within 20% of TCP or faster)")
         print()
     if report["curves"]:
         print("window curves, loopback, 1284-byte packets, 1 MB file (Mbit/s, median per point)")

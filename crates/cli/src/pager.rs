@@ -5,15 +5,17 @@
 
 use crate::args::TokenArg;
 use crate::commands::UsageError;
+use crate::output;
 use crate::rfs::ClientArgs;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use osprobe_core::interrupt;
+use osprobe_pager::outcome::{RunReport, RunSetup};
 use osprobe_pager::policy::policy_by_name;
 use osprobe_pager::swap::{FileSwap, RfsSwap, SwapBackend};
 use osprobe_pager::trace::{generate, TraceKind};
-use osprobe_pager::workload::{self, WorkloadError, WorkloadOutcome};
-use osprobe_pager::{Pager, PagerConfig, ServiceTimes};
+use osprobe_pager::workload::{self, WorkloadError};
+use osprobe_pager::{Pager, PagerConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -74,6 +76,12 @@ pub struct RunArgs {
     /// With --processes: global (one policy over all frames: a fault may evict another process's page) or local (a quota of frames per process)
     #[arg(long, value_name = "global|local", value_parser = ["global", "local"])]
     pub replacement: Option<String>,
+    /// Swap-in read-around: a fault on the page after the last one swapped in (a sequential scan) brings in up to N pages with one backend read and one UFFDIO_COPY (1: off; at most --frames; pager.scan's read_around)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub read_around: u32,
+    /// Write-behind: when no frame is free, N victims leave together and their changed pages are written in one batch (over rfs, a window of writes in flight; 1: one at a time; at most --frames)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub evict_batch: u32,
     /// The heap workload: pages per sbrk call
     #[arg(long, value_name = "PAGES", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub sbrk: u64,
@@ -154,7 +162,9 @@ pub(crate) fn swap_backend(args: &RunArgs) -> Result<Box<dyn SwapBackend>> {
 
 fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     let workload = parse_workload(&args.workload)?;
-    if args.processes.is_some() || matches!(workload, Workload::Heap) {
+    let shared = args.processes.is_some() || matches!(workload, Workload::Heap);
+    check_batches(&args, shared)?;
+    if shared {
         return processes::run(&args, workload, quiet);
     }
     if args.replacement.is_some() {
@@ -187,6 +197,8 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     let pin = osprobe_core::affinity::PinGuard::first_allowed().ok();
     let mut config = PagerConfig::new(pages, frames, policy, swap);
     config.handler_cpu = pin.as_ref().map(|p| p.cpu);
+    config.read_around = args.read_around as usize;
+    config.evict_batch = args.evict_batch as usize;
     let mut pager = Pager::start(config)?;
     if !quiet && !args.json {
         eprintln!(
@@ -210,7 +222,17 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     let (_, times) = pager.finish();
     match outcome {
         Ok(outcome) => {
-            print_outcome(&args, pages, &description, &outcome, &times)?;
+            let (policy, swap) = description;
+            let setup = RunSetup {
+                workload: args.workload.join(" "),
+                frames: u64::from(args.frames),
+                pages,
+                policy: policy.to_string(),
+                swap,
+                read_around: args.read_around,
+                evict_batch: args.evict_batch,
+            };
+            output::print(args.json, &RunReport::new(setup, &outcome, &times))?;
             Ok(ExitCode::SUCCESS)
         }
         Err(WorkloadError::Interrupted) => {
@@ -226,89 +248,25 @@ fn run(args: RunArgs, quiet: bool) -> Result<ExitCode> {
     }
 }
 
-fn median_us(values: &[f64]) -> Option<f64> {
-    osprobe_core::stats::Summary::of(values).map(|s| s.p50 / 1e3)
-}
-
-fn print_outcome(
-    args: &RunArgs,
-    pages: u64,
-    (policy, swap): &(&str, String),
-    outcome: &WorkloadOutcome,
-    times: &ServiceTimes,
-) -> Result<()> {
-    let c = &outcome.counters;
-    if args.json {
-        let value = serde_json::json!({
-            "workload": args.workload.join(" "),
-            "frames": args.frames,
-            "pages": pages,
-            "policy": policy,
-            "swap": swap,
-            "accesses": outcome.accesses,
-            "run_time_ns": outcome.elapsed.as_nanos() as u64,
-            "checked": outcome.checked,
-            "counters": {
-                "faults": c.faults,
-                "zero_fills": c.zero_fills,
-                "swap_ins": c.swap_ins,
-                "referenced_bit_faults": c.referenced_bit_faults,
-                "duplicate_faults": c.duplicate_faults,
-                "evictions": c.evictions,
-                "write_backs": c.write_backs,
-                "bits_cleared": c.bits_cleared,
-                "bytes_in": c.bytes_in,
-                "bytes_out": c.bytes_out,
-                "failures": c.failures,
-            },
-            "service_time_p50_ns": {
-                "zero_fill": median_us(&times.zero_fill).map(|u| u * 1e3),
-                "swap_in": median_us(&times.swap_in).map(|u| u * 1e3),
-                "referenced_bit": median_us(&times.referenced_bit).map(|u| u * 1e3),
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
-    }
-    let time = |v: &[f64]| match median_us(v) {
-        Some(us) => format!("{us:.2} us"),
-        None => "-".into(),
-    };
-    println!(
-        "{} on {} pages in {} frames ({policy}, {swap})",
-        args.workload.join(" "),
-        pages,
-        args.frames
-    );
-    println!(
-        "  run time        {:.3} s for {} accesses",
-        outcome.elapsed.as_secs_f64(),
-        outcome.accesses
-    );
-    println!("  checked         {}", outcome.checked);
-    println!(
-        "  faults          {} = {} zero-fill + {} swap-in + {} referenced-bit",
-        c.faults, c.zero_fills, c.swap_ins, c.referenced_bit_faults
-    );
-    println!(
-        "  evictions       {} ({} written back, {} clean)",
-        c.evictions,
-        c.write_backs,
-        c.evictions - c.write_backs
-    );
-    println!("  bits cleared    {}", c.bits_cleared);
-    println!(
-        "  moved           {} bytes in, {} bytes out",
-        c.bytes_in, c.bytes_out
-    );
-    println!(
-        "  service p50     zero-fill {}, swap-in {}, referenced-bit {} (inside the handler)",
-        time(&times.zero_fill),
-        time(&times.swap_in),
-        time(&times.referenced_bit)
-    );
-    if c.duplicate_faults > 0 {
-        println!("  duplicates      {}", c.duplicate_faults);
+/// --read-around and --evict-batch: at most the frames, and only on the
+/// single-process pager (the processes' pager, `shared`, serves one page a
+/// fault).
+fn check_batches(args: &RunArgs, shared: bool) -> Result<(), UsageError> {
+    for (flag, value) in [
+        ("--read-around", args.read_around),
+        ("--evict-batch", args.evict_batch),
+    ] {
+        if value > args.frames {
+            return Err(UsageError(format!(
+                "{flag} {value}: at most --frames ({}) pages",
+                args.frames
+            )));
+        }
+        if value > 1 && shared {
+            return Err(UsageError(format!(
+                "{flag} {value}: the pager of several processes (--processes, and the heap workload) serves one page per fault; {flag} needs the single-process pager"
+            )));
+        }
     }
     Ok(())
 }

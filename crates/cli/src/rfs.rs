@@ -5,9 +5,11 @@
 
 use crate::args::TokenArg;
 use crate::commands::UsageError;
+use crate::output;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use osprobe_core::interrupt;
+use osprobe_rfs::outcome::{Direction, ListEntry, Listing, StatReport, TransferReport};
 use osprobe_rfs::{
     Attr, Client, ClientOptions, Kind, Server, ServerEvent, ServerOptions, TransferSummary,
     Transport, Transports, MAX_WINDOW,
@@ -329,7 +331,7 @@ fn get(args: GetArgs, quiet: bool) -> Result<ExitCode> {
         None => PathBuf::from(&name),
     };
     transfer(
-        "get",
+        Direction::Get,
         &args.client,
         &args.remote,
         &local,
@@ -362,7 +364,7 @@ fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
         Err(e) => anyhow::bail!("{}: {e}", args.local.display()),
     }
     transfer(
-        "put",
+        Direction::Put,
         &args.client,
         &remote,
         &args.local,
@@ -374,7 +376,7 @@ fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
 /// Connect, move one file with a progress bar, and report it; Ctrl-C ends
 /// with 130 and the client's word on the partial file it removed.
 fn transfer(
-    op: &str,
+    op: Direction,
     args: &ClientArgs,
     remote: &str,
     local: &Path,
@@ -395,73 +397,12 @@ fn transfer(
         Err(e @ osprobe_rfs::ClientError::Interrupted { .. }) => return Ok(interrupted(e)),
         other => other.map_err(client_error)?,
     };
-    report_transfer(op, &client, remote, local, &summary, args.json)?;
+    output::print(
+        args.json,
+        &TransferReport::new(op, &client, remote, local, &summary),
+    )?;
     let _ = client.disconnect();
     Ok(ExitCode::SUCCESS)
-}
-
-fn report_transfer(
-    op: &str,
-    client: &Client,
-    remote: &str,
-    local: &Path,
-    s: &TransferSummary,
-    json: bool,
-) -> Result<()> {
-    let secs = s.elapsed.as_secs_f64();
-    let rate = if secs > 0.0 {
-        s.bytes as f64 / secs
-    } else {
-        0.0
-    };
-    if json {
-        let value = serde_json::json!({
-            "op": op,
-            "server": client.server().to_string(),
-            "remote": remote,
-            "local": local.display().to_string(),
-            "bytes": s.bytes,
-            "seconds": secs,
-            "bytes_per_s": rate,
-            "xxh3_128": format!("{:032x}", s.hash),
-            "verified": true,
-            "transport": client.transport().name().to_lowercase(),
-            "window": client.window(),
-            "packet": client.packet(),
-            "retransmissions": s.retransmissions,
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
-    }
-    let (from, to) = if op == "get" {
-        (
-            format!("{}:{remote}", client.server()),
-            local.display().to_string(),
-        )
-    } else {
-        (
-            local.display().to_string(),
-            format!("{}:{remote}", client.server()),
-        )
-    };
-    let scale = osprobe_report::human::scale_for(osprobe_core::Unit::BytesPerSecond, rate);
-    println!(
-        "{op} {from} -> {to}: {} bytes in {secs:.3} s, {} {} ({:.1} Mbit/s)",
-        s.bytes,
-        osprobe_report::human::number(rate / scale.divisor),
-        scale.label,
-        rate * 8.0 / 1e6
-    );
-    println!(
-        "  verified: xxh3-128 {:032x} on both sides; {} x {} bytes in flight over {}, {} retransmission{}",
-        s.hash,
-        client.window(),
-        client.packet(),
-        client.transport(),
-        s.retransmissions,
-        if s.retransmissions == 1 { "" } else { "s" }
-    );
-    Ok(())
 }
 
 fn ls(args: LsArgs) -> Result<ExitCode> {
@@ -482,67 +423,27 @@ fn ls(args: LsArgs) -> Result<ExitCode> {
         } else {
             None
         };
-        rows.push((name, e.kind, size));
+        rows.push(ListEntry {
+            name,
+            kind: e.kind,
+            size,
+        });
     }
     let _ = client.disconnect();
-    if args.client.json {
-        let list: Vec<_> = rows
-            .iter()
-            .map(|(name, kind, size)| {
-                serde_json::json!({"name": name, "kind": kind_word(*kind), "size": size})
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+    let listing = Listing(rows);
+    if listing.0.is_empty() && !args.client.json {
+        // An empty directory prints nothing, not an empty line.
         return Ok(ExitCode::SUCCESS);
     }
-    for (name, kind, size) in rows {
-        println!("{}", ls_line(&name, kind, size));
-    }
+    output::print(args.client.json, &listing)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// One line of `rfs ls`: the name came from the server, so it is escaped
-/// (a hostile server could name a file with terminal escapes or newlines).
-fn ls_line(name: &str, kind: Kind, size: Option<u64>) -> String {
-    let size = size.map_or("-".to_string(), |s| s.to_string());
-    let name = osprobe_core::peer_text::escape(name, osprobe_core::peer_text::MAX_CHARS);
-    format!("{:<9} {size:>12}  {name}", kind_word(kind))
-}
-
-fn kind_word(kind: Kind) -> &'static str {
-    match kind {
-        Kind::File => "file",
-        Kind::Dir => "dir",
-        Kind::Symlink => "symlink",
-        Kind::Other => "other",
-    }
 }
 
 fn stat(args: StatArgs) -> Result<ExitCode> {
     let mut client = connect(&args.client)?;
     let attr: Attr = client.stat(&args.path).map_err(client_error)?;
     let _ = client.disconnect();
-    if args.client.json {
-        let value = serde_json::json!({
-            "path": args.path,
-            "kind": kind_word(attr.kind),
-            "size": attr.size,
-            "mode": format!("{:o}", attr.mode),
-            "mtime_ns": attr.mtime_ns,
-            "atime_ns": attr.atime_ns,
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!("{}", args.path);
-    println!("  kind:  {}", attr.kind.name());
-    println!("  size:  {} bytes", attr.size);
-    println!("  mode:  {:o}", attr.mode);
-    println!(
-        "  mtime: {}.{:09} s since the epoch",
-        attr.mtime_ns.div_euclid(1_000_000_000),
-        attr.mtime_ns.rem_euclid(1_000_000_000)
-    );
+    output::print(args.client.json, &StatReport::new(&args.path, &attr))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -561,15 +462,5 @@ mod tests {
             "{e}"
         );
         assert!(resolve_server("").is_err());
-    }
-
-    #[test]
-    fn listed_names_are_escaped() {
-        let line = ls_line("evil\x1b[2J\nosprobe: ok\u{202e}", Kind::File, Some(3));
-        assert!(!line.contains('\x1b') && !line.contains('\n') && !line.contains('\u{202e}'));
-        assert!(
-            line.contains("evil") && line.ends_with("ok\\u{202e}"),
-            "{line}"
-        );
     }
 }

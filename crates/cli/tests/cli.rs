@@ -298,6 +298,7 @@ fn the_run_is_stored_and_shown_again() {
         .unwrap();
     assert!(out.status.success());
     let history: Value = serde_json::from_slice(&out.stdout).unwrap();
+    common::assert_follows("history.schema.json", &history);
     let ids: Vec<&str> = history
         .as_array()
         .unwrap()
@@ -374,6 +375,7 @@ fn list_names_every_experiment() {
         .output()
         .unwrap();
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    common::assert_follows("list.schema.json", &list);
     let ids: Vec<&str> = list
         .as_array()
         .unwrap()

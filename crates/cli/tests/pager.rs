@@ -23,7 +23,9 @@ fn stderr(out: &Output) -> String {
 
 fn counters(out: &Output) -> Value {
     assert!(out.status.success(), "{}", stderr(out));
-    json_of(out)["counters"].clone()
+    let doc = json_of(out);
+    common::assert_follows("pager-run.schema.json", &doc);
+    doc["counters"].clone()
 }
 
 fn add_up(c: &Value) {
@@ -56,6 +58,7 @@ fn pager_run_pages_a_trace_and_a_sort_through_a_swap_file() {
         "sort",
     ]);
     let doc = json_of(&out);
+    common::assert_follows("pager-run.schema.json", &doc);
     assert!(doc["checked"].as_str().unwrap().contains("sorted"), "{doc}");
     add_up(&doc["counters"]);
     // The human form names the counters.
@@ -88,6 +91,71 @@ fn pager_run_swaps_to_the_remote_file_service() {
     drop(server);
     let left: Vec<_> = std::fs::read_dir(export.path()).unwrap().collect();
     assert!(left.is_empty(), "the remote swap file is removed: {left:?}");
+}
+
+/// --read-around and --evict-batch reach the pager: a sequential scan
+/// through rfs swap brings pages in ahead, and the data stays intact.
+#[test]
+fn pager_run_reads_around_and_writes_behind_over_rfs() {
+    if !need_root("pager_run_reads_around_and_writes_behind_over_rfs") {
+        return;
+    }
+    let export = tempfile::tempdir().unwrap();
+    let server = Served::start(export.path(), &[]);
+    let spec = format!("rfs:{}", server.addr);
+    let run = |batch: &str| {
+        osprobe(&[
+            "pager",
+            "run",
+            "--frames",
+            "32",
+            "--pages",
+            "128",
+            "--swap",
+            &spec,
+            "--tcp",
+            "--window",
+            "16",
+            "--read-around",
+            batch,
+            "--evict-batch",
+            batch,
+            "--json",
+            "--",
+            "sequential",
+        ])
+    };
+    let plain = counters(&run("1"));
+    let batched = counters(&run("8"));
+    add_up(&plain);
+    add_up(&batched);
+    assert!(
+        batched["swap_ins"].as_u64().unwrap() < plain["swap_ins"].as_u64().unwrap(),
+        "read-around serves sequential faults ahead: {plain} vs {batched}"
+    );
+    let text = String::from_utf8_lossy(&run_text(&spec).stdout).into_owned();
+    assert!(text.contains("read-around 8 ("), "{text}");
+    drop(server);
+}
+
+fn run_text(spec: &str) -> Output {
+    osprobe(&[
+        "pager",
+        "run",
+        "--frames",
+        "32",
+        "--pages",
+        "128",
+        "--swap",
+        spec,
+        "--tcp",
+        "--read-around",
+        "8",
+        "--evict-batch",
+        "8",
+        "--",
+        "sequential",
+    ])
 }
 
 /// kill -9 of a pager swapping to rfs over TCP: the server removes its
@@ -161,6 +229,47 @@ fn bad_pager_input_is_a_usage_error_naming_what_is_accepted() {
         (
             vec!["pager", "run", "--frames", "8", "--", "zipf", "loop"],
             "one word",
+        ),
+        (
+            vec![
+                "pager",
+                "run",
+                "--frames",
+                "8",
+                "--read-around",
+                "9",
+                "--",
+                "zipf",
+            ],
+            "--read-around 9: at most --frames (8)",
+        ),
+        (
+            vec![
+                "pager",
+                "run",
+                "--frames",
+                "8",
+                "--evict-batch",
+                "0",
+                "--",
+                "zipf",
+            ],
+            "--evict-batch",
+        ),
+        (
+            vec![
+                "pager",
+                "run",
+                "--frames",
+                "8",
+                "--processes",
+                "2",
+                "--read-around",
+                "4",
+                "--",
+                "zipf",
+            ],
+            "single-process pager",
         ),
     ] {
         let out = osprobe(&args);

@@ -26,6 +26,7 @@ fn outcome(args: &[&str]) -> Value {
     let out = osprobe(args);
     assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     let doc = json_of(&out);
+    common::assert_follows("pager-processes.schema.json", &doc);
     assert_eq!(doc["frames_in_use_at_end"], 0, "{doc}");
     assert_eq!(doc["slots_in_use_at_end"], 0, "{doc}");
     doc

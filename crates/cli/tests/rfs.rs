@@ -67,6 +67,7 @@ fn put_ls_stat_get_round_trip_over_udp_and_tcp() {
         );
         assert!(out.status.success(), "{}", stderr(&out));
         let put = json_of(&out);
+        common::assert_follows("rfs-transfer.schema.json", &put);
         assert_eq!(put["bytes"], content.len() as u64);
         assert_eq!(put["verified"], true);
         assert!(put["bytes_per_s"].as_f64().unwrap() > 0.0);
@@ -98,6 +99,7 @@ fn put_ls_stat_get_round_trip_over_udp_and_tcp() {
     let out = rfs(&["ls", "--json"], &server.addr);
     assert!(out.status.success(), "{}", stderr(&out));
     let list = json_of(&out);
+    common::assert_follows("rfs-ls.schema.json", &list);
     let names: Vec<&str> = list
         .as_array()
         .unwrap()
@@ -112,6 +114,7 @@ fn put_ls_stat_get_round_trip_over_udp_and_tcp() {
     let out = rfs(&["stat", "copy--tcp.bin", "--json", "--tcp"], &server.addr);
     assert!(out.status.success(), "{}", stderr(&out));
     let st = json_of(&out);
+    common::assert_follows("rfs-stat.schema.json", &st);
     assert_eq!(st["size"], content.len() as u64);
     assert_eq!(st["kind"], "file");
 

@@ -51,10 +51,9 @@ pub struct CalibrationPlan {
 impl Clock {
     /// The best clock this machine offers, calibrated with `plan`.
     pub fn calibrated(plan: CalibrationPlan) -> Clock {
-        match tsc::invariant().and_then(|()| {
-            calibrate_tsc(plan)
-                .ok_or_else(|| "TSC calibration found no usable interval".to_string())
-        }) {
+        match tsc::invariant()
+            .and_then(|()| calibrate_tsc(plan).ok_or(crate::error::TscError::Calibration))
+        {
             Ok(cal) => {
                 let info = ClockInfo {
                     source: "tsc".into(),
@@ -74,7 +73,7 @@ impl Clock {
                     info,
                 }
             }
-            Err(reason) => Clock::monotonic(reason),
+            Err(reason) => Clock::monotonic(reason.to_string()),
         }
     }
 
@@ -225,22 +224,23 @@ fn paired_reading() -> (u64, u64, f64) {
 /// Raw TSC access. On other architectures `invariant()` refuses and the
 /// readers are never called through [`Clock`].
 pub mod tsc {
+    use crate::error::TscError;
+
     /// Ok when /proc/cpuinfo reports an invariant TSC; the reason otherwise.
-    pub fn invariant() -> Result<(), String> {
+    pub fn invariant() -> Result<(), TscError> {
         if !cfg!(target_arch = "x86_64") {
-            return Err("no TSC on this architecture".into());
+            return Err(TscError::NoTsc);
         }
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
-            .map_err(|e| format!("cannot read /proc/cpuinfo: {e}"))?;
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").map_err(TscError::CpuInfo)?;
         flags_say_invariant(&cpuinfo)
     }
 
     /// The decision, apart from the file so that it can be tested.
-    pub fn flags_say_invariant(cpuinfo: &str) -> Result<(), String> {
+    pub fn flags_say_invariant(cpuinfo: &str) -> Result<(), TscError> {
         let flags = cpuinfo
             .lines()
             .find(|l| l.starts_with("flags"))
-            .ok_or("no flags line in /proc/cpuinfo")?;
+            .ok_or(TscError::NoFlags)?;
         let has = |f: &str| flags.split_whitespace().any(|w| w == f);
         let missing: Vec<&str> = ["constant_tsc", "nonstop_tsc", "rdtscp"]
             .into_iter()
@@ -249,10 +249,7 @@ pub mod tsc {
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "TSC not invariant: /proc/cpuinfo lacks {}",
-                missing.join(", ")
-            ))
+            Err(TscError::NotInvariant(missing))
         }
     }
 
@@ -317,7 +314,11 @@ mod tests {
     fn invariance_needs_both_flags() {
         assert!(tsc::flags_say_invariant("flags : fpu constant_tsc nonstop_tsc rdtscp\n").is_ok());
         let err = tsc::flags_say_invariant("flags : fpu constant_tsc rdtscp\n").unwrap_err();
-        assert!(err.contains("nonstop_tsc"), "{err}");
+        assert!(
+            matches!(&err, crate::error::TscError::NotInvariant(m) if m == &["nonstop_tsc"]),
+            "{err}"
+        );
+        assert!(err.to_string().contains("nonstop_tsc"), "{err}");
         assert!(tsc::flags_say_invariant("processor : 0\n").is_err());
     }
 

@@ -9,6 +9,7 @@
 //! the source address with `trans=tcp` and `port=` for 9p. Parsing is pure
 //! and tested on hand-written lines.
 
+use crate::error::MountError;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -175,32 +176,30 @@ pub fn mount_of_in(mountinfo: &str, path: &Path) -> Option<Mount> {
 }
 
 /// The mount `dir` is on, read from /proc/self/mountinfo.
-pub fn mount_of(dir: &Path) -> Result<Mount, String> {
-    let path = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-    mount_of_in(&text, &path).ok_or_else(|| {
-        format!(
-            "{}: no mount holds it in /proc/self/mountinfo",
-            path.display()
-        )
-    })
+pub fn mount_of(dir: &Path) -> Result<Mount, MountError> {
+    let path = dir.canonicalize().map_err(|source| MountError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(MountError::MountInfo)?;
+    mount_of_in(&text, &path).ok_or(MountError::NoMount(path))
 }
 
 /// The server's address: `host` itself if it is one, else its first
 /// resolved address.
-pub fn resolve(server: &Server) -> Result<std::net::SocketAddr, String> {
+pub fn resolve(server: &Server) -> Result<std::net::SocketAddr, MountError> {
     if let Ok(ip) = server.host.parse::<IpAddr>() {
         return Ok(std::net::SocketAddr::new(ip, server.port));
     }
     use std::net::ToSocketAddrs;
     (server.host.as_str(), server.port)
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve the server '{}': {e}", server.host))?
+        .map_err(|source| MountError::Resolve {
+            host: server.host.clone(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("the server '{}' resolves to no address", server.host))
+        .ok_or_else(|| MountError::NoAddress(server.host.clone()))
 }
 
 #[cfg(test)]

@@ -89,6 +89,11 @@ pub enum LinkError {
     Netns(#[from] NetnsError),
     #[error("building the emulated link: {0}")]
     Setup(String),
+    /// `ip` or `nft` on this host failed.
+    #[error("building the emulated link: {0}")]
+    Command(#[from] crate::error::CommandError),
+    #[error("building the emulated link: {0}")]
+    Forwarding(#[from] crate::error::ForwardingError),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -385,7 +390,7 @@ impl Link {
         let (a, b) = (self.end(Side::A), self.end(Side::B));
         let ref_a = Ipv4Addr::from(u32::from(a.addr) + 1);
         let ref_b = Ipv4Addr::from(u32::from(b.addr) + 1);
-        let setup = |e: String| LinkError::Setup(e);
+        let setup = LinkError::Netns;
         let b_path = b.pair.netns_path().display().to_string();
         ip_in(
             &a.pair,
@@ -446,7 +451,7 @@ impl Link {
 
     /// `ip args...` inside a side's namespace.
     pub fn ip_in(&self, side: Side, args: &[&str]) -> Result<String, LinkError> {
-        ip_in(&self.end(side).pair, args).map_err(LinkError::Setup)
+        Ok(ip_in(&self.end(side).pair, args)?)
     }
 
     /// A side's label (`osprobe-<pid><c>`, the name of its veth's host end);
@@ -705,7 +710,7 @@ fn build_end(pair: NetnsPair, peer: Ipv4Addr, config: &LinkConfig) -> Result<End
         pair,
         addr,
     };
-    let setup = |e: String| LinkError::Setup(e);
+    let setup = LinkError::Netns;
     let ns = &end.pair;
     ip_in(ns, &["addr", "flush", "dev", PEER_IFNAME]).map_err(setup)?;
     ip_in(ns, &["link", "set", "dev", PEER_IFNAME, "down"]).map_err(setup)?;

@@ -25,6 +25,7 @@
 //! original. All of this happens under an exclusive `flock` on a lock file
 //! in the same directory, so two processes never interleave.
 
+use crate::error::ForwardingError;
 use osprobe_core::owner::Owner;
 use std::fs::File;
 use std::io;
@@ -68,7 +69,7 @@ impl Record {
 }
 
 /// An interface name that is safe in a /proc/sys path and a file name.
-fn valid_ifname(ifname: &str) -> Result<(), String> {
+fn valid_ifname(ifname: &str) -> Result<(), ForwardingError> {
     let ok = !ifname.is_empty()
         && ifname.len() < libc::IFNAMSIZ
         && ifname != "."
@@ -80,9 +81,7 @@ fn valid_ifname(ifname: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "interface name '{ifname}': not a device name (1 to 15 bytes, no '/' or spaces)"
-        ))
+        Err(ForwardingError::BadName(ifname.to_string()))
     }
 }
 
@@ -99,28 +98,35 @@ pub fn read(ifname: &str) -> io::Result<String> {
         .to_string())
 }
 
-fn write(ifname: &str, value: &str) -> Result<(), String> {
-    std::fs::write(sysctl_path(ifname), value)
-        .map_err(|e| format!("setting net.ipv4.conf.{ifname}.forwarding={value}: {e}"))
+fn write(ifname: &str, value: &str) -> Result<(), ForwardingError> {
+    std::fs::write(sysctl_path(ifname), value).map_err(|source| ForwardingError::Set {
+        ifname: ifname.to_string(),
+        value: value.to_string(),
+        source,
+    })
 }
 
 /// Switch forwarding on for a device this process created and that dies
 /// with it (nothing is recorded or restored).
-pub fn enable_on_own_device(ifname: &str) -> Result<(), String> {
+pub fn enable_on_own_device(ifname: &str) -> Result<(), ForwardingError> {
     valid_ifname(ifname)?;
     write(ifname, "1")
 }
 
 /// The exclusive lock over the claims; released when the file closes.
-fn lock() -> Result<File, String> {
-    std::fs::create_dir_all(RECORD_DIR).map_err(|e| format!("creating {RECORD_DIR}: {e}"))?;
+fn lock() -> Result<File, ForwardingError> {
+    let record = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ForwardingError::Record { what, path, source }
+    };
+    std::fs::create_dir_all(RECORD_DIR).map_err(record("creating", Path::new(RECORD_DIR)))?;
     let path = Path::new(RECORD_DIR).join(LOCK_FILE);
     let file = File::options()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        .map_err(record("opening", &path))?;
     loop {
         // SAFETY: flock on a descriptor we own; blocks until granted.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
@@ -128,7 +134,7 @@ fn lock() -> Result<File, String> {
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
-            return Err(format!("locking {}: {e}", path.display()));
+            return Err(record("locking", &path)(e));
         }
     }
 }
@@ -153,7 +159,7 @@ fn records() -> Vec<(PathBuf, Record, String)> {
 
 impl ForwardingClaim {
     /// Record the device's forwarding setting and switch it on.
-    pub fn acquire(ifname: &str) -> Result<ForwardingClaim, String> {
+    pub fn acquire(ifname: &str) -> Result<ForwardingClaim, ForwardingError> {
         valid_ifname(ifname)?;
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let _lock = lock()?;
@@ -164,16 +170,20 @@ impl ForwardingClaim {
             .map(|(_, _, original)| original);
         let original = match shared {
             Some(o) => o,
-            None => read(ifname).map_err(|e| {
-                format!(
-                    "reading net.ipv4.conf.{ifname}.forwarding (is {ifname} a device here?): {e}"
-                )
+            None => read(ifname).map_err(|source| ForwardingError::Read {
+                ifname: ifname.to_string(),
+                source,
             })?,
         };
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let record = Path::new(RECORD_DIR).join(format!("{}-{n}-{ifname}", Owner::current().tag()));
-        std::fs::write(&record, format!("{original}\n"))
-            .map_err(|e| format!("writing {}: {e}", record.display()))?;
+        std::fs::write(&record, format!("{original}\n")).map_err(|source| {
+            ForwardingError::Record {
+                what: "writing",
+                path: record.clone(),
+                source,
+            }
+        })?;
         let claim = ForwardingClaim {
             ifname: ifname.to_string(),
             record,
@@ -188,11 +198,11 @@ impl ForwardingClaim {
     }
 
     /// Drop the claim; the last one on the device restores its original.
-    pub fn release(mut self) -> Result<(), String> {
+    pub fn release(mut self) -> Result<(), ForwardingError> {
         self.release_inner()
     }
 
-    fn release_inner(&mut self) -> Result<(), String> {
+    fn release_inner(&mut self) -> Result<(), ForwardingError> {
         if self.released {
             return Ok(());
         }
@@ -204,11 +214,10 @@ impl ForwardingClaim {
             .find(|(path, _, _)| *path == self.record)
             .map(|(_, _, o)| o.clone())
         else {
-            return Err(format!(
-                "the record {} of forwarding on {} is gone: not restoring",
-                self.record.display(),
-                self.ifname
-            ));
+            return Err(ForwardingError::RecordGone {
+                record: self.record.clone(),
+                ifname: self.ifname.clone(),
+            });
         };
         let _ = std::fs::remove_file(&self.record);
         let others = all.iter().any(|(path, r, _)| {
@@ -298,7 +307,11 @@ mod tests {
     fn device_names_are_checked_before_any_path_is_built() {
         for bad in ["", "..", "all", "default", "a/b", "a b", "sixteen-bytes-xx"] {
             let e = valid_ifname(bad).unwrap_err();
-            assert!(e.contains("not a device name"), "{bad}: {e}");
+            assert!(
+                matches!(&e, ForwardingError::BadName(n) if n == bad),
+                "{bad}: {e}"
+            );
+            assert!(e.to_string().contains("not a device name"), "{bad}: {e}");
         }
         assert!(valid_ifname("eth0").is_ok());
         assert!(ForwardingClaim::acquire("../x").is_err());

@@ -2,6 +2,8 @@
 //! (addresses, routes and devices inside the namespaces), with errors that
 //! name the command and what `ip` said.
 
+use crate::error::CommandError;
+use crate::netns::NetnsError;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -22,25 +24,31 @@ pub fn program() -> Option<&'static Path> {
 
 /// `ip args...` inside a pair's namespace (`ip -n` takes only names in
 /// /run/netns, and osprobe's namespaces have none).
-pub fn ip_in(pair: &crate::netns::NetnsPair, args: &[&str]) -> Result<String, String> {
-    pair.ip(args).map_err(|e| e.to_string())
+pub fn ip_in(pair: &crate::netns::NetnsPair, args: &[&str]) -> Result<String, NetnsError> {
+    pair.ip(args)
 }
 
 /// `ip args...` in the current namespace.
-pub fn ip_here(args: &[&str]) -> Result<String, String> {
-    let program = program().ok_or("the `ip` command was not found (install iproute2)")?;
+pub fn ip_here(args: &[&str]) -> Result<String, CommandError> {
+    let program = program().ok_or(CommandError::Missing(
+        "the `ip` command was not found (install iproute2)",
+    ))?;
     let label = format!("ip {}", args.join(" "));
     let output = std::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("running `{label}`: {e}"))?;
+        .map_err(|source| CommandError::Run {
+            what: "running",
+            label: label.clone(),
+            source,
+        })?;
     if !output.status.success() {
-        return Err(format!(
-            "`{label}` failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
+        return Err(CommandError::Failed {
+            label,
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }

@@ -17,6 +17,7 @@
 pub mod bottleneck;
 pub mod delay;
 pub mod emulator;
+pub mod error;
 pub mod forwarder;
 pub mod forwarding;
 pub mod fuzz;

@@ -11,6 +11,7 @@
 //! the tables of owners that are gone (a SIGKILL leaves the table behind:
 //! the kernel ties no nftables object to a process).
 
+use crate::error::CommandError;
 use osprobe_core::owner::Owner;
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const TABLE_PREFIX: &str = "osprobe_mbox_";
 
 /// The `nft` program (Debian: the nftables package), or why there is none.
-pub fn nft_program() -> Result<PathBuf, String> {
+pub fn nft_program() -> Result<PathBuf, CommandError> {
     osprobe_core::find_program("nft")
         .or_else(|| {
             ["/usr/sbin/nft", "/sbin/nft"]
@@ -30,18 +31,25 @@ pub fn nft_program() -> Result<PathBuf, String> {
                 .map(PathBuf::from)
                 .find(|p| p.is_file())
         })
-        .ok_or_else(|| {
+        .ok_or(CommandError::Missing(
             "the `nft` command was not found: the middlebox masquerades its traffic with \
-             nftables (install it, e.g. `apt-get install nftables`)"
-                .to_string()
-        })
+             nftables (install it, e.g. `apt-get install nftables`)",
+        ))
 }
 
 /// Run `nft args...` with `stdin` as its input; its stdout or an error
 /// naming the command and what nft said.
-fn nft(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+fn nft(args: &[&str], stdin: Option<&str>) -> Result<String, CommandError> {
     let program = nft_program()?;
     let label = format!("nft {}", args.join(" "));
+    let run = |what: &'static str, label: &str| {
+        let label = label.to_string();
+        move |source| CommandError::Run {
+            what,
+            label,
+            source,
+        }
+    };
     let mut child = Command::new(program)
         .args(args)
         .stdin(if stdin.is_some() {
@@ -52,20 +60,20 @@ fn nft(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("running `{label}`: {e}"))?;
+        .map_err(run("running", &label))?;
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(text.as_bytes())
-            .map_err(|e| format!("writing to `{label}`: {e}"))?;
+            .map_err(run("writing to", &label))?;
     }
     let output = child
         .wait_with_output()
-        .map_err(|e| format!("waiting for `{label}`: {e}"))?;
+        .map_err(run("waiting for", &label))?;
     if !output.status.success() {
-        return Err(format!(
-            "`{label}` failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
+        return Err(CommandError::Failed {
+            label,
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
@@ -91,7 +99,7 @@ fn ruleset(table: &str, source: Ipv4Addr) -> String {
 
 impl Masquerade {
     /// Masquerade packets from `source` leaving this namespace.
-    pub fn install(source: Ipv4Addr) -> Result<Masquerade, String> {
+    pub fn install(source: Ipv4Addr) -> Result<Masquerade, CommandError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let owner = Owner::current();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -109,11 +117,11 @@ impl Masquerade {
     }
 
     /// Delete the table, reporting a failure.
-    pub fn remove(mut self) -> Result<(), String> {
+    pub fn remove(mut self) -> Result<(), CommandError> {
         self.remove_inner()
     }
 
-    fn remove_inner(&mut self) -> Result<(), String> {
+    fn remove_inner(&mut self) -> Result<(), CommandError> {
         if self.removed {
             return Ok(());
         }
@@ -156,7 +164,7 @@ fn ip_tables(listing: &str) -> Vec<String> {
 }
 
 /// The names of this module's tables that exist now.
-pub fn tables() -> Result<Vec<String>, String> {
+pub fn tables() -> Result<Vec<String>, CommandError> {
     Ok(ip_tables(&nft(&["list", "tables", "ip"], None)?)
         .into_iter()
         .filter(|t| t.starts_with(TABLE_PREFIX))

@@ -125,7 +125,7 @@ pub fn check_destination(to: IpAddr) -> Result<Ipv4Addr, LinkError> {
 /// Everything [`Middlebox::start`] needs, checked up front.
 pub fn check_requirements() -> Result<(), LinkError> {
     crate::emulator::check_requirements()?;
-    masquerade::nft_program().map_err(LinkError::Unavailable)?;
+    masquerade::nft_program().map_err(|e| LinkError::Unavailable(e.to_string()))?;
     Ok(())
 }
 
@@ -170,7 +170,6 @@ impl Middlebox {
 
     fn route_out(&mut self) -> Result<(), LinkError> {
         let link = self.link.as_ref().expect("the link exists until stop");
-        let setup = LinkError::Setup;
         let (addr_a, addr_b) = (link.addr_a(), link.addr_b());
         let (b_host_if, b_host_addr) = link.host_end(Side::B);
         let (b_host_if, b_host_addr) = (b_host_if.to_string(), b_host_addr.to_string());
@@ -212,12 +211,11 @@ impl Middlebox {
             &addr_b.to_string(),
             "dev",
             &b_host_if,
-        ])
-        .map_err(setup)?;
-        forwarding::enable_on_own_device(&b_host_if).map_err(setup)?;
+        ])?;
+        forwarding::enable_on_own_device(&b_host_if)?;
         if !self.route.local {
-            self.forwarding = Some(ForwardingClaim::acquire(&self.route.device).map_err(setup)?);
-            self.masquerade = Some(Masquerade::install(addr_a).map_err(setup)?);
+            self.forwarding = Some(ForwardingClaim::acquire(&self.route.device)?);
+            self.masquerade = Some(Masquerade::install(addr_a)?);
         }
         Ok(())
     }
@@ -282,8 +280,12 @@ impl Middlebox {
     /// the NAT rule or restore forwarding is in `cleanup_error`.
     pub fn stop(mut self) -> LinkReport {
         let errors: Vec<String> = [
-            self.masquerade.take().map(Masquerade::remove),
-            self.forwarding.take().map(ForwardingClaim::release),
+            self.masquerade
+                .take()
+                .map(|m| m.remove().map_err(|e| e.to_string())),
+            self.forwarding
+                .take()
+                .map(|f| f.release().map_err(|e| e.to_string())),
         ]
         .into_iter()
         .flatten()

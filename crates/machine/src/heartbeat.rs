@@ -162,7 +162,12 @@ pub fn measure(
     let ticks_per_timer = usize::try_from(hb.periods)
         .ok()
         .and_then(|k| k.checked_add(1))
-        .ok_or_else(|| ExperimentError::Failed(format!("periods={} is too many", hb.periods)))?;
+        .ok_or_else(|| {
+            ExperimentError::invalid_parameter(
+                "periods",
+                format!("periods={} is too many", hb.periods),
+            )
+        })?;
     let ticks = Arc::new(Ticks::new(hb.timers, ticks_per_timer));
     let service = TimerService::with_strategy(hb.timers, hb.strategy)
         .map_err(|e| ExperimentError::io("starting the timer service thread", e))?;
@@ -178,7 +183,7 @@ pub fn measure(
             .register_periodic(When::At(first), hb.period, hb.rearm, move |f| {
                 for_callback.record(i, f)
             })
-            .map_err(|e| ExperimentError::Failed(format!("registering periodic timer {i}: {e}")))?;
+            .map_err(|e| ExperimentError::failed(format!("registering periodic timer {i}"), e))?;
         ids.push(id);
     }
     // The ticks take (K + 2) periods; what is allowed beyond is a bound on

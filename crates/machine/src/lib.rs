@@ -8,6 +8,7 @@
 pub mod coroutine;
 pub mod cpu;
 pub mod ctx_switch;
+pub mod error;
 pub mod fs;
 pub mod heartbeat;
 pub mod mem;

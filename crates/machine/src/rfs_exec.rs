@@ -25,6 +25,7 @@
 //!   before they are run, so a wrong file is a clear error rather than a
 //!   child that exits 127.
 
+use crate::error::ElfError;
 use crate::tiny_elf;
 use osprobe_core::{ExperimentError, Params};
 use osprobe_rfs::experiments::TestPath;
@@ -139,42 +140,24 @@ fn this_machine() -> Option<u16> {
 /// the magic, 64-bit little-endian, an executable or position-independent
 /// type, this machine, and program headers inside the file. The reason
 /// when not.
-pub fn check_elf(bytes: &[u8]) -> Result<(), String> {
+pub fn check_elf(bytes: &[u8]) -> Result<(), ElfError> {
     const EHDR: usize = 64;
     if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
         let start: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
-        let script = if bytes.starts_with(b"#!") {
-            " (a script)"
-        } else {
-            ""
-        };
-        return Err(format!(
-            "{} bytes starting {}{script}; an ELF file starts 7f 45 4c 46",
-            bytes.len(),
-            if start.is_empty() {
-                "with nothing".to_string()
-            } else {
-                start.join(" ")
-            }
-        ));
+        return Err(ElfError::NotElf {
+            len: bytes.len(),
+            start: start.join(" "),
+            script: bytes.starts_with(b"#!"),
+        });
     }
     if bytes.len() < EHDR {
-        return Err(format!(
-            "{} bytes, shorter than the 64-byte ELF header",
-            bytes.len()
-        ));
+        return Err(ElfError::Short(bytes.len()));
     }
     if bytes[4] != 2 {
-        return Err(format!(
-            "ELF class {} (only 2, 64-bit, runs here)",
-            bytes[4]
-        ));
+        return Err(ElfError::Class(bytes[4]));
     }
     if bytes[5] != 1 {
-        return Err(format!(
-            "ELF data encoding {} (only 1, little-endian, runs here)",
-            bytes[5]
-        ));
+        return Err(ElfError::Encoding(bytes[5]));
     }
     let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
     let u64_at = |at: usize| {
@@ -184,17 +167,16 @@ pub fn check_elf(bytes: &[u8]) -> Result<(), String> {
     };
     let e_type = u16_at(16);
     if e_type != 2 && e_type != 3 {
-        return Err(format!(
-            "ELF type {e_type} (1 is a relocatable object, 4 a core dump; only 2 executable and 3 position-independent run)"
-        ));
+        return Err(ElfError::Type(e_type));
     }
     let machine = u16_at(18);
     match this_machine() {
         Some(here) if here != machine => {
-            return Err(format!(
-                "built for ELF machine {machine:#x}, this is {} ({here:#x})",
-                std::env::consts::ARCH
-            ))
+            return Err(ElfError::Machine {
+                machine,
+                here,
+                arch: std::env::consts::ARCH,
+            })
         }
         _ => {}
     }
@@ -203,10 +185,12 @@ pub fn check_elf(bytes: &[u8]) -> Result<(), String> {
     let phnum = u64::from(u16_at(56));
     let end = phoff.saturating_add(phentsize.saturating_mul(phnum));
     if phnum == 0 || end > bytes.len() as u64 {
-        return Err(format!(
-            "{phnum} program headers at offset {phoff} of {phentsize} bytes each, outside the file's {} bytes",
-            bytes.len()
-        ));
+        return Err(ElfError::Headers {
+            count: phnum,
+            offset: phoff,
+            size: phentsize,
+            len: bytes.len(),
+        });
     }
     Ok(())
 }
@@ -380,28 +364,38 @@ mod tests {
 
     #[test]
     fn bad_elves_are_named_with_what_is_wrong() {
-        let e = check_elf(b"#!/bin/sh\nexit 0\n").unwrap_err();
+        let e = check_elf(b"#!/bin/sh\nexit 0\n").unwrap_err().to_string();
         assert!(e.contains("23 21 2f 62") && e.contains("a script"), "{e}");
-        assert!(check_elf(b"").unwrap_err().contains("with nothing"));
+        assert!(check_elf(b"")
+            .unwrap_err()
+            .to_string()
+            .contains("with nothing"));
         assert!(check_elf(b"\x7fELF\x02\x01")
             .unwrap_err()
+            .to_string()
             .contains("64-byte"));
         let Some(good) = tiny_elf::image() else {
             return;
         };
         let mut bad = good.clone();
         bad[4] = 1;
-        assert!(check_elf(&bad).unwrap_err().contains("class 1"));
+        assert!(check_elf(&bad).unwrap_err().to_string().contains("class 1"));
         let mut bad = good.clone();
         bad[16] = 1;
-        assert!(check_elf(&bad).unwrap_err().contains("relocatable"));
+        assert!(check_elf(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("relocatable"));
         let mut bad = good.clone();
         bad[18] = 0x28; // ARM
         bad[19] = 0;
-        assert!(check_elf(&bad).unwrap_err().contains("machine 0x28"));
+        assert!(check_elf(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("machine 0x28"));
         let mut bad = good.clone();
         bad[56] = 200; // program headers past the end
-        assert!(check_elf(&bad).unwrap_err().contains("outside"));
+        assert!(check_elf(&bad).unwrap_err().to_string().contains("outside"));
     }
 
     #[test]

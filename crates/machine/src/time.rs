@@ -39,6 +39,7 @@
 //! `mode=absolute` or `mode=rearm` the timers are periodic instead, and the
 //! point measures their drift over `periods` periods ([`crate::heartbeat`]).
 
+use crate::error::RealtimeError;
 use osprobe_core::clock::monotonic_ns;
 use osprobe_core::model::Histogram;
 use osprobe_core::random::SplitMix64;
@@ -117,10 +118,11 @@ fn strategy_note(strategy: Strategy) -> String {
 }
 
 /// The error for a bad parameter value: names it and what is accepted.
-fn bad_param(name: &str, value: impl std::fmt::Display, accepted: &str) -> ExperimentError {
-    ExperimentError::Failed(format!(
-        "invalid value '{value}' for parameter '{name}': expected {accepted}"
-    ))
+fn bad_param(name: &'static str, value: impl std::fmt::Display, accepted: &str) -> ExperimentError {
+    ExperimentError::invalid_parameter(
+        name,
+        format!("invalid value '{value}' for parameter '{name}': expected {accepted}"),
+    )
 }
 
 /// CPU time of the calling thread, in nanoseconds.
@@ -170,19 +172,22 @@ struct Realtime {
 }
 
 impl Realtime {
-    fn enter(priority: libc::c_int) -> Result<Realtime, String> {
-        let policy = sched::policy().map_err(|e| format!("sched_getscheduler: {e}"))?;
-        let param = sched::param().map_err(|e| format!("sched_getparam: {e}"))?;
+    fn enter(priority: libc::c_int) -> Result<Realtime, RealtimeError> {
+        let failed = |call: String| move |source| RealtimeError { call, source };
+        let policy = sched::policy().map_err(failed("sched_getscheduler".into()))?;
+        let param = sched::param().map_err(failed("sched_getparam".into()))?;
         // Locked first, so that no page fault happens once real-time.
         // SAFETY: mlockall takes flags only.
         if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
-            return Err(format!("mlockall: {}", std::io::Error::last_os_error()));
+            return Err(failed("mlockall".into())(std::io::Error::last_os_error()));
         }
         let fifo = sched_param(priority);
         if let Err(err) = sched::set(libc::SCHED_FIFO, &fifo) {
             // SAFETY: undoes the mlockall above.
             unsafe { libc::munlockall() };
-            return Err(format!("sched_setscheduler(SCHED_FIFO, {priority}): {err}"));
+            return Err(failed(format!(
+                "sched_setscheduler(SCHED_FIFO, {priority})"
+            ))(err));
         }
         Ok(Realtime { policy, param })
     }
@@ -751,7 +756,7 @@ impl Experiment for Timers {
                     .register(When::After(Duration::from_nanos(delay)), move |f| {
                         for_callback.fired(i, f)
                     })
-                    .map_err(|e| ExperimentError::Failed(format!("registering timer {i}: {e}")))?;
+                    .map_err(|e| ExperimentError::failed(format!("registering timer {i}"), e))?;
                 let t1 = clock.stop();
                 register_ns.push(clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead));
                 ids.push(id);
@@ -966,6 +971,13 @@ mod tests {
     fn bad_parameters_name_the_value_and_what_is_accepted() {
         let ctx = Context::for_tests(Profile::Smoke);
         let p = Params::new().with("strategy", "usleep");
+        assert!(matches!(
+            Sleep.run(&ctx, &p),
+            Err(ExperimentError::InvalidParameter {
+                name: "strategy",
+                ..
+            })
+        ));
         let e = Sleep.run(&ctx, &p).unwrap_err().to_string();
         assert!(
             e.contains("'usleep'") && e.contains("clock_nanosleep_abs"),

@@ -129,7 +129,13 @@ pub fn run(
     config: &BulkConfig,
     stop: &AtomicBool,
 ) -> Result<BulkResult, ExperimentError> {
-    let fail = |e: crate::client::NetError| ExperimentError::Failed(e.to_string());
+    let fail = |e: crate::client::NetError| match e {
+        // The value of `cc` cannot be used here: net.cc skips it.
+        crate::client::NetError::CongestionControl { .. } => {
+            ExperimentError::invalid_parameter("cc", e.to_string())
+        }
+        other => ExperimentError::Failed(other.to_string()),
+    };
     let spec = TestSpec::Sink {
         streams: config.streams,
         read_size: config.write_size.min(u32::MAX as usize) as u32,

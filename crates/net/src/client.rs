@@ -3,6 +3,7 @@
 //! report.
 
 use crate::auth::{self, Purpose};
+use crate::error::CongestionControlRefused;
 use crate::protocol::{
     self, unhex, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_VERSION,
 };
@@ -53,6 +54,13 @@ pub enum NetError {
         context: String,
         #[source]
         source: io::Error,
+    },
+    /// The kernel refused the congestion control asked for the connection.
+    #[error("cannot connect to {addr}: {refused}")]
+    CongestionControl {
+        addr: SocketAddr,
+        #[source]
+        refused: CongestionControlRefused,
     },
 }
 
@@ -108,6 +116,15 @@ impl Peer {
     ) -> Result<(TcpStream, String, bool, Option<u16>), NetError> {
         let mut stream =
             sock::connect(self.addr, options, self.connect_timeout).map_err(|source| {
+                let source = match CongestionControlRefused::within(source) {
+                    Ok(refused) => {
+                        return NetError::CongestionControl {
+                            addr: self.addr,
+                            refused,
+                        }
+                    }
+                    Err(other) => other,
+                };
                 let hint = match source.kind() {
                     io::ErrorKind::ConnectionRefused => " (is `osprobe serve` running there?)",
                     io::ErrorKind::TimedOut => " (host down, or a firewall drops the port?)",

@@ -16,6 +16,7 @@ pub mod client;
 pub mod describe;
 pub mod diagnosis;
 pub mod emulated;
+pub mod error;
 pub mod experiments;
 pub mod fuzz;
 pub mod gate;

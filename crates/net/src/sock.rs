@@ -59,8 +59,14 @@ pub fn connect(
             .map_err(|e| with_context(e, &format!("SO_RCVBUF {bytes}")))?;
     }
     if let Some(cc) = &options.congestion_control {
-        crate::tcp_info::set_congestion_control(fd, cc)
-            .map_err(|e| with_context(e, &format!("congestion control '{cc}'")))?;
+        crate::tcp_info::set_congestion_control(fd, cc).map_err(|source| {
+            let kind = source.kind();
+            let refused = crate::error::CongestionControlRefused {
+                cc: cc.clone(),
+                source,
+            };
+            io::Error::new(kind, refused)
+        })?;
     }
     if options.nodelay {
         set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;

@@ -19,7 +19,9 @@
 //!   the swap map;
 //! - [`pager`]: the live pager, its handler thread and counters.
 
+pub mod error;
 pub mod experiments;
+pub mod outcome;
 pub mod pager;
 pub mod policy;
 pub mod processes;

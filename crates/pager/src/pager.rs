@@ -47,6 +47,7 @@
 //!   and kept in [`Pager::last_error`]. The application is never handed a
 //!   page it did not write.
 
+use crate::error::FaultError;
 use crate::policy::{FrameId, Policy, ReferenceBits};
 use crate::swap::{SwapBackend, SwapError, SwapMap, Verified};
 use crate::table::{Frame, FrameTable, PageState, PageTable, Region};
@@ -71,6 +72,8 @@ pub enum PagerError {
     },
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Region(#[from] crate::error::RegionError),
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> PagerError {
@@ -335,23 +338,19 @@ impl Pager {
         read_only.sort_by_key(|r| r.1);
         for (name, first_page, pages) in &read_only {
             if *first_page > first_writable {
-                table
-                    .add_region(Region {
-                        name: "data".into(),
-                        first_page: first_writable,
-                        pages: first_page - first_writable,
-                        writable: true,
-                    })
-                    .map_err(PagerError::Config)?;
+                table.add_region(Region {
+                    name: "data".into(),
+                    first_page: first_writable,
+                    pages: first_page - first_writable,
+                    writable: true,
+                })?;
             }
-            table
-                .add_region(Region {
-                    name: name.clone(),
-                    first_page: *first_page,
-                    pages: *pages,
-                    writable: false,
-                })
-                .map_err(PagerError::Config)?;
+            table.add_region(Region {
+                name: name.clone(),
+                first_page: *first_page,
+                pages: *pages,
+                writable: false,
+            })?;
             // The MMU enforces it: a write is a segmentation fault
             // before it ever reaches the handler.
             // SAFETY: a range inside our own mapping (checked by add_region).
@@ -370,14 +369,12 @@ impl Pager {
             first_writable = first_page + pages;
         }
         if first_writable < config.pages {
-            table
-                .add_region(Region {
-                    name: "data".into(),
-                    first_page: first_writable,
-                    pages: config.pages - first_writable,
-                    writable: true,
-                })
-                .map_err(PagerError::Config)?;
+            table.add_region(Region {
+                name: "data".into(),
+                first_page: first_writable,
+                pages: config.pages - first_writable,
+                writable: true,
+            })?;
         }
 
         let counters = Arc::new(Counters::default());
@@ -728,7 +725,7 @@ impl Handler {
                 let started = Instant::now();
                 match self.serve_fault(fault) {
                     Ok(served) => self.account(served, started),
-                    Err(reason) => self.fail(fault, &reason),
+                    Err(reason) => self.fail(fault, &reason.to_string()),
                 }
             }
         }
@@ -795,19 +792,19 @@ impl Handler {
         self.app_base + page * self.page_size as u64
     }
 
-    fn serve_fault(&mut self, fault: Fault) -> Result<Served, String> {
+    fn serve_fault(&mut self, fault: Fault) -> Result<Served, FaultError> {
         let page_bytes = self.page_size as u64;
         let offset = fault.address.wrapping_sub(self.app_base);
         let page = offset / page_bytes;
         let region = self
             .table
             .region_of(page)
-            .ok_or_else(|| format!("address {:#x} lies outside every region", fault.address))?;
+            .ok_or(FaultError::OutsideRegions(fault.address))?;
         if fault.flags & PAGEFAULT_FLAG_WRITE != 0 && !region.writable {
-            return Err(format!(
-                "write to page {page} of read-only region '{}'",
-                region.name
-            ));
+            return Err(FaultError::ReadOnly {
+                page,
+                region: region.name.clone(),
+            });
         }
         let addr = self.page_addr(page);
         match self.table.get(page).state {
@@ -834,7 +831,11 @@ impl Handler {
                     }
                     Err(e) => {
                         self.uncount(&Served::ReferencedBit);
-                        Err(format!("UFFDIO_CONTINUE of page {page}: {e}"))
+                        Err(FaultError::Install {
+                            ioctl: "UFFDIO_CONTINUE",
+                            page,
+                            source: e,
+                        })
                     }
                 }
             }
@@ -875,7 +876,7 @@ impl Handler {
                 if let Err(e) = read {
                     // Nothing installed yet: the frame goes back unused.
                     self.frames.release(frame);
-                    return Err(format!("swap-in of page {page}: {e}"));
+                    return Err(FaultError::SwapIn { page, source: e });
                 }
                 // Checked against this hash by the read: no need to hash again.
                 let hash = self.swap.written_hash(slot).unwrap_or(0);
@@ -982,9 +983,9 @@ impl Handler {
         &mut self,
         page: u64,
         addr: u64,
-        what: &str,
+        what: &'static str,
         e: io::Error,
-    ) -> Result<Served, String> {
+    ) -> Result<Served, FaultError> {
         if e.raw_os_error() == Some(libc::EEXIST) {
             self.wake(addr)?;
             self.log(format!(
@@ -992,7 +993,11 @@ impl Handler {
             ));
             return Ok(Served::Duplicate);
         }
-        Err(format!("{what} of page {page}: {e}"))
+        Err(FaultError::Install {
+            ioctl: what,
+            page,
+            source: e,
+        })
     }
 
     fn install(&mut self, page: u64, frame: FrameId, hash: u128) {
@@ -1008,15 +1013,15 @@ impl Handler {
         self.policy.loaded(frame, page);
     }
 
-    fn wake(&self, addr: u64) -> Result<(), String> {
+    fn wake(&self, addr: u64) -> Result<(), FaultError> {
         self.uffd
             .wake(addr, self.page_size as u64)
-            .map_err(|e| format!("UFFDIO_WAKE: {e}"))
+            .map_err(FaultError::Wake)
     }
 
     /// A free frame, evicting the policy's victim when none is; with the
     /// time the eviction took.
-    fn obtain_frame(&mut self) -> Result<(FrameId, Option<f64>), String> {
+    fn obtain_frame(&mut self) -> Result<(FrameId, Option<f64>), FaultError> {
         if let Some(frame) = self.frames.take_free() {
             return Ok((frame, None));
         }
@@ -1044,7 +1049,7 @@ impl Handler {
             }
         }
         if victims.is_empty() {
-            return Err("the replacement policy offers no occupied frame to evict".into());
+            return Err(FaultError::NoVictim);
         }
         if let Err(e) = self.evict(&victims) {
             // The pages stay; the policy must know they are still there.
@@ -1068,7 +1073,7 @@ impl Handler {
     /// decides). On error the pages that were not removed stay resident
     /// and intact (their mappings are restored by the next fault on them);
     /// frames already emptied go back to the free list.
-    fn evict(&mut self, victims: &[FrameId]) -> Result<(), String> {
+    fn evict(&mut self, victims: &[FrameId]) -> Result<(), FaultError> {
         /// A page on its way out.
         struct Leaving {
             frame: FrameId,
@@ -1079,7 +1084,7 @@ impl Handler {
         let mut resident = Vec::with_capacity(victims.len());
         for &frame in victims {
             let Some(f) = self.frames.get(frame).copied() else {
-                return Err(format!("policy chose frame {frame}, which is empty"));
+                return Err(FaultError::EmptyFrame(frame));
             };
             resident.push((frame, f));
         }
@@ -1105,12 +1110,9 @@ impl Handler {
             let (new_state, write) = if hash != f.loaded_hash {
                 let slot = match entry.slot {
                     Some(slot) => slot,
-                    None => self.swap_map.allocate().ok_or_else(|| {
-                        SwapError::Full {
-                            slots: self.swap_map.capacity(),
-                            bytes: self.swap_map.capacity() * self.page_size as u64,
-                        }
-                        .to_string()
+                    None => self.swap_map.allocate().ok_or_else(|| SwapError::Full {
+                        slots: self.swap_map.capacity(),
+                        bytes: self.swap_map.capacity() * self.page_size as u64,
                     })?,
                 };
                 self.table.entry(page).slot = Some(slot);
@@ -1140,12 +1142,10 @@ impl Handler {
         if !writes.is_empty() {
             let first = leaving.iter().find(|l| l.write.is_some()).map(|l| l.page);
             if let Err(e) = self.swap.write_pages_hashed(&writes, &hashes) {
-                return Err(match writes.len() {
-                    1 => format!("write-back of page {}: {e}", first.unwrap_or(0)),
-                    n => format!(
-                        "write-back of {n} pages (page {} first): {e}",
-                        first.unwrap_or(0)
-                    ),
+                return Err(FaultError::WriteBack {
+                    count: writes.len(),
+                    first: first.unwrap_or(0),
+                    source: e,
                 });
             }
             bump(&self.counters.write_backs, writes.len() as u64);
@@ -1173,7 +1173,10 @@ impl Handler {
                 for gone in &leaving[..done] {
                     self.frames.release(gone.frame);
                 }
-                return Err(format!("removing page {first} from memory: {e}"));
+                return Err(FaultError::Punch {
+                    page: first,
+                    source: e,
+                });
             }
             for l in &leaving[done..done + count as usize] {
                 self.table.entry(l.page).state = l.new_state;

@@ -84,23 +84,25 @@ impl PageTable {
     }
 
     /// Add a region; regions may not overlap or leave the table.
-    pub fn add_region(&mut self, region: Region) -> Result<(), String> {
+    pub fn add_region(&mut self, region: Region) -> Result<(), crate::error::RegionError> {
+        use crate::error::RegionError;
         let end = region.first_page + region.pages;
         if region.pages == 0 || end > self.pages {
-            return Err(format!(
-                "region '{}' (pages {}..{end}) does not fit the managed area",
-                region.name, region.first_page
-            ));
+            return Err(RegionError::DoesNotFit {
+                name: region.name,
+                first: region.first_page,
+                end,
+            });
         }
         if let Some(other) = self
             .regions
             .iter()
             .find(|r| region.first_page < r.first_page + r.pages && r.first_page < end)
         {
-            return Err(format!(
-                "region '{}' overlaps region '{}'",
-                region.name, other.name
-            ));
+            return Err(RegionError::Overlaps {
+                name: region.name,
+                other: other.name.clone(),
+            });
         }
         self.regions.push(region);
         Ok(())
@@ -248,7 +250,10 @@ mod tests {
             writable: true,
         };
         table.add_region(region("code", 0, 10)).unwrap();
-        assert!(table.add_region(region("data", 5, 10)).is_err());
+        assert!(matches!(
+            table.add_region(region("data", 5, 10)),
+            Err(crate::error::RegionError::Overlaps { .. })
+        ));
         assert!(table.add_region(region("heap", 10, 1000)).is_err());
         table.add_region(region("heap", 10, 90)).unwrap();
         assert_eq!(table.region_of(50).unwrap().name, "heap");

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod counters;
 pub mod csv;
 pub mod ends;
+pub mod error;
 pub mod fleet;
 pub mod html;
 pub mod human;

@@ -20,6 +20,7 @@
 //! remote/local, a ratio both paths share.
 
 use crate::compare::Better;
+use crate::error::RowError;
 use crate::human::number;
 use crate::table::{Align, Table};
 use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
@@ -153,7 +154,8 @@ pub enum ReferenceError {
     Invalid {
         row: usize,
         what: String,
-        reason: String,
+        #[source]
+        reason: RowError,
     },
 }
 
@@ -222,9 +224,9 @@ impl Reference {
         self.field.as_deref().unwrap_or("p50")
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), RowError> {
         if !SEEDS.contains(&self.seed.as_str()) {
-            return Err(format!("study '{}' is not one of 000..004", self.seed));
+            return Err(RowError::UnknownStudy(self.seed.clone()));
         }
         for (name, text) in [
             ("source", &self.source),
@@ -233,67 +235,66 @@ impl Reference {
             ("metric", &self.metric),
         ] {
             if text.trim().is_empty() {
-                return Err(format!("{name} is empty"));
+                return Err(RowError::Empty(name));
             }
         }
         if !self.value.is_finite() || self.value <= 0.0 {
-            return Err(format!("value {} is not a positive number", self.value));
+            return Err(RowError::NotPositive(self.value));
         }
         let Some((kind, _)) = unit_kind(&self.unit) else {
-            return Err(format!("unknown unit '{}'", self.unit));
+            return Err(RowError::UnknownUnit(self.unit.clone()));
         };
         match self.field() {
             "p50" | "prediction" if kind != Kind::Param => {}
             f if f.starts_with("argmax:") && kind == Kind::Param => {}
-            f => return Err(format!("field '{f}' does not fit unit '{}'", self.unit)),
+            f => {
+                return Err(RowError::FieldUnit {
+                    field: f.to_string(),
+                    unit: self.unit.clone(),
+                })
+            }
         }
         if let Some(rel) = &self.relative_to {
             if self.unit != "x" || self.field() != "p50" || self.experiment.is_none() {
-                return Err(
-                    "a relative_to row needs unit x, the p50 field and an experiment".into(),
-                );
+                return Err(RowError::RelativeNeedsRatio);
             }
             if rel.params.0.is_empty() {
-                return Err("relative_to names no parameter to change".into());
+                return Err(RowError::RelativeChangesNothing);
             }
         }
         if let Some(path) = &self.path {
             if !PATH_KINDS.contains(&path.kind.as_str()) {
-                return Err(format!(
-                    "path kind '{}' is not one of {}",
-                    path.kind,
-                    PATH_KINDS.join(", ")
-                ));
+                return Err(RowError::PathKind {
+                    kind: path.kind.clone(),
+                    accepted: PATH_KINDS.join(", "),
+                });
             }
             if path.words.trim().is_empty() {
-                return Err("path words are empty".into());
+                return Err(RowError::PathWordsEmpty);
             }
             if self.params.get("path").is_some() {
-                return Err("a row with a path object pins no path parameter".into());
+                return Err(RowError::PathPinned);
             }
         }
         if let Some(local) = &self.local {
             if self.path.is_none() || self.relative_to.is_some() || self.field() != "p50" {
-                return Err("a local figure needs a path, no relative_to and the p50 field".into());
+                return Err(RowError::LocalNeedsPath);
             }
             match unit_kind(&local.unit) {
                 Some((k, _)) if k == kind => {}
                 _ => {
-                    return Err(format!(
-                        "the local figure's unit '{}' is not of the kind of '{}'",
-                        local.unit, self.unit
-                    ))
+                    return Err(RowError::LocalUnit {
+                        local: local.unit.clone(),
+                        unit: self.unit.clone(),
+                    })
                 }
             }
             if !local.value.is_finite() || local.value <= 0.0 {
-                return Err(format!(
-                    "local value {} is not a positive number",
-                    local.value
-                ));
+                return Err(RowError::LocalNotPositive(local.value));
             }
         }
         if kind == Kind::Cycles && !self.clock_ghz.is_some_and(|g| g.is_finite() && g > 0.0) {
-            return Err("a figure in cycles needs the machine's clock_ghz".into());
+            return Err(RowError::CyclesNeedClock);
         }
         if let Some(id) = &self.experiment {
             let ok = id.contains('.')
@@ -301,7 +302,7 @@ impl Reference {
                     .chars()
                     .all(|c| c.is_ascii_lowercase() || c == '.' || c == '_');
             if !ok {
-                return Err(format!("'{id}' is not an experiment id"));
+                return Err(RowError::NotAnExperimentId(id.clone()));
             }
         }
         Ok(())
@@ -1319,6 +1320,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unit x"));
+        assert!(matches!(
+            parse_references(bad),
+            Err(ReferenceError::Invalid {
+                row: 1,
+                reason: RowError::RelativeNeedsRatio,
+                ..
+            })
+        ));
     }
 
     /// A remote-read row, measured by the study over WiFi, with its local read.

@@ -741,6 +741,16 @@ impl FrameBuffer {
         Ok(n)
     }
 
+    /// Move the partial frame at `start` to the front only when a frame
+    /// of `need` bytes would not fit behind it: a window of replies read
+    /// in large chunks then costs one move per buffer's worth, not one
+    /// per read (each move copies up to a whole reply).
+    fn make_room(&mut self, need: usize) {
+        if self.start + need > self.buf.len() {
+            self.compact();
+        }
+    }
+
     fn compact(&mut self) {
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
@@ -779,7 +789,7 @@ impl FrameBuffer {
         debug_assert!(self.current.is_none(), "consume() the previous frame first");
         let avail = self.end - self.start;
         if avail < 4 {
-            self.compact();
+            self.make_room(4 + MAX_MESSAGE);
             return Ok(None);
         }
         let mut len = [0u8; 4];
@@ -789,7 +799,7 @@ impl FrameBuffer {
             return Err(());
         }
         if avail < 4 + len {
-            self.compact();
+            self.make_room(4 + len);
             return Ok(None);
         }
         self.current = Some(len);
@@ -866,6 +876,30 @@ mod tests {
             }
             assert_eq!(got, bodies, "pieces of {piece}");
         }
+    }
+
+    #[test]
+    fn a_partial_frame_moves_only_when_the_frame_would_not_fit() {
+        let first = frame(&[1u8; 100]);
+        let second = frame(&[2u8; 5000]);
+        let mut stream = first.clone();
+        stream.extend_from_slice(&second[..300]);
+        let mut fb = FrameBuffer::with_capacity(1 << 20);
+        fb.fill(&mut Trickle::new(stream, 1 << 20)).unwrap();
+        assert_eq!(fb.next_frame().unwrap().map(|f| f.len()), Some(100));
+        fb.consume();
+        // 5,000 bytes fit behind: the 300 buffered stay where they are.
+        assert_eq!(fb.next_frame().unwrap(), None);
+        assert_eq!(fb.start, first.len(), "moved although it fits");
+        // Near the end of the buffer the same partial frame is moved.
+        let mut fb = FrameBuffer::with_capacity(1 << 20);
+        let tail = fb.buf.len() - 200;
+        fb.start = tail;
+        fb.end = tail + 100;
+        fb.buf[tail..tail + 4].copy_from_slice(&5000u32.to_be_bytes());
+        assert_eq!(fb.next_frame().unwrap(), None);
+        assert_eq!((fb.start, fb.end), (0, 100));
+        assert_eq!(fb.front_len(), Some(5000));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! transaction. Run ids are ULIDs, unique across machines, so a run whose id
 //! is already stored is counted and skipped: importing twice stores once.
 
+use crate::error::LineError;
 use osprobe_core::{Run, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -29,7 +30,8 @@ pub enum ImportError {
     Line {
         file: String,
         line: usize,
-        reason: String,
+        #[source]
+        reason: LineError,
     },
     #[error("cannot read {file}: {source}; nothing was imported")]
     Read {
@@ -53,7 +55,7 @@ pub fn parse_jsonl(mut input: impl BufRead, file: &str) -> Result<(Vec<Run>, usi
     let mut repeats = 0;
     let mut buf = Vec::new();
     let mut line_no = 0;
-    let line_err = |line: usize, reason: String| ImportError::Line {
+    let line_err = |line: usize, reason: LineError| ImportError::Line {
         file: file.to_string(),
         line,
         reason,
@@ -73,11 +75,13 @@ pub fn parse_jsonl(mut input: impl BufRead, file: &str) -> Result<(Vec<Run>, usi
         if buf.len() > MAX_LINE_BYTES {
             return Err(line_err(
                 line_no,
-                format!("longer than {} MiB: not a run", MAX_LINE_BYTES >> 20),
+                LineError::TooLong {
+                    max_bytes: MAX_LINE_BYTES,
+                },
             ));
         }
-        let text = std::str::from_utf8(&buf)
-            .map_err(|e| line_err(line_no, format!("not UTF-8 text ({e})")))?;
+        let text =
+            std::str::from_utf8(&buf).map_err(|e| line_err(line_no, LineError::NotUtf8(e)))?;
         if text.trim().is_empty() {
             continue;
         }
@@ -87,10 +91,10 @@ pub fn parse_jsonl(mut input: impl BufRead, file: &str) -> Result<(Vec<Run>, usi
                 if runs[index] != run {
                     return Err(line_err(
                         line_no,
-                        format!(
-                            "run {} is also on line {earlier}, with different content",
-                            run.id
-                        ),
+                        LineError::Conflicting {
+                            run: run.id,
+                            earlier,
+                        },
                     ));
                 }
                 repeats += 1;
@@ -105,31 +109,28 @@ pub fn parse_jsonl(mut input: impl BufRead, file: &str) -> Result<(Vec<Run>, usi
 }
 
 /// One line as a run, checked as the store needs it.
-fn parse_line(text: &str) -> Result<Run, String> {
-    let mut run: Run =
-        serde_json::from_str(text).map_err(|e| format!("not an osprobe run: {e}"))?;
+fn parse_line(text: &str) -> Result<Run, LineError> {
+    let mut run: Run = serde_json::from_str(text).map_err(LineError::NotARun)?;
     if run.schema == 0 || run.schema > SCHEMA_VERSION {
-        return Err(format!(
-            "run schema {} is not one this osprobe reads (1 to {SCHEMA_VERSION}); upgrade osprobe",
-            run.schema
-        ));
+        return Err(LineError::Schema {
+            found: run.schema,
+            known: SCHEMA_VERSION,
+        });
     }
     if !is_ulid(&run.id) {
-        return Err(format!(
-            "run id '{}' is not a ULID (26 characters of 0-9 and A-Z without I, L, O, U)",
-            osprobe_core::peer_text::escape(&run.id, 40)
-        ));
+        return Err(LineError::NotAUlid {
+            id: osprobe_core::peer_text::escape(&run.id, 40),
+        });
     }
     for (i, m) in run.measurements.iter_mut().enumerate() {
         if m.run.is_empty() {
             m.run = run.id.clone();
         } else if m.run != run.id {
-            return Err(format!(
-                "measurement {} names run '{}', not the line's run {}",
-                i + 1,
-                osprobe_core::peer_text::escape(&m.run, 40),
-                run.id
-            ));
+            return Err(LineError::ForeignMeasurement {
+                index: i + 1,
+                named: osprobe_core::peer_text::escape(&m.run, 40),
+                run: run.id,
+            });
         }
     }
     Ok(run)

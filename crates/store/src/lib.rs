@@ -18,6 +18,7 @@ use osprobe_core::Run;
 use std::path::PathBuf;
 
 mod codec;
+mod error;
 pub mod fuzz;
 pub mod import;
 mod location;
@@ -26,6 +27,7 @@ mod resolve;
 pub mod sqlite;
 pub mod testing;
 
+pub use error::{LineError, PrivateServerError};
 pub use import::{parse_jsonl, ImportError, Imported};
 pub use location::{default_location, redact_arg, Location, PgUrl};
 pub use sqlite::{SqliteStore, MIGRATIONS};

@@ -237,17 +237,14 @@ fn concurrent_first_writers_in_threads_all_store_their_runs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");
         let start = std::sync::Barrier::new(WRITERS);
-        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let results: Vec<Result<(), StoreError>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..WRITERS)
                 .map(|w| {
                     let (path, start) = (&path, &start);
                     s.spawn(move || {
                         start.wait();
-                        let mut store =
-                            Store::open(path, Access::Write).map_err(|e| e.to_string())?;
-                        store
-                            .save_run(&sample_run(&format!("01W{w}"), 2))
-                            .map_err(|e| e.to_string())
+                        let mut store = Store::open(path, Access::Write)?;
+                        store.save_run(&sample_run(&format!("01W{w}"), 2))
                     })
                 })
                 .collect();

@@ -4,7 +4,7 @@
 //! and killed with this process if it dies first (parent-death signal).
 //! Used by the store's tests and by the cli's tests that need a shared store.
 
-use crate::PgUrl;
+use crate::{PgUrl, PrivateServerError};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,34 +35,31 @@ pub struct PrivatePostgres {
 impl PrivatePostgres {
     /// Start a server, or say why it cannot start here (no PostgreSQL
     /// binaries, no unprivileged user to run it as): the caller skips.
-    pub fn start() -> Result<PrivatePostgres, String> {
+    pub fn start() -> Result<PrivatePostgres, PrivateServerError> {
         Self::launch(None)
     }
 
     /// A server that asks every client for `password` (SCRAM), for tests
     /// of where passwords come from; [`PrivatePostgres::url`] leaves it out.
-    pub fn start_with_password(password: &str) -> Result<PrivatePostgres, String> {
+    pub fn start_with_password(password: &str) -> Result<PrivatePostgres, PrivateServerError> {
         Self::launch(Some(password))
     }
 
-    fn launch(password: Option<&str>) -> Result<PrivatePostgres, String> {
-        let bin = binaries_dir().ok_or(
-            "no PostgreSQL server binaries (initdb, postgres) under /usr/lib/postgresql/*/bin \
-             or on PATH (apt-get install postgresql)",
-        )?;
+    fn launch(password: Option<&str>) -> Result<PrivatePostgres, PrivateServerError> {
+        let bin = binaries_dir().ok_or(PrivateServerError::NoBinaries)?;
         let (uid, gid) = server_user()?;
         let dir = tempfile::Builder::new()
             .prefix("osprobe-pg-")
             .tempdir()
-            .map_err(|e| format!("cannot make a temp dir: {e}"))?;
+            .map_err(PrivateServerError::io("cannot make a temp dir"))?;
         let data = dir.path().join("data");
         let socket_dir = dir.path().join("socket");
         let log = dir.path().join("server.log");
         for d in [dir.path(), socket_dir.as_path()] {
-            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            std::fs::create_dir_all(d).map_err(PrivateServerError::io(d.display().to_string()))?;
             chown(d, uid, gid)?;
         }
-        std::fs::write(&log, b"").map_err(|e| format!("{}: {e}", log.display()))?;
+        std::fs::write(&log, b"").map_err(PrivateServerError::io(log.display().to_string()))?;
         chown(&log, uid, gid)?;
 
         let mut initdb = Command::new(bin.join("initdb"));
@@ -73,7 +70,7 @@ impl PrivatePostgres {
             Some(password) => {
                 let pwfile = dir.path().join("pwfile");
                 std::fs::write(&pwfile, format!("{password}\n"))
-                    .map_err(|e| format!("{}: {e}", pwfile.display()))?;
+                    .map_err(PrivateServerError::io(pwfile.display().to_string()))?;
                 chown(&pwfile, uid, gid)?;
                 initdb
                     .arg("--auth=scram-sha-256")
@@ -91,22 +88,24 @@ impl PrivatePostgres {
             .gid(gid)
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", bin.join("initdb").display()))?;
+            .map_err(PrivateServerError::io(format!(
+                "cannot run {}",
+                bin.join("initdb").display()
+            )))?;
         if !initdb.status.success() {
-            return Err(format!(
-                "initdb failed ({}): {}",
-                initdb.status,
-                String::from_utf8_lossy(&initdb.stderr).trim()
-            ));
+            return Err(PrivateServerError::Initdb {
+                status: initdb.status,
+                stderr: String::from_utf8_lossy(&initdb.stderr).trim().to_string(),
+            });
         }
 
         let log_file = std::fs::OpenOptions::new()
             .append(true)
             .open(&log)
-            .map_err(|e| format!("{}: {e}", log.display()))?;
+            .map_err(PrivateServerError::io(log.display().to_string()))?;
         let log_err = log_file
             .try_clone()
-            .map_err(|e| format!("{}: {e}", log.display()))?;
+            .map_err(PrivateServerError::io(log.display().to_string()))?;
         let mut command = Command::new(bin.join("postgres"));
         command
             .arg("-D")
@@ -138,9 +137,10 @@ impl PrivatePostgres {
                 Ok(())
             });
         }
-        let server = command
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.join("postgres").display()))?;
+        let server = command.spawn().map_err(PrivateServerError::io(format!(
+            "cannot start {}",
+            bin.join("postgres").display()
+        )))?;
         let mut pg = PrivatePostgres {
             server,
             password: password.map(str::to_string),
@@ -153,23 +153,23 @@ impl PrivatePostgres {
         Ok(pg)
     }
 
-    fn wait_ready(&mut self) -> Result<(), String> {
+    fn wait_ready(&mut self) -> Result<(), PrivateServerError> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if let Ok(Some(status)) = self.server.try_wait() {
-                return Err(format!(
-                    "postgres exited at start ({status}): {}",
-                    self.log_tail()
-                ));
+                return Err(PrivateServerError::Exited {
+                    status,
+                    log: self.log_tail(),
+                });
             }
             if self.connect("postgres").is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "postgres did not accept connections within {READY_WITHIN:?}: {}",
-                    self.log_tail()
-                ));
+                return Err(PrivateServerError::NotReady {
+                    within: READY_WITHIN,
+                    log: self.log_tail(),
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -216,16 +216,18 @@ impl PrivatePostgres {
     }
 
     /// A new, empty database on this server, by its URL.
-    pub fn fresh_database(&self) -> Result<PgUrl, String> {
+    pub fn fresh_database(&self) -> Result<PgUrl, PrivateServerError> {
         let n = self.databases.fetch_add(1, Ordering::Relaxed);
         let name = format!("osprobe_test_{n}");
+        let client_error =
+            |context: String| move |source| PrivateServerError::Client { context, source };
         let mut client = self
             .connect("postgres")
-            .map_err(|e| format!("connecting to the private server: {e}"))?;
+            .map_err(client_error("connecting to the private server".into()))?;
         client
             .batch_execute(&format!("CREATE DATABASE {name}"))
-            .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
-        PgUrl::parse(&self.url(&name)).map_err(|e| e.to_string())
+            .map_err(client_error(format!("CREATE DATABASE {name}")))?;
+        Ok(PgUrl::parse(&self.url(&name))?)
     }
 }
 
@@ -276,7 +278,7 @@ fn binaries_dir() -> Option<PathBuf> {
 
 /// Who runs the server: this user when not root, else the `postgres`
 /// system user, else `nobody` (PostgreSQL refuses to run as root).
-fn server_user() -> Result<(u32, u32), String> {
+fn server_user() -> Result<(u32, u32), PrivateServerError> {
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     if uid != 0 {
@@ -293,10 +295,14 @@ fn server_user() -> Result<(u32, u32), String> {
             return Ok(ids);
         }
     }
-    Err("running as root and there is neither a 'postgres' nor a 'nobody' user to run PostgreSQL as".into())
+    Err(PrivateServerError::NoServerUser)
 }
 
-fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))
-        .map_err(|e| format!("cannot chown {}: {e}", path.display()))
+fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), PrivateServerError> {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|source| {
+        PrivateServerError::Chown {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }

@@ -420,17 +420,14 @@ fn concurrent_first_writers_into_postgres_all_store_their_runs() {
     for round in 0..3 {
         let url = pg.fresh_database().unwrap();
         let start = std::sync::Barrier::new(WRITERS);
-        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let results: Vec<Result<(), StoreError>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..WRITERS)
                 .map(|w| {
                     let (url, start) = (&url, &start);
                     s.spawn(move || {
                         start.wait();
-                        let mut store =
-                            PostgresStore::open(url, Access::Write).map_err(|e| e.to_string())?;
-                        store
-                            .save_run(&sample_run(100 + w as u64, 2))
-                            .map_err(|e| e.to_string())
+                        let mut store = PostgresStore::open(url, Access::Write)?;
+                        store.save_run(&sample_run(100 + w as u64, 2))
                     })
                 })
                 .collect();

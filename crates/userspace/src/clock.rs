@@ -8,6 +8,7 @@
 //! the seed measured: an RTT sample of zero counts as one tick (applied by
 //! the stack's adapter where the library exposes its samples).
 
+use crate::error::ParamError;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -27,12 +28,15 @@ pub const CLOCK_VALUES: &str =
 
 impl ClockMode {
     /// Parse `fine`, `tick:10ms`, `tick:1ms+floor`, ...
-    pub fn parse(text: &str) -> Result<ClockMode, String> {
+    pub fn parse(text: &str) -> Result<ClockMode, ParamError> {
         let text = text.trim();
         if text == "fine" {
             return Ok(ClockMode::Fine);
         }
-        let bad = || format!("clock '{text}': expected {CLOCK_VALUES}");
+        let bad = || ParamError {
+            name: "clock",
+            reason: format!("clock '{text}': expected {CLOCK_VALUES}"),
+        };
         let spec = text.strip_prefix("tick:").ok_or_else(bad)?;
         let (period_text, floor_rtt) = match spec.strip_suffix("+floor") {
             Some(p) => (p, true),
@@ -42,9 +46,10 @@ impl ClockMode {
         // is written as --delay is.
         let period = osprobe_link::parse::duration(period_text).map_err(|_| bad())?;
         if period.is_zero() || period > Duration::from_secs(1) {
-            return Err(format!(
-                "clock '{text}': the tick must be above 0 and at most 1s"
-            ));
+            return Err(ParamError {
+                name: "clock",
+                reason: format!("clock '{text}': the tick must be above 0 and at most 1s"),
+            });
         }
         Ok(ClockMode::Tick { period, floor_rtt })
     }
@@ -211,7 +216,7 @@ mod tests {
             "tick:10ms+flor",
             "tick:-1ms",
         ] {
-            let err = ClockMode::parse(text).unwrap_err();
+            let err = ClockMode::parse(text).unwrap_err().to_string();
             assert!(err.contains("clock '"), "{text}: {err}");
         }
     }

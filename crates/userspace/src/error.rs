@@ -33,6 +33,22 @@ impl TransferError {
     }
 }
 
+/// A parameter value this crate refuses: `reason` names the value and
+/// what is accepted; experiments report it as an invalid parameter.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct ParamError {
+    /// The parameter, as written after `--param`.
+    pub name: &'static str,
+    pub reason: String,
+}
+
+impl From<ParamError> for ExperimentError {
+    fn from(e: ParamError) -> Self {
+        ExperimentError::invalid_parameter(e.name, e.reason)
+    }
+}
+
 impl From<TransferError> for ExperimentError {
     fn from(e: TransferError) -> Self {
         match e {

@@ -35,8 +35,20 @@ pub const PATH_MTU: u32 = 65_535;
 /// Why a path could not be built or used.
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
-    #[error("path: {0}")]
-    Invalid(String),
+    /// A configuration the path cannot take (`name` the parameter at fault).
+    #[error("path: {reason}")]
+    Invalid { name: &'static str, reason: String },
+    /// An `ip` command setting up the path failed.
+    #[error("path: {what} failed ({status}): {stderr}")]
+    Command {
+        what: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("path: the receiver listens on {0}, an IPv6 address")]
+    NotIpv4(std::net::SocketAddrV6),
+    #[error("path: {0} panicked")]
+    Panicked(String),
     #[error(transparent)]
     Link(#[from] LinkError),
     #[error("{context}: {source}")]
@@ -61,7 +73,13 @@ impl From<PathError> for ExperimentError {
         match e {
             PathError::Link(link) => link.into(),
             PathError::Io { context, source } => ExperimentError::Io { context, source },
-            PathError::Invalid(_) => ExperimentError::Failed(e.to_string()),
+            PathError::Invalid { name, .. } => {
+                ExperimentError::invalid_parameter(name, e.to_string())
+            }
+            PathError::Command { .. } | PathError::NotIpv4(_) => {
+                ExperimentError::setup("the emulated path", e)
+            }
+            PathError::Panicked(_) => ExperimentError::Failed(e.to_string()),
         }
     }
 }
@@ -71,14 +89,16 @@ impl From<PathError> for ExperimentError {
 pub fn emulated_spec(config: &PathConfig) -> Result<EmulatedSpec, PathError> {
     let loss = config.loss_percent;
     if !(0.0..100.0).contains(&loss) || loss.is_nan() {
-        return Err(PathError::Invalid(format!(
-            "loss {loss}%: accepted 0 <= loss < 100"
-        )));
+        return Err(PathError::Invalid {
+            name: "loss",
+            reason: format!("loss {loss}%: accepted 0 <= loss < 100"),
+        });
     }
     if config.rate_bps == Some(0) {
-        return Err(PathError::Invalid(
-            "rate 0 bit/s: give None for no bottleneck".into(),
-        ));
+        return Err(PathError::Invalid {
+            name: "rate",
+            reason: "rate 0 bit/s: give None for no bottleneck".into(),
+        });
     }
     Ok(EmulatedSpec {
         delay: config.delay,
@@ -190,11 +210,11 @@ impl EmulatedPath {
             .and_then(|mut c| c.output())
             .map_err(|e| PathError::io(format!("running {what}"), e))?;
         if !output.status.success() {
-            return Err(PathError::Invalid(format!(
-                "{what} failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
+            return Err(PathError::Command {
+                what: what.to_string(),
+                status: output.status,
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            });
         }
         Ok(())
     }
@@ -229,7 +249,7 @@ impl EmulatedPath {
 pub fn join<T>(handle: JoinHandle<io::Result<T>>, what: &str) -> Result<T, PathError> {
     match handle.join() {
         Ok(result) => result.map_err(|e| PathError::io(what.to_string(), e)),
-        Err(_) => Err(PathError::Invalid(format!("{what} panicked"))),
+        Err(_) => Err(PathError::Panicked(what.to_string())),
     }
 }
 

@@ -41,11 +41,7 @@ impl Receiver {
             .map_err(|e| PathError::io("reading the receiver's address", e))?
         {
             SocketAddr::V4(v4) => v4,
-            SocketAddr::V6(v6) => {
-                return Err(PathError::Invalid(format!(
-                    "the receiver listens on {v6}, an IPv6 address"
-                )))
-            }
+            SocketAddr::V6(v6) => return Err(PathError::NotIpv4(v6)),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);

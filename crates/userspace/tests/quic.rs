@@ -103,7 +103,7 @@ fn bad_parameters_are_named() {
         .unwrap_err()
         .to_string();
     assert!(text.contains("interval"), "{text}");
-    let text = ClockMode::parse("tick:10").unwrap_err();
+    let text = ClockMode::parse("tick:10").unwrap_err().to_string();
     assert!(text.contains("'tick:10'"), "{text}");
 }
 

@@ -1,14 +1,16 @@
 //! `osprobe pager run --processes N` and `-- heap`: the workload in
 //! several processes served by one pager (osprobe-pager's `processes`),
-//! and what each did. Wiring and rendering only.
+//! and what each did (osprobe-pager's `outcome` renders it). Wiring only.
 
 use super::{swap_backend, RunArgs, Workload};
 use crate::commands::UsageError;
+use crate::output;
 use anyhow::Result;
 use osprobe_core::interrupt;
+use osprobe_pager::outcome::ProcessesReport;
 use osprobe_pager::processes::workloads::{grow_heap, replay, sort};
 use osprobe_pager::processes::{
-    ProcessMemory, ProcessSpec, Replacement, SharedConfig, SharedOutcome, SharedPager,
+    ProcessMemory, ProcessSpec, Replacement, SharedConfig, SharedPager,
 };
 use osprobe_pager::trace::generate;
 use std::process::ExitCode;
@@ -94,18 +96,13 @@ pub fn run(args: &RunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> 
         eprintln!("osprobe: interrupted");
         return Ok(ExitCode::from(interrupt::exit_code()));
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&json(args, &outcome))?);
-    } else {
-        print_text(args, spec, &outcome);
-    }
-    let failed: Vec<String> = outcome
-        .processes
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| !p.verified())
-        .map(|(i, p)| format!("process {i} (pid {}): {}", p.pid, why(p)))
-        .collect();
+    let report = ProcessesReport {
+        workload: args.workload.join(" "),
+        pages_each: spec.data_pages + spec.heap_limit_pages,
+        outcome,
+    };
+    output::print(args.json, &report)?;
+    let failed = report.failures();
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
@@ -114,151 +111,4 @@ pub fn run(args: &RunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> 
             failed.join("; ")
         ))
     }
-}
-
-/// Why a process did not verify, in words.
-fn why(p: &osprobe_pager::processes::ProcessOutcome) -> String {
-    let mut parts = vec![p.describe_ending()];
-    if let Some(e) = &p.pager_error {
-        parts.push(format!("pager: {e}"));
-    }
-    if let Some((false, text)) = &p.verdict {
-        parts.push(text.clone());
-    }
-    parts.join("; ")
-}
-
-fn json(args: &RunArgs, outcome: &SharedOutcome) -> serde_json::Value {
-    let processes: Vec<serde_json::Value> = outcome
-        .processes
-        .iter()
-        .map(|p| {
-            let c = p.counters_at_done.unwrap_or(p.counters);
-            serde_json::json!({
-                "pid": p.pid,
-                "ending": p.describe_ending(),
-                "verified": p.verified(),
-                "checked": p.verdict.as_ref().map(|v| v.1.clone()),
-                "pager_error": p.pager_error,
-                "accesses": p.accesses,
-                "run_time_ns": p.elapsed.map(|e| e.as_nanos() as u64),
-                "rate_per_s": p.rate(),
-                "counters": {
-                    "faults": c.faults,
-                    "zero_fills": c.zero_fills,
-                    "swap_ins": c.swap_ins,
-                    "referenced_bit_faults": c.referenced_bit_faults,
-                    "evictions": c.evictions,
-                    "write_backs": c.write_backs,
-                    "bits_cleared": c.bits_cleared,
-                    "agent_round_trips": c.agent_round_trips,
-                    "failures": p.counters.failures,
-                },
-                "freed_frames": p.freed_frames,
-                "freed_slots": p.freed_slots,
-                "heap_pages": p.heap_pages,
-                "page_table_leaves": p.table_leaves,
-            })
-        })
-        .collect();
-    serde_json::json!({
-        "workload": args.workload.join(" "),
-        "processes": processes,
-        "frames": outcome.frames,
-        "quotas": outcome.quotas,
-        "policy": outcome.policy,
-        "replacement": outcome.replacement.name(),
-        "swap": outcome.swap,
-        "fairness": outcome.fairness(),
-        "evictions_across": outcome.evictions_across,
-        "frames_in_use_at_end": outcome.frames_in_use_at_end,
-        "slots_in_use_at_end": outcome.slots_in_use_at_end,
-    })
-}
-
-fn print_text(args: &RunArgs, spec: ProcessSpec, outcome: &SharedOutcome) {
-    println!(
-        "{} in {} processes of {} pages each, {} frames ({}, {} replacement, {})",
-        args.workload.join(" "),
-        outcome.processes.len(),
-        spec.data_pages + spec.heap_limit_pages,
-        outcome.frames,
-        outcome.policy,
-        outcome.replacement.name(),
-        outcome.swap
-    );
-    println!(
-        "  {:>3} {:>8} {:>18} {:>10} {:>9} {:>11} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}",
-        "#",
-        "pid",
-        "ending",
-        "accesses",
-        "run time",
-        "accesses/s",
-        "faults",
-        "zero-fill",
-        "swap-in",
-        "ref-bit",
-        "evicted",
-        "written",
-        "agent"
-    );
-    for (i, p) in outcome.processes.iter().enumerate() {
-        let c = p.counters_at_done.unwrap_or(p.counters);
-        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-        println!(
-            "  {:>3} {:>8} {:>18} {:>10} {:>9} {:>11} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}",
-            i,
-            p.pid,
-            p.describe_ending(),
-            opt(p.accesses.map(|a| a.to_string())),
-            opt(p.elapsed.map(|e| format!("{:.3} s", e.as_secs_f64()))),
-            opt(p.rate().map(|r| format!("{r:.0}"))),
-            c.faults,
-            c.zero_fills,
-            c.swap_ins,
-            c.referenced_bit_faults,
-            c.evictions,
-            c.write_backs,
-            c.agent_round_trips
-        );
-    }
-    for (i, p) in outcome.processes.iter().enumerate() {
-        match &p.verdict {
-            Some((true, text)) if p.verified() => println!("  checked {i}       {text}"),
-            _ => println!("  failed {i}        {}", why(p)),
-        }
-        if p.heap_pages > 0 {
-            println!(
-                "  heap {i}          {} pages, page table {} leaves of 512 entries",
-                p.heap_pages, p.table_leaves
-            );
-        }
-    }
-    match outcome.fairness() {
-        Some(j) => println!(
-            "  fairness        {j:.3} (Jain's index over the processes' accesses/s; 1 = all alike)"
-        ),
-        None => println!("  fairness        - (no process finished its work)"),
-    }
-    println!(
-        "  quotas          {}",
-        match outcome.replacement {
-            Replacement::Global => format!("none: all {} frames shared", outcome.frames),
-            Replacement::Local => outcome
-                .quotas
-                .iter()
-                .map(|q| q.to_string())
-                .collect::<Vec<_>>()
-                .join(" + "),
-        }
-    );
-    println!(
-        "  across          {} evictions of one process's page for another's fault",
-        outcome.evictions_across
-    );
-    println!(
-        "  at the end      {} frames, {} swap slots in use",
-        outcome.frames_in_use_at_end, outcome.slots_in_use_at_end
-    );
 }

@@ -80,6 +80,22 @@ pub fn assert_follows_schema(run: &Value) {
     }
 }
 
+/// Panic with the first violation if `value` does not follow
+/// `schema/NAME` (the schema of one command's `--json` output).
+pub fn assert_follows(name: &str, value: &Value) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../schema")
+        .join(name);
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if let Err(e) = jsonschema::validate(&schema, value) {
+        panic!(
+            "output does not follow {name}: {e} at {}\n{value:#}",
+            e.instance_path
+        );
+    }
+}
+
 pub fn is_root() -> bool {
     osprobe_core::sys::is_root()
 }

@@ -71,14 +71,14 @@ pub struct NicInfo {
 }
 
 /// The interface this machine uses to reach `peer`, described.
-pub fn towards(peer: IpAddr) -> Result<NicInfo, String> {
+pub fn towards(peer: IpAddr) -> Result<NicInfo, crate::error::NicError> {
     let (local, name) = route::interface_towards(peer)?;
     Ok(describe(&name, local))
 }
 
 /// The interface that carries a connection whose local end is `local` and
 /// whose remote end is `peer` (what a server knows of an accepted socket).
-pub fn of_connection(local: IpAddr, peer: IpAddr) -> Result<NicInfo, String> {
+pub fn of_connection(local: IpAddr, peer: IpAddr) -> Result<NicInfo, crate::error::NicError> {
     let name = route::interface_of_connection(local, peer)?;
     Ok(describe(&name, local))
 }

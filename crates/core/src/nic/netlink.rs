@@ -2,6 +2,7 @@
 //! by index on a NETLINK_ROUTE socket of this network namespace, and a
 //! parser of the answer's attributes (pure, so it is tested on bytes).
 
+use crate::error::NetlinkError;
 use std::ffi::CString;
 use std::io;
 
@@ -91,7 +92,11 @@ pub fn link(name: &str) -> io::Result<Link> {
         return Err(io::Error::last_os_error());
     }
     answer.truncate(got as usize);
-    parse_answer(&answer).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    parse_answer(&answer).map_err(|e| match e {
+        // The kernel's own error (no such device, ...) as the kernel said it.
+        NetlinkError::Kernel(e) => e,
+        other => io::Error::new(io::ErrorKind::InvalidData, other),
+    })
 }
 
 /// A NETLINK_ROUTE socket of this thread's network namespace, with a
@@ -159,27 +164,27 @@ pub(super) fn align4(n: usize) -> usize {
 }
 
 /// The first message of a netlink answer: a link, or the kernel's error.
-pub fn parse_answer(b: &[u8]) -> Result<Link, String> {
-    let len = u32_at(b, 0).ok_or("short netlink answer")? as usize;
-    let kind = u16_at(b, 4).ok_or("short netlink answer")?;
+pub fn parse_answer(b: &[u8]) -> Result<Link, NetlinkError> {
+    let len = u32_at(b, 0).ok_or(NetlinkError::Short("netlink answer"))? as usize;
+    let kind = u16_at(b, 4).ok_or(NetlinkError::Short("netlink answer"))?;
     if len < NLMSG_HDR || len > b.len() {
-        return Err(format!("netlink message length {len} of {} bytes", b.len()));
+        return Err(NetlinkError::Length { len, have: b.len() });
     }
     let body = &b[NLMSG_HDR..len];
     match kind {
         NLMSG_ERROR => {
-            let errno = u32_at(body, 0).ok_or("short netlink error")? as i32;
-            Err(format!("{}", io::Error::from_raw_os_error(-errno)))
+            let errno = u32_at(body, 0).ok_or(NetlinkError::Short("netlink error"))? as i32;
+            Err(NetlinkError::Kernel(io::Error::from_raw_os_error(-errno)))
         }
         RTM_NEWLINK => parse_link(body),
-        other => Err(format!("unexpected netlink message type {other}")),
+        other => Err(NetlinkError::UnexpectedType(other)),
     }
 }
 
 /// An RTM_NEWLINK body: ifinfomsg, then attributes.
-fn parse_link(body: &[u8]) -> Result<Link, String> {
+fn parse_link(body: &[u8]) -> Result<Link, NetlinkError> {
     if body.len() < IFINFOMSG {
-        return Err("short link message".into());
+        return Err(NetlinkError::Short("link message"));
     }
     let mut link = Link {
         hardware_type: u16_at(body, 2).unwrap_or(0),
@@ -272,7 +277,9 @@ mod tests {
     #[test]
     fn an_error_answer_and_garbage_are_errors_not_panics() {
         let err = message(NLMSG_ERROR, &(-19i32).to_ne_bytes());
-        assert!(parse_answer(&err).is_err());
+        assert!(
+            matches!(parse_answer(&err), Err(NetlinkError::Kernel(e)) if e.raw_os_error() == Some(19))
+        );
         for n in 0..40 {
             let junk: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
             let _ = parse_answer(&junk);

@@ -4,59 +4,57 @@
 //! interface. A peer that is one of this machine's addresses is reached
 //! over `lo`, whatever interface owns the address.
 
+use crate::error::NicError;
 use std::ffi::CStr;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 /// (local address, interface name) of the route to `peer`.
-pub fn interface_towards(peer: IpAddr) -> Result<(IpAddr, String), String> {
+pub fn interface_towards(peer: IpAddr) -> Result<(IpAddr, String), NicError> {
     let bind: SocketAddr = match peer {
         IpAddr::V4(_) => "0.0.0.0:0".parse().expect("a literal address"),
         IpAddr::V6(_) => "[::]:0".parse().expect("a literal address"),
     };
-    let socket = UdpSocket::bind(bind).map_err(|e| format!("no UDP socket: {e}"))?;
+    let socket = UdpSocket::bind(bind).map_err(NicError::Socket)?;
     // Port 9 (discard): any port will do, nothing is sent.
     socket
         .connect(SocketAddr::new(peer, 9))
-        .map_err(|e| format!("no route to {peer}: {e}"))?;
+        .map_err(|source| NicError::NoRoute { peer, source })?;
     let local = socket
         .local_addr()
-        .map_err(|e| format!("no local address towards {peer}: {e}"))?
+        .map_err(|source| NicError::NoLocalAddress { peer, source })?
         .ip();
     let name = interface_of_connection(local, peer)?;
     Ok((local, name))
 }
 
 /// The interface of a connection from `local` to `peer`.
-pub fn interface_of_connection(local: IpAddr, peer: IpAddr) -> Result<String, String> {
+pub fn interface_of_connection(local: IpAddr, peer: IpAddr) -> Result<String, NicError> {
     let addresses = local_addresses()?;
     if peer.is_loopback() || addresses.iter().any(|(_, a)| *a == peer) {
-        return loopback_name(&addresses);
+        return Ok(loopback_name(&addresses));
     }
     addresses
         .iter()
         .find(|(_, a)| *a == local)
         .map(|(name, _)| name.clone())
-        .ok_or_else(|| format!("no interface holds the local address {local}"))
+        .ok_or(NicError::NoInterface(local))
 }
 
 /// The loopback interface's name (`lo` everywhere Linux runs).
-fn loopback_name(addresses: &[(String, IpAddr)]) -> Result<String, String> {
-    Ok(addresses
+fn loopback_name(addresses: &[(String, IpAddr)]) -> String {
+    addresses
         .iter()
         .find(|(_, a)| a.is_loopback())
         .map(|(n, _)| n.clone())
-        .unwrap_or_else(|| "lo".to_string()))
+        .unwrap_or_else(|| "lo".to_string())
 }
 
 /// Every (interface, address) of this network namespace.
-pub fn local_addresses() -> Result<Vec<(String, IpAddr)>, String> {
+pub fn local_addresses() -> Result<Vec<(String, IpAddr)>, NicError> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(format!(
-            "cannot list interfaces: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(NicError::ListInterfaces(std::io::Error::last_os_error()));
     }
     let mut out = Vec::new();
     let mut cursor = head;

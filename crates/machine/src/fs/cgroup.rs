@@ -23,6 +23,7 @@
 //!   written to the root's cgroup.subtree_control when missing, and taken
 //!   back afterwards when osprobe added it.
 
+use crate::error::CgroupError;
 use osprobe_core::owner::{Claim, Owner};
 use std::fs;
 use std::io;
@@ -52,22 +53,19 @@ impl MemoryCgroup {
     /// Create a cgroup limited to `limit` bytes of memory. `Err` says in
     /// words why this machine cannot (not root, no memory controller, a
     /// read-only cgroup file system).
-    pub fn create(limit: u64) -> Result<MemoryCgroup, String> {
+    pub fn create(limit: u64) -> Result<MemoryCgroup, CgroupError> {
         if !osprobe_core::sys::is_root() {
-            return Err("creating a memory cgroup needs root".into());
+            return Err(CgroupError::NeedsRoot);
         }
         let (version, parents) = locate()?;
-        let mut errors = Vec::new();
+        let mut refusals = Vec::new();
         for parent in parents {
             match create_under(&parent, version, limit) {
                 Ok(cg) => return Ok(cg),
-                Err(e) => errors.push(format!("{}: {e}", parent.display())),
+                Err(e) => refusals.push((parent, e)),
             }
         }
-        Err(format!(
-            "could not create a memory cgroup ({})",
-            errors.join("; ")
-        ))
+        Err(CgroupError::Refused(refusals))
     }
 
     pub fn path(&self) -> &Path {
@@ -122,7 +120,7 @@ impl Drop for MemoryCgroup {
 }
 
 /// The version in use and where a new cgroup may go, best first.
-fn locate() -> Result<(Version, Vec<PathBuf>), String> {
+fn locate() -> Result<(Version, Vec<PathBuf>), CgroupError> {
     let v2 = Path::new(V2_ROOT);
     if let Ok(controllers) = fs::read_to_string(v2.join("cgroup.controllers")) {
         if has_word(&controllers, "memory") {
@@ -144,7 +142,7 @@ fn locate() -> Result<(Version, Vec<PathBuf>), String> {
         parents.push(v1.to_path_buf());
         return Ok((Version::V1, parents));
     }
-    Err("no cgroup memory controller (neither cgroup v2 with memory in /sys/fs/cgroup/cgroup.controllers nor v1 /sys/fs/cgroup/memory)".into())
+    Err(CgroupError::NoController)
 }
 
 fn create_under(parent: &Path, version: Version, limit: u64) -> io::Result<MemoryCgroup> {

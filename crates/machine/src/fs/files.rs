@@ -364,7 +364,8 @@ const FALLBACK_ALIGN: usize = 4096;
 
 /// Decide the alignment from statx's answer: `Err` with the reason when the
 /// file cannot be read with O_DIRECT in 4 KiB blocks.
-pub fn dio_alignment(stx: Option<StatxDio>) -> Result<DioAlign, String> {
+pub fn dio_alignment(stx: Option<StatxDio>) -> Result<DioAlign, crate::error::DioError> {
+    use crate::error::DioError;
     let Some(stx) = stx.filter(|s| s.reported) else {
         return Ok(DioAlign {
             memory: FALLBACK_ALIGN,
@@ -374,17 +375,13 @@ pub fn dio_alignment(stx: Option<StatxDio>) -> Result<DioAlign, String> {
     };
     let (memory, offset) = (stx.mem_align as usize, stx.offset_align as usize);
     if memory == 0 || offset == 0 {
-        return Err("statx reports no direct I/O support for this file".into());
+        return Err(DioError::NotSupported);
     }
     if !memory.is_power_of_two() || !offset.is_power_of_two() {
-        return Err(format!(
-            "statx reports alignments that are not powers of two (memory {memory}, offset {offset})"
-        ));
+        return Err(DioError::NotPowersOfTwo { memory, offset });
     }
     if offset > BLOCK {
-        return Err(format!(
-            "direct I/O needs {offset}-byte aligned offsets: 4 KiB blocks cannot be read directly"
-        ));
+        return Err(DioError::OffsetTooCoarse(offset));
     }
     Ok(DioAlign {
         memory,
@@ -843,9 +840,11 @@ mod tests {
         // Reported as zero: no direct I/O on this file.
         assert!(dio_alignment(stx(true, 0, 0))
             .unwrap_err()
+            .to_string()
             .contains("no direct I/O"));
         assert!(dio_alignment(stx(true, 512, 8192))
             .unwrap_err()
+            .to_string()
             .contains("8192"));
         assert!(dio_alignment(stx(true, 3, 512)).is_err());
     }

@@ -309,7 +309,7 @@ impl Experiment for Caches {
             Ok(m) => out.push(m),
             Err(why) => {
                 if let Some(first) = out.first_mut() {
-                    first.notes.push(why);
+                    first.notes.push(why.to_string());
                 }
             }
         }
@@ -538,7 +538,7 @@ fn line_measurement(
     sweep: &LineSweep,
     l1: Option<&CacheInfo>,
     common: &[String],
-) -> Result<Measurement, String> {
+) -> Result<Measurement, crate::error::NoLineStep> {
     let curve = sweep
         .offsets
         .iter()
@@ -552,10 +552,8 @@ fn line_measurement(
         .filter(|s| {
             s.after > s.before && s.is_significant(y.len(), settings.z, settings.noise_floor)
         })
-        .ok_or_else(|| {
-            format!(
-                "line size not inferred: no clear step in the latency per load by offset ({curve})"
-            )
+        .ok_or_else(|| crate::error::NoLineStep {
+            curve: curve.clone(),
         })?;
     let line = sweep.offsets[step.at];
     let mut notes = vec![
@@ -662,6 +660,6 @@ mod tests {
             ..sweep
         };
         let why = line_measurement(&Params::new(), &flat, Some(&l1), &[]).unwrap_err();
-        assert!(why.contains("no clear step"), "{why}");
+        assert!(why.to_string().contains("no clear step"), "{why}");
     }
 }

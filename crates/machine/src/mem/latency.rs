@@ -101,7 +101,8 @@ pub struct ChaseBuffer {
     huge: HugePages,
     /// Whether madvise accepted the advice (it fails where THP is not built
     /// into the kernel).
-    advised: Result<(), String>,
+    /// Whether madvise took the advice, and the error if not.
+    advised: std::io::Result<()>,
     /// How long mapping and first touch took.
     pub setup_ms: f64,
 }
@@ -146,14 +147,11 @@ impl ChaseBuffer {
                 libc::munmap((start + len) as *mut libc::c_void, tail);
             }
         }
-        let (advice, name) = huge.advice();
+        let (advice, _) = huge.advice();
         // SAFETY: the range is our mapping.
         let advised = match unsafe { libc::madvise(start as *mut libc::c_void, len, advice) } {
             0 => Ok(()),
-            _ => Err(format!(
-                "madvise({name}) failed: {}",
-                std::io::Error::last_os_error()
-            )),
+            _ => Err(std::io::Error::last_os_error()),
         };
         let mut buffer = ChaseBuffer {
             start: start as *mut usize,
@@ -207,7 +205,7 @@ impl ChaseBuffer {
         let (_, name) = self.huge.advice();
         let asked = match &self.advised {
             Ok(()) => format!("madvise({name}) applied"),
-            Err(e) => e.clone(),
+            Err(e) => format!("madvise({name}) failed: {e}"),
         };
         let system = match thp_enabled {
             Some(mode) => format!("system THP setting '{mode}'"),

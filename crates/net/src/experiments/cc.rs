@@ -118,7 +118,10 @@ impl Experiment for CongestionControl {
             receiver_cpu: placement.receiver_cpu,
         };
         let result = match bulk::run(&endpoint.peer, &config, interrupt::flag()) {
-            Err(ExperimentError::Failed(msg)) if msg.contains("congestion control") => {
+            Err(ExperimentError::InvalidParameter {
+                name: "cc",
+                reason: msg,
+            }) => {
                 return Err(ExperimentError::Unsupported(format!(
                     "{cc} cannot be used here: {msg} (available: {})",
                     offered.join(", ")

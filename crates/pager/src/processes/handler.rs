@@ -32,6 +32,10 @@ use std::time::Duration;
 /// counts the process as hung and kills it.
 const AGENT_TIMEOUT_MS: i32 = 10_000;
 
+/// Faults of one process served in a row before the handler polls every
+/// process again.
+const FAULTS_BEFORE_POLL: usize = 64;
+
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -173,7 +177,7 @@ pub(super) struct Handler {
     frames: Frames,
     replacement: Replacement,
     policy: String,
-    swap: Box<dyn SwapBackend>,
+    swap: Verified,
     swap_map: SwapMap,
     live: Arc<Vec<LiveCounters>>,
     page_size: usize,
@@ -234,7 +238,7 @@ impl Handler {
             replacement,
             policy,
             // Every page read back is checked against what was written.
-            swap: Box::new(Verified::new(swap)),
+            swap: Verified::new(swap),
             swap_map: SwapMap::new(swap_slots),
             live,
             page_size,
@@ -295,27 +299,43 @@ impl Handler {
                 }
                 let (index, is_uffd) = owners[at];
                 if is_uffd {
-                    let read = match &self.processes[index].running {
-                        Some(r) => r.uffd.read_faults(&mut faults),
-                        None => continue,
-                    };
-                    if read.is_err() {
-                        continue;
-                    }
-                    for fault in faults.clone() {
-                        if self.processes[index].running.is_none() {
-                            break;
-                        }
-                        if let Err(reason) = self.serve_fault(index, fault) {
-                            self.fail(index, fault, reason);
-                        }
-                    }
+                    self.serve_faults(index, &mut faults);
                 } else {
                     self.control(index, 0);
                 }
             }
         }
         self.outcome()
+    }
+
+    /// Serve process `index`'s pending faults, reading again after each
+    /// batch before going back to poll: the fast path of the
+    /// single-process pager. The process woken by the last ioctl usually
+    /// faults again at once (it shares the CPU), so its next fault is
+    /// already queued and a poll over every process would only cost a
+    /// system call. At most [`FAULTS_BEFORE_POLL`] faults, so that a
+    /// process that keeps faulting does not starve the others.
+    fn serve_faults(&mut self, index: usize, faults: &mut Vec<Fault>) {
+        let mut served = 0;
+        while served < FAULTS_BEFORE_POLL {
+            let read = match &self.processes[index].running {
+                Some(r) => r.uffd.read_faults(faults),
+                None => return,
+            };
+            if read.is_err() || faults.is_empty() {
+                return;
+            }
+            for at in 0..faults.len() {
+                let fault = faults[at];
+                if self.processes[index].running.is_none() {
+                    return;
+                }
+                if let Err(reason) = self.serve_fault(index, fault) {
+                    self.fail(index, fault, reason);
+                }
+                served += 1;
+            }
+        }
     }
 
     /// A message from process `index`, or its end.
@@ -436,7 +456,8 @@ impl Handler {
                     self.frames.release(frame);
                     return Err(format!("swap-in of page {page}: {e}"));
                 }
-                let hash = xxhash_rust::xxh3::xxh3_128(self.buffer.bytes());
+                // Checked against this hash by the read: no need to hash again.
+                let hash = self.swap.written_hash(slot).unwrap_or(0);
                 let p = &self.processes[index];
                 let uffd = &p.running.as_ref().ok_or("ended")?.uffd;
                 if let Err(e) = uffd.copy(addr, self.buffer.ptr, page_bytes) {

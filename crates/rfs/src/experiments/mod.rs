@@ -331,9 +331,12 @@ impl Drop for TestPath {
 /// A refused write on the far end's export, with the fix when it is
 /// read-only.
 pub fn remote_write_failed(e: ClientError) -> ExperimentError {
-    let text = e.to_string();
-    if text.contains("read-only") || text.contains("ROFS") {
-        ExperimentError::Failed(format!("{text}: {READ_ONLY_HINT}"))
+    let read_only = matches!(
+        &e,
+        ClientError::Remote { error, .. } if error.code == crate::protocol::ErrorCode::ReadOnly
+    );
+    if read_only {
+        ExperimentError::Failed(format!("{e}: {READ_ONLY_HINT}"))
     } else {
         failed(e)
     }
@@ -572,6 +575,19 @@ pub use osprobe_core::bits_per_second_text as bits_text;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_read_only_export_is_recognised_by_its_code() {
+        let refused = |code| ClientError::Remote {
+            server: "127.0.0.1:1".parse().unwrap(),
+            context: "opening \"f\" for writing".into(),
+            error: crate::protocol::RemoteError::new(code, "refused"),
+        };
+        let e = remote_write_failed(refused(crate::protocol::ErrorCode::ReadOnly));
+        assert!(e.to_string().contains("--export-writable"), "{e}");
+        let e = remote_write_failed(refused(crate::protocol::ErrorCode::NoEnt));
+        assert!(!e.to_string().contains("--export-writable"), "{e}");
+    }
+
     use super::*;
     use osprobe_core::{Experiment, Profile};
 

@@ -162,7 +162,7 @@ fn connect_round_trip(
     server: &mounts::Server,
     probes: usize,
 ) -> Result<(SocketAddr, f64, usize), ExperimentError> {
-    let addr = mounts::resolve(server).map_err(ExperimentError::Failed)?;
+    let addr = mounts::resolve(server).map_err(|e| ExperimentError::Failed(e.to_string()))?;
     let mut times = Vec::with_capacity(probes);
     for _ in 0..probes {
         let t = Instant::now();

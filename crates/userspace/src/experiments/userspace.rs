@@ -61,7 +61,7 @@ const PARAMS: [ParamSpec; 8] = [
 ];
 
 fn check_clock(raw: &str) -> Result<(), String> {
-    ClockMode::parse(raw).map(|_| ())
+    ClockMode::parse(raw).map(|_| ()).map_err(|e| e.reason)
 }
 
 fn check_duration(raw: &str) -> Result<(), String> {
@@ -227,8 +227,9 @@ pub fn run_stack(stack: &str, config: &TransferConfig) -> Result<TransferOutcome
     }
 }
 
-fn bad(e: impl std::fmt::Display) -> ExperimentError {
-    ExperimentError::Failed(e.to_string())
+/// Parameter `name` does not parse.
+fn bad(name: &'static str) -> impl Fn(parse::ParseError) -> ExperimentError {
+    move |e| ExperimentError::invalid_parameter(name, e.to_string())
 }
 
 /// The transfer a point asks for. The throughput interval follows the
@@ -237,30 +238,31 @@ pub fn transfer_config(params: &Params) -> Result<TransferConfig, ExperimentErro
     // Both stacks default to CUBIC (smoltcp's default with its cubic
     // feature, and the kernel's usual one).
     let default_cc = "cubic";
-    let clock = ClockMode::parse(params.text("clock").unwrap_or("fine")).map_err(bad)?;
+    let clock = ClockMode::parse(params.text("clock").unwrap_or("fine"))?;
     let delay = match params.text("delay") {
-        Some(t) => parse::delay(t).map_err(bad)?,
+        Some(t) => parse::delay(t).map_err(bad("delay"))?,
         None => Duration::ZERO,
     };
     let loss_percent = match params.text("loss") {
         None => 0.0,
-        Some(t) => match parse::loss(t).map_err(bad)? {
+        Some(t) => match parse::loss(t).map_err(bad("loss"))? {
             LossSpec::None => 0.0,
             LossSpec::Bernoulli(p) => p * 100.0,
             LossSpec::GilbertElliott { .. } => {
-                return Err(ExperimentError::Failed(format!(
-                    "loss '{t}': net.userspace takes an independent loss rate (e.g. 1%), not Gilbert-Elliott"
-                )))
+                return Err(ExperimentError::invalid_parameter(
+                    "loss",
+                    format!("loss '{t}': net.userspace takes an independent loss rate (e.g. 1%), not Gilbert-Elliott"),
+                ))
             }
         },
     };
     let rate_bps = match params.text("rate") {
-        Some(t) if t.trim() != "0" => Some(parse::rate(t).map_err(bad)?),
+        Some(t) if t.trim() != "0" => Some(parse::rate(t).map_err(bad("rate"))?),
         _ => None,
     };
     let wmem = params.int("wmem").filter(|&w| w > 0).map(|w| w as u64);
     let duration = match params.text("duration") {
-        Some(t) => parse::duration(t).map_err(bad)?,
+        Some(t) => parse::duration(t).map_err(bad("duration"))?,
         None => Duration::from_secs(3),
     };
     Ok(TransferConfig {

@@ -3,6 +3,7 @@
 //! hashes what the stream accepted; the server reads the stream in order,
 //! hashes it and counts the bytes per interval.
 
+use super::error::EndpointError;
 use super::reorder::Reassembler;
 use osprobe_core::random::SplitMix64;
 use quinn_proto::{Connection, Dir, StreamEvent, StreamId, VarInt, WriteError};
@@ -20,11 +21,15 @@ const PAYLOAD_SEED: u64 = 0x05f1_0c0d_e15e_ed01;
 /// What the connection's event loop asks of an application.
 pub trait App {
     /// One event the connection emitted for the application.
-    fn on_stream_event(&mut self, conn: &mut Connection, event: StreamEvent) -> Result<(), String>;
+    fn on_stream_event(
+        &mut self,
+        conn: &mut Connection,
+        event: StreamEvent,
+    ) -> Result<(), EndpointError>;
     /// The connection is established.
-    fn on_connected(&mut self, conn: &mut Connection) -> Result<(), String>;
+    fn on_connected(&mut self, conn: &mut Connection) -> Result<(), EndpointError>;
     /// Write or read as much as the connection takes now.
-    fn pump(&mut self, conn: &mut Connection) -> Result<(), String>;
+    fn pump(&mut self, conn: &mut Connection) -> Result<(), EndpointError>;
     /// The application's part is over (the sender's data acknowledged, the
     /// receiver's stream read to its end).
     fn done(&self) -> bool;
@@ -69,11 +74,11 @@ impl Sender {
 }
 
 impl App for Sender {
-    fn on_connected(&mut self, conn: &mut Connection) -> Result<(), String> {
+    fn on_connected(&mut self, conn: &mut Connection) -> Result<(), EndpointError> {
         let id = conn
             .streams()
             .open(Dir::Uni)
-            .ok_or("the server allowed no unidirectional stream")?;
+            .ok_or(EndpointError::NoStream)?;
         self.stream = Some(id);
         self.started = Some(Instant::now());
         Ok(())
@@ -83,20 +88,20 @@ impl App for Sender {
         &mut self,
         _conn: &mut Connection,
         event: StreamEvent,
-    ) -> Result<(), String> {
+    ) -> Result<(), EndpointError> {
         match event {
             StreamEvent::Finished { id } if Some(id) == self.stream => {
                 self.acknowledged = Some(Instant::now());
             }
             StreamEvent::Stopped { error_code, .. } => {
-                return Err(format!("the server stopped the stream (code {error_code})"))
+                return Err(EndpointError::StreamStopped(error_code))
             }
             _ => {}
         }
         Ok(())
     }
 
-    fn pump(&mut self, conn: &mut Connection) -> Result<(), String> {
+    fn pump(&mut self, conn: &mut Connection) -> Result<(), EndpointError> {
         let (Some(id), Some(started)) = (self.stream, self.started) else {
             return Ok(());
         };
@@ -108,7 +113,7 @@ impl App for Sender {
             return conn
                 .send_stream(id)
                 .finish()
-                .map_err(|e| format!("finishing the stream: {e}"));
+                .map_err(EndpointError::quic("finishing the stream"));
         }
         // The send buffer follows the congestion window, as Linux's send
         // buffer autotuning does: the data written and not yet acknowledged
@@ -127,7 +132,7 @@ impl App for Sender {
                     self.written += n as u64;
                     self.position = (self.position + n) % self.block.len();
                 }
-                Err(e) => return Err(format!("writing the stream: {e}")),
+                Err(e) => return Err(EndpointError::quic("writing the stream")(e)),
             }
         }
     }
@@ -195,11 +200,15 @@ impl Receiver {
 }
 
 impl App for Receiver {
-    fn on_connected(&mut self, _conn: &mut Connection) -> Result<(), String> {
+    fn on_connected(&mut self, _conn: &mut Connection) -> Result<(), EndpointError> {
         Ok(())
     }
 
-    fn on_stream_event(&mut self, conn: &mut Connection, event: StreamEvent) -> Result<(), String> {
+    fn on_stream_event(
+        &mut self,
+        conn: &mut Connection,
+        event: StreamEvent,
+    ) -> Result<(), EndpointError> {
         if let StreamEvent::Opened { dir: Dir::Uni } = event {
             if self.stream.is_none() {
                 self.stream = conn.streams().accept(Dir::Uni);
@@ -208,7 +217,7 @@ impl App for Receiver {
         Ok(())
     }
 
-    fn pump(&mut self, conn: &mut Connection) -> Result<(), String> {
+    fn pump(&mut self, conn: &mut Connection) -> Result<(), EndpointError> {
         let Some(id) = self.stream else {
             return Ok(());
         };
@@ -220,7 +229,7 @@ impl App for Receiver {
         // not used.
         let mut chunks = stream
             .read(false)
-            .map_err(|e| format!("reading the stream: {e}"))?;
+            .map_err(EndpointError::quic("reading the stream"))?;
         let mut outcome = Ok(());
         loop {
             match chunks.next(usize::MAX) {
@@ -236,24 +245,21 @@ impl App for Receiver {
                         self.count(in_order);
                     }
                     if let Err(e) = inserted {
-                        outcome = Err(e);
+                        outcome = Err(e.into());
                         break;
                     }
                 }
                 Ok(None) => {
                     // Every byte up to the stream's end has arrived.
                     if self.reorder.held() > 0 {
-                        outcome = Err(format!(
-                            "the stream ended with {} bytes still out of order",
-                            self.reorder.held()
-                        ));
+                        outcome = Err(EndpointError::OutOfOrderAtEnd(self.reorder.held()));
                     }
                     self.finished = true;
                     break;
                 }
                 Err(quinn_proto::ReadError::Blocked) => break,
                 Err(e) => {
-                    outcome = Err(format!("reading the stream: {e}"));
+                    outcome = Err(EndpointError::quic("reading the stream")(e));
                     break;
                 }
             }

@@ -41,14 +41,17 @@ pub enum CcKind {
 
 impl CcKind {
     /// `reno`, `newreno`, `cubic`, `bbr`.
-    pub fn parse(text: &str) -> Result<CcKind, String> {
+    pub fn parse(text: &str) -> Result<CcKind, crate::error::ParamError> {
         match text.trim() {
             "reno" | "newreno" => Ok(CcKind::NewReno),
             "cubic" => Ok(CcKind::Cubic),
             "bbr" => Ok(CcKind::Bbr),
-            other => Err(format!(
-                "cc '{other}' for QUIC: expected {CC_VALUES} (quinn-proto's controllers)"
-            )),
+            other => Err(crate::error::ParamError {
+                name: "cc",
+                reason: format!(
+                    "cc '{other}' for QUIC: expected {CC_VALUES} (quinn-proto's controllers)"
+                ),
+            }),
         }
     }
 
@@ -307,7 +310,7 @@ mod tests {
         assert_eq!(CcKind::parse("newreno").unwrap(), CcKind::NewReno);
         assert_eq!(CcKind::parse("cubic").unwrap(), CcKind::Cubic);
         assert_eq!(CcKind::parse("bbr").unwrap(), CcKind::Bbr);
-        let err = CcKind::parse("vegas").unwrap_err();
+        let err = CcKind::parse("vegas").unwrap_err().to_string();
         assert!(err.contains("'vegas'") && err.contains("bbr"), "{err}");
     }
 }

@@ -8,6 +8,7 @@
 //! the first tick boundary at or after its deadline, as a jiffies timer).
 
 use super::app::{App, CLOSE_DONE};
+use super::error::EndpointError;
 use super::udp::{Udp, GSO_BYTES, GSO_SEGMENTS};
 use crate::clock::StackClock;
 use bytes::{Bytes, BytesMut};
@@ -31,9 +32,6 @@ pub enum Role {
         config: Arc<ServerConfig>,
     },
 }
-
-/// The error text of a loop stopped by Ctrl-C, SIGTERM or SIGHUP.
-pub const INTERRUPTED: &str = "interrupted";
 
 /// How long the client keeps answering after it closed, so that its close
 /// reaches the server even if the first copy is lost.
@@ -94,7 +92,7 @@ pub fn run<A: App>(
     deadline: Instant,
     abort: &AtomicBool,
     max_udp_payload: u16,
-) -> Result<Finished<A>, String> {
+) -> Result<Finished<A>, EndpointError> {
     let cpu_start = thread_cpu();
     let mut driver = Driver::new(udp, &role, clock, max_udp_payload)?;
     if let Role::Client { server, config } = role {
@@ -102,20 +100,22 @@ pub fn run<A: App>(
         let (handle, conn) = driver
             .endpoint
             .connect(now, config, server, super::tls::SERVER_NAME)
-            .map_err(|e| format!("connecting to {server}: {e}"))?;
+            .map_err(EndpointError::quic(format!("connecting to {server}")))?;
         driver.conn = Some((handle, conn));
     }
     let mut closed_at: Option<Instant> = None;
     let mut connected = false;
     loop {
         if osprobe_core::interrupt::requested() {
-            return Err(INTERRUPTED.into());
+            return Err(EndpointError::Interrupted);
         }
         if abort.load(Ordering::Relaxed) {
-            return Err("stopped: the other endpoint failed".into());
+            return Err(EndpointError::OtherEndpointFailed);
         }
         if Instant::now() >= deadline {
-            return Err(format!("the deadline passed ({})", app.progress()));
+            return Err(EndpointError::Deadline {
+                progress: app.progress(),
+            });
         }
         driver.receive()?;
         let now = clock.now_instant();
@@ -140,7 +140,7 @@ pub fn run<A: App>(
                 }
                 Event::Stream(e) => app.on_stream_event(conn, e)?,
                 Event::ConnectionLost { reason } if !app.done() => {
-                    return Err(format!("the connection was lost: {reason}"));
+                    return Err(EndpointError::ConnectionLost(reason));
                 }
                 _ => {}
             }
@@ -202,7 +202,7 @@ impl Driver {
         role: &Role,
         clock: StackClock,
         max_udp_payload: u16,
-    ) -> Result<Driver, String> {
+    ) -> Result<Driver, EndpointError> {
         let (server_config, is_client) = match role {
             Role::Client { .. } => (None, true),
             Role::Server { config } => (Some(config.clone()), false),
@@ -212,7 +212,9 @@ impl Driver {
         let mut endpoint_config = EndpointConfig::default();
         endpoint_config
             .max_udp_payload_size(max_udp_payload.max(1200))
-            .map_err(|e| format!("max UDP payload {max_udp_payload}: {e}"))?;
+            .map_err(EndpointError::quic(format!(
+                "max UDP payload {max_udp_payload}"
+            )))?;
         let endpoint = Endpoint::new(Arc::new(endpoint_config), server_config.clone(), true, None);
         Ok(Driver {
             udp,
@@ -230,7 +232,7 @@ impl Driver {
     }
 
     /// Hand every datagram waiting on the socket to the endpoint.
-    fn receive(&mut self) -> Result<(), String> {
+    fn receive(&mut self) -> Result<(), EndpointError> {
         // Bounded, so that a flood of input cannot starve the timers and
         // the sending side of this loop.
         for _ in 0..256 {
@@ -241,7 +243,7 @@ impl Driver {
                 // An ICMP error reported on the socket (the peer's port
                 // not open yet): not fatal for UDP.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) => return Err(format!("receiving on the UDP socket: {e}")),
+                Err(e) => return Err(EndpointError::socket("receiving on the UDP socket")(e)),
             };
             let mut batch = self.recv_buf.split();
             let size = segment.unwrap_or(batch.len()).max(1);
@@ -259,7 +261,7 @@ impl Driver {
         now: Instant,
         from: SocketAddr,
         datagram: BytesMut,
-    ) -> Result<(), String> {
+    ) -> Result<(), EndpointError> {
         self.scratch.clear();
         match self
             .endpoint
@@ -291,7 +293,7 @@ impl Driver {
                         if let Some(t) = e.response {
                             self.send_now(t.destination, None, t.size);
                         }
-                        return Err(format!("accepting the connection: {}", e.cause));
+                        return Err(EndpointError::quic("accepting the connection")(e.cause));
                     }
                 }
             }
@@ -308,7 +310,7 @@ impl Driver {
     }
 
     /// Send everything the connection has to send now.
-    fn transmit(&mut self) -> Result<(), String> {
+    fn transmit(&mut self) -> Result<(), EndpointError> {
         if !self.flush_pending()? {
             return Ok(());
         }
@@ -348,17 +350,17 @@ impl Driver {
                     for piece in self.send_buf[..t.size].chunks(segment) {
                         self.udp
                             .send(t.destination, piece, None)
-                            .map_err(|e| format!("sending a datagram: {e}"))?;
+                            .map_err(EndpointError::socket("sending a datagram"))?;
                     }
                     return Ok(());
                 }
-                Err(e) => return Err(format!("sending on the UDP socket: {e}")),
+                Err(e) => return Err(EndpointError::socket("sending on the UDP socket")(e)),
             }
         }
     }
 
     /// Retry the transmit the socket refused; true when nothing is pending.
-    fn flush_pending(&mut self) -> Result<bool, String> {
+    fn flush_pending(&mut self) -> Result<bool, EndpointError> {
         let Some((to, segment, data)) = self.pending.take() else {
             return Ok(true);
         };
@@ -368,13 +370,13 @@ impl Driver {
                 self.pending = Some((to, segment, data));
                 Ok(false)
             }
-            Err(e) => Err(format!("sending on the UDP socket: {e}")),
+            Err(e) => Err(EndpointError::socket("sending on the UDP socket")(e)),
         }
     }
 
     /// Sleep until input, the socket's room for a pending transmit, the
     /// connection's next timer on the stack's clock, or the deadline.
-    fn wait(&mut self, timer: Option<Instant>, deadline: Instant) -> Result<(), String> {
+    fn wait(&mut self, timer: Option<Instant>, deadline: Instant) -> Result<(), EndpointError> {
         let fires = timer.map(|t| self.clock.fires_at_instant(t));
         let until = fires.map_or(deadline, |f| f.min(deadline));
         if until <= Instant::now() {
@@ -383,7 +385,7 @@ impl Driver {
         let ready = self
             .udp
             .wait(Some(until), self.pending.is_some())
-            .map_err(|e| format!("waiting on the UDP socket: {e}"))?;
+            .map_err(EndpointError::socket("waiting on the UDP socket"))?;
         if !ready && fires.is_some() {
             self.timer_late
                 .record(Instant::now().saturating_duration_since(until));

@@ -64,3 +64,67 @@ impl From<QuicError> for crate::error::TransferError {
         }
     }
 }
+
+/// Why one endpoint's event loop (client or server) stopped early; the
+/// transfer decides from the pair of them whether it was interrupted,
+/// timed out or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// Ctrl-C, SIGTERM or SIGHUP.
+    #[error("interrupted")]
+    Interrupted,
+    #[error("stopped: the other endpoint failed")]
+    OtherEndpointFailed,
+    /// `progress` says how far the transfer got.
+    #[error("the deadline passed ({progress})")]
+    Deadline { progress: String },
+    #[error("the connection was lost: {0}")]
+    ConnectionLost(#[source] quinn_proto::ConnectionError),
+    #[error("the server allowed no unidirectional stream")]
+    NoStream,
+    #[error("the server stopped the stream (code {0})")]
+    StreamStopped(quinn_proto::VarInt),
+    #[error("the stream ended with {0} bytes still out of order")]
+    OutOfOrderAtEnd(usize),
+    #[error(transparent)]
+    TooMuchOutOfOrder(#[from] TooMuchOutOfOrder),
+    /// quinn-proto refused a step (connecting, accepting, a stream call).
+    #[error("{context}: {source}")]
+    Quic {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{context}: {source}")]
+    Socket {
+        context: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl EndpointError {
+    /// quinn-proto refused `context`.
+    pub(crate) fn quic<E: std::error::Error + Send + Sync + 'static>(
+        context: impl Into<String>,
+    ) -> impl FnOnce(E) -> EndpointError {
+        let context = context.into();
+        move |source| EndpointError::Quic {
+            context,
+            source: Box::new(source),
+        }
+    }
+
+    /// The UDP socket failed while `context`.
+    pub(crate) fn socket(context: &'static str) -> impl FnOnce(io::Error) -> EndpointError {
+        move |source| EndpointError::Socket { context, source }
+    }
+}
+
+/// The receiver holds more out-of-order data than it allows.
+#[derive(Debug, thiserror::Error)]
+#[error("more than {} MB held out of order behind stream offset {offset}", .max_held >> 20)]
+pub struct TooMuchOutOfOrder {
+    pub max_held: usize,
+    pub offset: u64,
+}

@@ -16,7 +16,7 @@ mod tls;
 pub mod udp;
 
 pub use cc::{CcKind, CC_VALUES};
-pub use error::QuicError;
+pub use error::{EndpointError, QuicError, TooMuchOutOfOrder};
 
 use crate::outcome::{TransferConfig, TransferOutcome};
 use crate::path::EmulatedPath;
@@ -97,7 +97,7 @@ pub fn run_transfer_on(
     config: &TransferConfig,
     placement: Placement,
 ) -> Result<TransferOutcome, QuicError> {
-    let kind = CcKind::parse(&config.cc).map_err(QuicError::Invalid)?;
+    let kind = CcKind::parse(&config.cc).map_err(|e| QuicError::Invalid(e.reason))?;
     check_times(config)?;
     let clock = crate::clock::StackClock::new(config.clock);
     let record = Arc::new(SampleRecord::new());
@@ -171,21 +171,7 @@ pub fn run_transfer_on(
     };
     let client = client.join().map_err(|_| QuicError::Panicked("client"))?;
     let server = server.join().map_err(|_| QuicError::Panicked("server"))?;
-    let (client, server) = match (client, server) {
-        (Ok(c), Ok(s)) => (c, s),
-        (Err(c), _) | (_, Err(c)) if c == driver::INTERRUPTED => {
-            return Err(QuicError::Interrupted)
-        }
-        (Err(c), Err(s)) if c.contains("deadline") || s.contains("deadline") => {
-            return Err(QuicError::Timeout(
-                config.duration + GRACE,
-                format!("client: {c}; server: {s}"),
-            ))
-        }
-        (Err(e), Ok(_)) => return Err(QuicError::Connection(format!("client: {e}"))),
-        (Ok(_), Err(e)) => return Err(QuicError::Connection(format!("server: {e}"))),
-        (Err(c), Err(s)) => return Err(QuicError::Connection(format!("client: {c}; server: {s}"))),
-    };
+    let (client, server) = both_finished(client, server, config.duration + GRACE)?;
     let mut outcome = outcome_of(config, &client, &server);
     outcome
         .notes
@@ -361,5 +347,65 @@ fn outcome_of(
         cpu_time: client.cpu + server.cpu,
         verified,
         notes,
+    }
+}
+
+/// Both endpoints' results, or the transfer's error from the pair: an
+/// interruption on either side wins, then a deadline passed, else the
+/// connection failed on the side(s) that say so.
+fn both_finished<C, S>(
+    client: Result<C, EndpointError>,
+    server: Result<S, EndpointError>,
+    limit: Duration,
+) -> Result<(C, S), QuicError> {
+    let deadline = |e: &EndpointError| matches!(e, EndpointError::Deadline { .. });
+    match (client, server) {
+        (Ok(c), Ok(s)) => Ok((c, s)),
+        (Err(EndpointError::Interrupted), _) | (_, Err(EndpointError::Interrupted)) => {
+            Err(QuicError::Interrupted)
+        }
+        (Err(c), Err(s)) if deadline(&c) || deadline(&s) => Err(QuicError::Timeout(
+            limit,
+            format!("client: {c}; server: {s}"),
+        )),
+        (Err(e), Ok(_)) => Err(QuicError::Connection(format!("client: {e}"))),
+        (Ok(_), Err(e)) => Err(QuicError::Connection(format!("server: {e}"))),
+        (Err(c), Err(s)) => Err(QuicError::Connection(format!("client: {c}; server: {s}"))),
+    }
+}
+
+#[cfg(test)]
+mod pair_tests {
+    use super::*;
+
+    fn deadline() -> EndpointError {
+        EndpointError::Deadline {
+            progress: "1 MB sent".into(),
+        }
+    }
+
+    #[test]
+    fn the_pair_decides_interrupted_timed_out_or_failed() {
+        let limit = Duration::from_secs(5);
+        let both = |c, s| both_finished::<(), ()>(Err(c), Err(s), limit).unwrap_err();
+        assert!(matches!(
+            both(deadline(), EndpointError::Interrupted),
+            QuicError::Interrupted
+        ));
+        assert!(matches!(
+            both(EndpointError::OtherEndpointFailed, deadline()),
+            QuicError::Timeout(..)
+        ));
+        assert!(matches!(
+            both(EndpointError::NoStream, EndpointError::OtherEndpointFailed),
+            QuicError::Connection(_)
+        ));
+        let server_only =
+            both_finished(Ok::<(), EndpointError>(()), Err::<(), _>(deadline()), limit);
+        assert!(
+            matches!(&server_only, Err(QuicError::Connection(m)) if m.starts_with("server: the deadline passed")),
+            "{server_only:?}"
+        );
+        assert!(both_finished::<u8, u8>(Ok(1), Ok(2), limit).is_ok());
     }
 }

@@ -11,6 +11,7 @@
 //! once; this buffer has no limit on the number of holes, only on the
 //! bytes it holds.
 
+use super::error::TooMuchOutOfOrder;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -50,7 +51,7 @@ impl Reassembler {
         offset: u64,
         bytes: Bytes,
         mut deliver: impl FnMut(&[u8]),
-    ) -> Result<(), String> {
+    ) -> Result<(), TooMuchOutOfOrder> {
         self.take(offset, bytes, &mut deliver);
         // Whatever the new piece made contiguous.
         while let Some(entry) = self.held.first_entry() {
@@ -62,11 +63,10 @@ impl Reassembler {
             self.take(offset, bytes, &mut deliver);
         }
         if self.held_bytes > MAX_HELD {
-            return Err(format!(
-                "more than {} MB held out of order behind stream offset {}",
-                MAX_HELD >> 20,
-                self.next
-            ));
+            return Err(TooMuchOutOfOrder {
+                max_held: MAX_HELD,
+                offset: self.next,
+            });
         }
         Ok(())
     }
