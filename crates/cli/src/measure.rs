@@ -107,6 +107,11 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
         // HOST (path=emulated with to); without, HOST is measured as is.
         if link.is_empty() {
             overrides.push(("path".into(), "remote".into()));
+        } else {
+            // A HOST the middlebox cannot reach fails here, once, not
+            // at every point.
+            osprobe_link::testbed::remote::middlebox_destination(to)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         overrides.push(("to".into(), to.clone()));
         overrides.extend(link);

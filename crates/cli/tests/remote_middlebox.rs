@@ -88,7 +88,18 @@ fn net_to_a_host_with_a_delay_crosses_the_emulator() {
     let _one = serialized();
     let (_dir, token) = token_file("mid-middlebox");
     let token = token.to_str().unwrap();
-    let (host, addr) = NsHost::start(HOST_IP, &["--token-file", token]);
+    let export = tempfile::tempdir().unwrap();
+    let exported = export.path().to_str().unwrap();
+    let (host, addr) = NsHost::start(
+        HOST_IP,
+        &[
+            "--token-file",
+            token,
+            "--export",
+            exported,
+            "--export-writable",
+        ],
+    );
     let egress = host.pair.host_ifname().to_string();
 
     let (pid, out) = osprobe(&[
@@ -146,6 +157,36 @@ fn net_to_a_host_with_a_delay_crosses_the_emulator() {
     assert!(notes.contains("in front of"), "{notes}");
     assert!(notes.contains("emulator: to the server"), "{notes}");
     assert_nothing_left(pid, &egress);
+
+    // The file service through the same middlebox (bench takes the token).
+    let to = format!("to={addr}");
+    let (pid, out) = osprobe(&[
+        "bench",
+        "rfs.throughput",
+        "--param",
+        "path=emulated",
+        "--param",
+        &to,
+        "--param",
+        "delay=2ms",
+        "--token-file",
+        token,
+        "--profile",
+        "smoke",
+        "--no-store",
+        "--json",
+    ]);
+    let run = json_of(&out);
+    let rfs = measurements(&run, "rfs.throughput");
+    assert!(!rfs.is_empty(), "no rfs.throughput measurement: {run}");
+    assert!(
+        rfs[0]["notes"].to_string().contains("in front of"),
+        "{}",
+        rfs[0]["notes"]
+    );
+    assert_nothing_left(pid, &egress);
+    let left: Vec<_> = std::fs::read_dir(export.path()).unwrap().collect();
+    assert!(left.is_empty(), "left on the far end: {left:?}");
 }
 
 #[test]

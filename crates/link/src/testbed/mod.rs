@@ -258,7 +258,7 @@ impl<F> Testbed<F> {
             }
             PathKind::EmulatedTo => {
                 let to = params.text("to").unwrap_or_default();
-                let host = remote::host_v4(to)?;
+                let host = remote::middlebox_destination(to)?;
                 // Asked from here, before anything is built: a serve that
                 // is missing or refuses fails without a namespace made.
                 let (far, found) = servers.find(to)?;

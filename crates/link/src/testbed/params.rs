@@ -16,14 +16,14 @@ pub const NAMESPACES_NEED_ROOT: &str =
 /// The `path` parameter: where the far end of the measurement runs.
 pub const PATH_PARAM: ParamSpec = ParamSpec {
     name: "path",
-    help: "where to measure: loopback, netns (a second host in a network namespace; root), remote (with to=HOST[:PORT]) or emulated (behind the link emulator, with delay, loss, rate; root)",
+    help: "where to measure: loopback, netns (a second host in a network namespace; root), remote (with to=HOST[:PORT]) or emulated (behind the link emulator, with delay, loss, rate; root; with to=HOST in front of that host)",
     kind: ParamKind::Choice(PATHS),
 };
 
 /// The `to` parameter: the remote `osprobe serve`.
 pub const TO_PARAM: ParamSpec = ParamSpec {
     name: "to",
-    help: "the host running `osprobe serve` (path=remote)",
+    help: "the host running `osprobe serve` (path=remote; with path=emulated the emulator sits in front of it)",
     kind: ParamKind::Text("HOST[:PORT]"),
 };
 

@@ -40,12 +40,20 @@ pub fn resolve(to: &str, default_port: u16) -> Result<SocketAddr, ExperimentErro
         .ok_or_else(|| ExperimentError::Failed(format!("'{to}' resolves to no address")))
 }
 
-/// The IPv4 address of the host `to` names (the port, if any, aside): the
-/// destination of a middlebox, whose emulated link carries IPv4 only.
-pub fn host_v4(to: &str) -> Result<Ipv4Addr, ExperimentError> {
+/// The IPv4 address of the host `to` names (the port, if any, aside), as
+/// the destination of a middlebox: IPv4 (the emulated link carries no
+/// other), one host, not loopback, and routed from here. Checked before
+/// anything is built; the message names `--to` and what is accepted.
+pub fn middlebox_destination(to: &str) -> Result<Ipv4Addr, ExperimentError> {
     let addr = resolve(to, 1)?;
-    crate::middlebox::check_destination(addr.ip())
-        .map_err(|e| ExperimentError::Failed(e.to_string()))
+    // The middlebox's own messages name --to already.
+    let plain = |e: crate::LinkError| match e {
+        crate::LinkError::Invalid(message) => ExperimentError::Failed(message),
+        other => other.into(),
+    };
+    let host = crate::middlebox::check_destination(addr.ip()).map_err(plain)?;
+    crate::middlebox::route_to(host).map_err(plain)?;
+    Ok(host)
 }
 
 fn has_port(to: &str) -> bool {
