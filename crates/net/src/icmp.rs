@@ -972,19 +972,30 @@ mod tests {
         }
         // Each raw socket receives the other's replies too (same sequence
         // numbers, pid-derived identifiers); each must keep only its own.
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                std::thread::spawn(|| {
-                    let mut pinger = Pinger::open_with(LOOPBACK, SocketKind::Raw).unwrap();
-                    for _ in 0..200 {
-                        let round_trip = pinger.ping(DEFAULT_PAYLOAD_LEN, TIMEOUT).unwrap();
-                        assert!(round_trip > Duration::ZERO && round_trip < TIMEOUT);
-                    }
-                    pinger.identifier
+        // In a namespace of their own: a raw socket also receives every
+        // other test's ICMP on the host's loopback, and under a parallel
+        // test run that flood can overflow its buffer and drop a reply
+        // this test is waiting for.
+        let identifiers = in_private_netns(|| {
+            // Threads spawned here inherit this thread's namespace.
+            let workers: Vec<_> = (0..2)
+                .map(|_| {
+                    std::thread::spawn(|| {
+                        let mut pinger = Pinger::open_with(LOOPBACK, SocketKind::Raw).unwrap();
+                        for _ in 0..200 {
+                            let round_trip = pinger.ping(DEFAULT_PAYLOAD_LEN, TIMEOUT).unwrap();
+                            assert!(round_trip > Duration::ZERO && round_trip < TIMEOUT);
+                        }
+                        pinger.identifier
+                    })
                 })
-            })
-            .collect();
-        let identifiers: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .unwrap();
         assert_ne!(identifiers[0], identifiers[1]);
     }
 
