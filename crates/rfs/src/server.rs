@@ -542,6 +542,13 @@ impl Server {
                 }
                 frames.consume();
             }
+            // Leave the pending pool before the hello's answer goes out:
+            // once the client has it, it may open more connections, and a
+            // pool filling then must not evict this one, by now a session.
+            if !ready && self.service.connection_ready(conn) {
+                ready = true;
+                self.pending.remove(conn);
+            }
             if !out.is_empty() && stream.write_all(&out).is_err() {
                 return;
             }
