@@ -140,7 +140,8 @@ Host *
   IdentitiesOnly yes
   IdentityAgent none
   UserKnownHostsFile $WORK/known_hosts
-  GlobalKnownHostsFile /dev/null
+  GlobalKnownHostsFile $WORK/known_hosts
+  UpdateHostKeys no
   StrictHostKeyChecking yes
   BatchMode yes
   LogLevel ERROR

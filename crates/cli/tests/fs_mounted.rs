@@ -180,9 +180,15 @@ impl SshfsMount {
             .arg(format!("root@{FAR}:{}", host.path("export").display()))
             .arg(&point)
             .arg("-o")
+            // A known-hosts file of the test's own, never /dev/null: ssh
+            // may rewrite its known-hosts file through a temporary file
+            // renamed into place, which replaces /dev/null with a regular
+            // file for the whole machine.
             .arg(format!(
-                "IdentityFile={},IdentitiesOnly=yes,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes,LogLevel=ERROR",
-                host.path("client").display()
+                "IdentityFile={},IdentitiesOnly=yes,StrictHostKeyChecking=no,UserKnownHostsFile={},GlobalKnownHostsFile={},UpdateHostKeys=no,BatchMode=yes,LogLevel=ERROR",
+                host.path("client").display(),
+                host.path("known_hosts").display(),
+                host.path("known_hosts").display()
             ))
             .output()
             .unwrap();

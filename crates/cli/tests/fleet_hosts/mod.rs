@@ -313,11 +313,15 @@ impl Fleet {
         std::fs::write(self.path(known_hosts_name), known).unwrap();
         let config = self.path(&format!("{known_hosts_name}.ssh_config"));
         let mut file = std::fs::File::create(&config).unwrap();
+        // No known-hosts file is /dev/null: ssh may rewrite one through a
+        // temporary file renamed into place, replacing the machine's
+        // /dev/null with a regular file.
         write!(
             file,
             "Host *\n  User root\n  IdentityFile {dir}/id_ed25519\n  IdentitiesOnly yes\n  \
              IdentityAgent none\n  UserKnownHostsFile {dir}/{known_hosts_name}\n  \
-             GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n",
+             GlobalKnownHostsFile {dir}/{known_hosts_name}\n  UpdateHostKeys no\n  \
+             StrictHostKeyChecking yes\n  LogLevel ERROR\n",
             dir = self.dir.path().display()
         )
         .unwrap();
