@@ -232,11 +232,14 @@ pub(super) fn attributes(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     })
 }
 
+/// Builders of netlink frames for the parsers' tests (this file's and
+/// qdisc.rs's).
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(super) mod frames {
+    use super::NLMSG_HDR;
 
-    fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
+    /// One attribute, padded to 4 bytes.
+    pub fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
         let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
         out.extend_from_slice(&kind.to_ne_bytes());
         out.extend_from_slice(value);
@@ -246,13 +249,23 @@ mod tests {
         out
     }
 
-    fn message(kind: u16, body: &[u8]) -> Vec<u8> {
+    /// One message of type `kind` around `body`, padded to 4 bytes.
+    pub fn message(kind: u16, body: &[u8]) -> Vec<u8> {
         let mut out = ((NLMSG_HDR + body.len()) as u32).to_ne_bytes().to_vec();
         out.extend_from_slice(&kind.to_ne_bytes());
         out.extend_from_slice(&[0u8; 10]);
         out.extend_from_slice(body);
+        while out.len() % 4 != 0 {
+            out.push(0);
+        }
         out
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::frames::{attr, message};
+    use super::*;
 
     #[test]
     fn a_veth_link_message_is_read() {

@@ -242,28 +242,8 @@ fn tbf_rate(options: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::netlink::frames::{attr, message};
     use super::*;
-
-    fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(value);
-        while out.len() % 4 != 0 {
-            out.push(0);
-        }
-        out
-    }
-
-    fn message(kind: u16, body: &[u8]) -> Vec<u8> {
-        let mut out = ((NLMSG_HDR + body.len()) as u32).to_ne_bytes().to_vec();
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(&[0u8; 10]);
-        out.extend_from_slice(body);
-        while out.len() % 4 != 0 {
-            out.push(0);
-        }
-        out
-    }
 
     fn tcmsg(index: i32, handle: u32, parent: u32) -> Vec<u8> {
         let mut out = vec![0u8; 4];
