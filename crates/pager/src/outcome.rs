@@ -27,46 +27,10 @@ pub struct RunReport {
     pub run_time_ns: u64,
     /// What was checked afterwards, in words.
     pub checked: String,
-    pub counters: RunCounters,
+    /// The pager's counters when the workload ended.
+    pub counters: PagerCounters,
     /// Median time inside the fault handler per kind of fault.
     pub service_time_p50_ns: ServiceMedians,
-}
-
-/// The pager's counters when the workload ended.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct RunCounters {
-    pub faults: u64,
-    pub zero_fills: u64,
-    pub swap_ins: u64,
-    pub referenced_bit_faults: u64,
-    pub duplicate_faults: u64,
-    pub evictions: u64,
-    pub write_backs: u64,
-    pub bits_cleared: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub failures: u64,
-    /// Pages brought in ahead of their fault by read-around.
-    pub read_around_pages: u64,
-}
-
-impl From<&PagerCounters> for RunCounters {
-    fn from(c: &PagerCounters) -> RunCounters {
-        RunCounters {
-            faults: c.faults,
-            zero_fills: c.zero_fills,
-            swap_ins: c.swap_ins,
-            referenced_bit_faults: c.referenced_bit_faults,
-            duplicate_faults: c.duplicate_faults,
-            evictions: c.evictions,
-            write_backs: c.write_backs,
-            bits_cleared: c.bits_cleared,
-            bytes_in: c.bytes_in,
-            bytes_out: c.bytes_out,
-            failures: c.failures,
-            read_around_pages: c.read_around_pages,
-        }
-    }
 }
 
 /// Medians in nanoseconds; None where no fault of that kind was timed.
@@ -116,7 +80,7 @@ impl RunReport {
             accesses: outcome.accesses,
             run_time_ns: outcome.elapsed.as_nanos() as u64,
             checked: outcome.checked.clone(),
-            counters: RunCounters::from(&outcome.counters),
+            counters: outcome.counters,
             service_time_p50_ns: ServiceMedians::of(times),
         }
     }

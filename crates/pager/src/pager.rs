@@ -156,7 +156,7 @@ struct Counters {
 /// served; it equals `zero_fills + swap_ins + referenced_bit_faults`
 /// (faults of several threads on one page that the first one's service
 /// already resolved are `duplicate_faults`, not in `faults`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PagerCounters {
     pub faults: u64,
     pub zero_fills: u64,
