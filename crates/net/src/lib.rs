@@ -28,6 +28,7 @@ pub mod protocol;
 pub mod reverse;
 pub mod send;
 pub mod server;
+pub mod sink;
 pub mod sock;
 pub mod space;
 pub mod tcp_info;

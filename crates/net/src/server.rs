@@ -1101,7 +1101,11 @@ impl Shared {
     fn run_role(&self, stream: &TcpStream, session: &Session, index: u32) -> StreamReport {
         let result = match &session.spec {
             TestSpec::Echo { size, .. } => echo(stream, *size as usize, &session.closed),
-            TestSpec::Sink { read_size, .. } => sink(stream, *read_size as usize, &session.closed),
+            TestSpec::Sink { read_size, .. } => crate::sink::sink(
+                stream,
+                (*read_size as usize).min(MAX_SERVER_BUFFER),
+                &session.closed,
+            ),
             TestSpec::File {
                 bytes,
                 packet,
@@ -1324,36 +1328,6 @@ fn echo(mut stream: &TcpStream, size: usize, closed: &AtomicBool) -> Result<Stre
     }
 }
 
-/// Read and discard until EOF.
-fn sink(
-    mut stream: &TcpStream,
-    read_size: usize,
-    closed: &AtomicBool,
-) -> Result<StreamReport, String> {
-    let mut buf = crate::sock::PageAligned::zeroed(read_size.min(MAX_SERVER_BUFFER));
-    let mut report = StreamReport::default();
-    let (mut first, mut last) = (None, None);
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let now = Instant::now();
-                first.get_or_insert(now);
-                last = Some(now);
-                report.bytes += n as u64;
-                report.reads += 1;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(read_error(e, closed)),
-        }
-    }
-    report.elapsed_ns = elapsed_ns(first, last);
-    report.tcp_info = crate::tcp_info::tcp_info(stream.as_raw_fd())
-        .ok()
-        .and_then(|info| serde_json::to_value(info).ok());
-    Ok(report)
-}
-
 fn ack_stall_receiver(
     stream: &TcpStream,
     quickack: bool,
@@ -1378,7 +1352,7 @@ fn ack_stall_receiver(
     })
 }
 
-fn read_error(e: io::Error, closed: &AtomicBool) -> String {
+pub(crate) fn read_error(e: io::Error, closed: &AtomicBool) -> String {
     if closed.load(Ordering::SeqCst) {
         "session ended".into()
     } else if matches!(
