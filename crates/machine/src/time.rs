@@ -944,7 +944,7 @@ mod tests {
                 for point in grid {
                     for (name, value) in &point.0 {
                         let spec = exp.params().iter().find(|s| s.name == name).unwrap();
-                        assert_eq!(spec.parse(&value.to_string()).as_ref(), Ok(value));
+                        assert_eq!(spec.parse(&value.to_string()).ok().as_ref(), Some(value));
                     }
                 }
             }
