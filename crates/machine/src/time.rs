@@ -119,10 +119,7 @@ fn strategy_note(strategy: Strategy) -> String {
 
 /// The error for a bad parameter value: names it and what is accepted.
 fn bad_param(name: &'static str, value: impl std::fmt::Display, accepted: &str) -> ExperimentError {
-    ExperimentError::invalid_parameter(
-        name,
-        format!("invalid value '{value}' for parameter '{name}': expected {accepted}"),
-    )
+    crate::error::bad_value(name, value, accepted)
 }
 
 /// CPU time of the calling thread, in nanoseconds.

@@ -115,9 +115,12 @@ impl Experiment for Write {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let block = params.int("block").unwrap_or(4096) as u64;
         if block == 0 || block % files::BLOCK as u64 != 0 || block > MIB {
-            return Err(ExperimentError::Failed(format!(
-                "block={block}: must be a multiple of 4 KiB up to 1 MiB (e.g. 4K, 64K, 1M)"
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "block",
+                format!(
+                    "block={block}: must be a multiple of 4 KiB up to 1 MiB (e.g. 4K, 64K, 1M)"
+                ),
+            ));
         }
         let mode = params.text("mode").unwrap_or("buffered");
         let flags = match mode {
@@ -134,10 +137,10 @@ impl Experiment for Write {
                 dsync: true,
             },
             other => {
-                return Err(ExperimentError::Failed(format!(
-                    "mode={other}: accepted {}",
-                    MODES.join(", ")
-                )))
+                return Err(ExperimentError::invalid_parameter(
+                    "mode",
+                    format!("mode={other}: accepted {}", MODES.join(", ")),
+                ))
             }
         };
         let random = params.text("pattern").unwrap_or("sequential") == "random";
@@ -271,9 +274,10 @@ fn file_size(
 ) -> Result<u64, ExperimentError> {
     if let Some(size) = asked {
         if size < block {
-            return Err(ExperimentError::Failed(format!(
-                "size={size}: must hold at least one block of {block} B"
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "size",
+                format!("size={size}: must hold at least one block of {block} B"),
+            ));
         }
         target.require_space(size, "fs.write")?;
         return Ok(size / block * block);
