@@ -46,8 +46,8 @@ use osprobe_core::random::SplitMix64;
 use osprobe_core::sleep::{sleep_until, timer_slack, Strategy};
 use osprobe_core::timers::{Fired, Rearm, TimerId, TimerService, When};
 use osprobe_core::{
-    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
-    Registry, Summary, Unit,
+    Context, Experiment, ExperimentError, Harness, Measurement, ParamKind, ParamSpec, Params,
+    Profile, Registry, Samples, Summary, Unit,
 };
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -367,6 +367,64 @@ impl Experiment for Sleep {
         }
     }
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
+        let waiting = Waiting::from_params(params)?;
+        let realtime = enter_policy(params)?;
+        let slack = match params.int("slack_ns") {
+            None => None,
+            Some(ns) if (1..=1_000_000_000).contains(&ns) => Some(SlackGuard::set(ns as u64)?),
+            Some(ns) => return Err(bad_param("slack_ns", ns, "1 to 1000000000 (ns)")),
+        };
+        // Read while the policy and slack of the point are in force.
+        let slack_note = slack_note(realtime.is_some());
+        let harness = sleep_harness(ctx, params)?;
+        let slept = waiting.sample(harness)?;
+        let scheduling = if realtime.is_some() {
+            format!("scheduling: SCHED_FIFO priority {FIFO_PRIORITY}, memory locked (mlockall), as cyclictest -p {FIFO_PRIORITY} -m; restored afterwards")
+        } else {
+            "scheduling: SCHED_OTHER (normal), memory not locked, thread not pinned".to_string()
+        };
+        drop(slack);
+        drop(realtime);
+        let mut m = waiting.measurement(self.id(), params, &slept)?;
+        m.notes.push(slack_note);
+        m.notes.push(scheduling);
+        m.notes.push(format!(
+            "CPU time of the sleeping thread: {:.0}% of the wall time (RUSAGE_THREAD)",
+            slept.cpu_share * 100.0
+        ));
+        m.notes.push(format!(
+            "clocksource: {}",
+            if ctx.environment.clocksource.is_empty() {
+                "unknown"
+            } else {
+                &ctx.environment.clocksource
+            }
+        ));
+        Ok(vec![m])
+    }
+}
+
+/// How one time.sleep point waits: a sleep strategy, or a user-space
+/// stack's timer (which replaces the strategy and names the metric).
+struct Waiting<'p> {
+    strategy: Strategy,
+    stack_timer: Option<crate::stack_timer::StackTimer>,
+    /// The metric: the strategy's or the stack timer's name.
+    name: &'p str,
+    requested_us: i64,
+}
+
+/// What a point's sleeps gave.
+struct Slept {
+    samples: Samples,
+    /// CPU time of the sleeping thread, as a share of the wall time.
+    cpu_share: f64,
+    /// CPU time of the whole process, as a share of the wall time.
+    process_cpu_share: f64,
+}
+
+impl<'p> Waiting<'p> {
+    fn from_params(params: &'p Params) -> Result<Waiting<'p>, ExperimentError> {
         // `timer` replaces `strategy`: a point naming both comes from a
         // --param applied to every grid point (`--param strategy=hybrid`
         // also lands on the timer points); measuring it would label one
@@ -376,7 +434,7 @@ impl Experiment for Sleep {
                 "timer={timer} and strategy={strategy} name two ways to wait; a point takes one (set the other with --param only to sweep it)"
             )));
         }
-        let mut name = params.text("strategy").unwrap_or("hybrid");
+        let name = params.text("strategy").unwrap_or("hybrid");
         let strategy = strategy_named(name)
             .ok_or_else(|| bad_param("strategy", name, &STRATEGIES.join(", ")))?;
         let stack_timer = match params.text("timer") {
@@ -394,49 +452,20 @@ impl Experiment for Sleep {
                 "1 to 1000000 (microseconds)",
             ));
         }
-        let requested_ns = requested_us as u64 * 1_000;
-        let policy = params.text("policy").unwrap_or("other");
-        let realtime = match policy {
-            "other" => None,
-            "fifo" if !osprobe_core::sys::is_root() => {
-                return Err(ExperimentError::Unsupported(
-                    "policy=fifo needs root (SCHED_FIFO and mlockall, cyclictest's method)".into(),
-                ))
-            }
-            "fifo" => Some(
-                Realtime::enter(FIFO_PRIORITY)
-                    .map_err(|e| ExperimentError::Unsupported(format!("policy=fifo: {e}")))?,
-            ),
-            other => return Err(bad_param("policy", other, "other, fifo")),
-        };
-        let slack = match params.int("slack_ns") {
-            None => None,
-            Some(ns) if (1..=1_000_000_000).contains(&ns) => Some(SlackGuard::set(ns as u64)?),
-            Some(ns) => return Err(bad_param("slack_ns", ns, "1 to 1000000000 (ns)")),
-        };
-        // Read while the policy and slack of the point are in force.
-        let slack_note = slack_note(realtime.is_some());
+        Ok(Waiting {
+            strategy,
+            stack_timer,
+            name: stack_timer.map_or(name, |kind| kind.metric()),
+            requested_us,
+        })
+    }
 
-        let mut harness = match ctx.profile {
-            // A few seconds for the whole quick grid.
-            Profile::Smoke => ctx.harness(),
-            Profile::Quick => ctx.harness().time_scale(0.2),
-            Profile::Full => ctx.harness().time_scale(0.5),
-        };
-        if let Some(ms) = params.int("duration_ms") {
-            if !(1..=600_000).contains(&ms) {
-                return Err(bad_param("duration_ms", ms, "1 to 600000"));
-            }
-            let base = harness.budget().time.as_secs_f64();
-            harness = harness
-                .time_scale(ms as f64 / 1e3 / base)
-                .max_samples(MAX_SLEEPS);
-        }
-
-        let mut rig = match stack_timer {
+    /// Sleep as the harness asks, each sleep's wake-up error a sample.
+    fn sample(&self, harness: Harness) -> Result<Slept, ExperimentError> {
+        let name = self.name;
+        let mut rig = match self.stack_timer {
             None => None,
             Some(kind) => {
-                name = kind.metric();
                 let slack = timer_slack().map(|s| s.as_nanos() as u64);
                 Some(
                     crate::stack_timer::Rig::new(kind, slack)
@@ -444,7 +473,7 @@ impl Experiment for Sleep {
                 )
             }
         };
-
+        let requested_ns = self.requested_us as u64 * 1_000;
         let wall_start = monotonic_ns();
         let cpu_start = thread_cpu_ns();
         let process_cpu_start = process_cpu_ns();
@@ -452,7 +481,7 @@ impl Experiment for Sleep {
             let deadline = monotonic_ns() + requested_ns;
             let woke = match rig.as_mut() {
                 Some(rig) => rig.sleep_until(deadline),
-                None => sleep_until(strategy, deadline),
+                None => sleep_until(self.strategy, deadline),
             }
             .map_err(|e| ExperimentError::io(format!("sleeping with {name}"), e))?;
             // Signed: a negative error (an early wake-up) must show.
@@ -460,53 +489,79 @@ impl Experiment for Sleep {
         })?;
         // Clamped: the two clocks are read at slightly different moments.
         let wall = (monotonic_ns() - wall_start).max(1) as f64;
-        let cpu_share = ((thread_cpu_ns() - cpu_start) as f64 / wall).min(1.0);
-        let process_cpu_share = (process_cpu_ns() - process_cpu_start) as f64 / wall;
-        drop(rig);
-        let scheduling = if realtime.is_some() {
-            format!("scheduling: SCHED_FIFO priority {FIFO_PRIORITY}, memory locked (mlockall), as cyclictest -p {FIFO_PRIORITY} -m; restored afterwards")
-        } else {
-            "scheduling: SCHED_OTHER (normal), memory not locked, thread not pinned".to_string()
-        };
-        drop(slack);
-        drop(realtime);
+        Ok(Slept {
+            samples,
+            cpu_share: ((thread_cpu_ns() - cpu_start) as f64 / wall).min(1.0),
+            process_cpu_share: (process_cpu_ns() - process_cpu_start) as f64 / wall,
+        })
+    }
 
-        let summary = Summary::of(&samples.ns).ok_or_else(|| {
+    /// The wake-up error, with how it was measured.
+    fn measurement(
+        &self,
+        id: &str,
+        params: &Params,
+        slept: &Slept,
+    ) -> Result<Measurement, ExperimentError> {
+        let (name, ns) = (self.name, &slept.samples.ns);
+        let summary = Summary::of(ns).ok_or_else(|| {
             ExperimentError::Failed(format!("time.sleep {name}: no valid samples"))
         })?;
-        let mut m = Measurement::new(self.id(), name, params.clone(), Unit::Nanoseconds, summary);
-        m.histogram = Histogram::log_spaced(&samples.ns, HISTOGRAM_BINS);
+        let mut m = Measurement::new(id, name, params.clone(), Unit::Nanoseconds, summary);
+        m.histogram = Histogram::log_spaced(ns, HISTOGRAM_BINS);
         m.notes.push(format!(
-            "wake-up error of {} sleeps of {requested_us} us: clock when the sleep returned minus its deadline (clock before the sleep + requested), CLOCK_MONOTONIC",
-            samples.ns.len()
+            "wake-up error of {} sleeps of {} us: clock when the sleep returned minus its deadline (clock before the sleep + requested), CLOCK_MONOTONIC",
+            ns.len(),
+            self.requested_us
         ));
-        match stack_timer {
+        match self.stack_timer {
             Some(kind) => {
                 m.notes.push(kind.note().to_string());
                 m.notes.push(format!(
                     "CPU time of the whole process (this thread, the runtime and any timer thread): {:.0}% of one CPU",
-                    process_cpu_share * 100.0
+                    slept.process_cpu_share * 100.0
                 ));
             }
-            None => m.notes.push(strategy_note(strategy)),
+            None => m.notes.push(strategy_note(self.strategy)),
         }
-        m.notes.extend(zero_note(&samples.ns));
-        m.notes.push(slack_note);
-        m.notes.push(scheduling);
-        m.notes.push(format!(
-            "CPU time of the sleeping thread: {:.0}% of the wall time (RUSAGE_THREAD)",
-            cpu_share * 100.0
-        ));
-        m.notes.push(format!(
-            "clocksource: {}",
-            if ctx.environment.clocksource.is_empty() {
-                "unknown"
-            } else {
-                &ctx.environment.clocksource
-            }
-        ));
-        Ok(vec![m])
+        m.notes.extend(zero_note(ns));
+        Ok(m)
     }
+}
+
+/// policy=other, or policy=fifo: this thread becomes real-time (root only).
+fn enter_policy(params: &Params) -> Result<Option<Realtime>, ExperimentError> {
+    match params.text("policy").unwrap_or("other") {
+        "other" => Ok(None),
+        "fifo" if !osprobe_core::sys::is_root() => Err(ExperimentError::Unsupported(
+            "policy=fifo needs root (SCHED_FIFO and mlockall, cyclictest's method)".into(),
+        )),
+        "fifo" => Realtime::enter(FIFO_PRIORITY)
+            .map(Some)
+            .map_err(|e| ExperimentError::Unsupported(format!("policy=fifo: {e}"))),
+        other => Err(bad_param("policy", other, "other, fifo")),
+    }
+}
+
+/// The harness for a point: its budget scaled by the profile, or to
+/// `duration_ms` when given.
+fn sleep_harness<'c>(ctx: &'c Context, params: &Params) -> Result<Harness<'c>, ExperimentError> {
+    let mut harness = match ctx.profile {
+        // A few seconds for the whole quick grid.
+        Profile::Smoke => ctx.harness(),
+        Profile::Quick => ctx.harness().time_scale(0.2),
+        Profile::Full => ctx.harness().time_scale(0.5),
+    };
+    if let Some(ms) = params.int("duration_ms") {
+        if !(1..=600_000).contains(&ms) {
+            return Err(bad_param("duration_ms", ms, "1 to 600000"));
+        }
+        let base = harness.budget().time.as_secs_f64();
+        harness = harness
+            .time_scale(ms as f64 / 1e3 / base)
+            .max_samples(MAX_SLEEPS);
+    }
+    Ok(harness)
 }
 
 /// The ways the timer service may wait, offered by time.timers: the
