@@ -783,121 +783,173 @@ impl Experiment for Timers {
             return self.run_periodic(ctx, params, n, strategy, rearm);
         }
         let (window, budget) = Timers::window_and_budget(ctx.profile);
-        let window_ns = window.as_nanos() as u64;
+        let rounds = RandomRounds::run(ctx, n, strategy, window, budget)?;
+        rounds.measurements(self.id(), params, ctx.clock.cycles_per_ns())
+    }
+}
 
+/// time.timers mode=random: rounds of `n` one-shot timers with random
+/// deadlines, and what they recorded.
+struct RandomRounds {
+    n: usize,
+    strategy: Strategy,
+    window: Duration,
+    /// Every callback's lateness.
+    late: Vec<f64>,
+    /// Every registration's time.
+    register_ns: Vec<f64>,
+    /// Per round, the share of its timers that fired.
+    fired_share: Vec<f64>,
+    /// Process CPU time while the rounds ran, in CPUs.
+    cpu_share: f64,
+    /// Callbacks that panicked.
+    panicked: u64,
+}
+
+impl RandomRounds {
+    /// Rounds until `budget` is spent.
+    fn run(
+        ctx: &Context,
+        n: usize,
+        strategy: Strategy,
+        window: Duration,
+        budget: Duration,
+    ) -> Result<RandomRounds, ExperimentError> {
         let service = TimerService::with_strategy(n, strategy)
             .map_err(|e| ExperimentError::io("starting the timer service thread", e))?;
+        let mut rounds = RandomRounds {
+            n,
+            strategy,
+            window,
+            late: Vec::new(),
+            register_ns: Vec::with_capacity(n),
+            fired_share: Vec::new(),
+            cpu_share: 0.0,
+            panicked: 0,
+        };
         let mut rng = SplitMix64::new(TIMERS_SEED);
-        let clock = &ctx.clock;
-        let overhead = ctx.timer_overhead_ticks;
-        let mut late = Vec::new();
-        let mut register_ns = Vec::with_capacity(n);
-        let mut fired_share = Vec::new();
-        let mut ids: Vec<TimerId> = Vec::with_capacity(n);
         let start = monotonic_ns();
         let cpu_start = process_cpu_ns();
         loop {
             ctx.check_interrupt()?;
-            let round = Arc::new(Round::new(n));
-            ids.clear();
-            for i in 0..n {
-                let delay = MIN_AHEAD_NS + rng.below(window_ns - MIN_AHEAD_NS + 1);
-                let for_callback = Arc::clone(&round);
-                let t0 = clock.start();
-                let id = service
-                    .register(When::After(Duration::from_nanos(delay)), move |f| {
-                        for_callback.fired(i, f)
-                    })
-                    .map_err(|e| ExperimentError::failed(format!("registering timer {i}"), e))?;
-                let t1 = clock.stop();
-                register_ns.push(clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - overhead));
-                ids.push(id);
-            }
-            // Generous: a bound on a stuck service, not a timing target.
-            let all_fired = round.wait(ctx, window + Duration::from_secs(2))?;
-            if !all_fired {
-                // What has not fired by now is abandoned, so that the next
-                // round has room under the maximum.
-                for &id in &ids {
-                    service.remove(id);
-                }
-            }
-            let mut fired = 0usize;
-            for slot in &round.late_ns {
-                let v = slot.load(Ordering::Relaxed);
-                if v != NOT_FIRED {
-                    late.push(v as f64);
-                    fired += 1;
-                }
-            }
-            fired_share.push(fired as f64 / n as f64);
+            rounds.one_round(ctx, &service, &mut rng)?;
             if monotonic_ns() - start >= budget.as_nanos() as u64 {
                 break;
             }
         }
         let wall = (monotonic_ns() - start).max(1);
-        let cpu_share = (process_cpu_ns() - cpu_start) as f64 / wall as f64;
-        let panicked = service.panicked();
+        rounds.cpu_share = (process_cpu_ns() - cpu_start) as f64 / wall as f64;
+        rounds.panicked = service.panicked();
         service.shutdown();
+        Ok(rounds)
+    }
 
-        let rounds = fired_share.len();
-        let registered = rounds * n;
-        let fired = late.len();
-        let wait_note = match strategy {
+    /// Register `n` timers (each registration timed), wait for them, and
+    /// record their lateness.
+    fn one_round(
+        &mut self,
+        ctx: &Context,
+        service: &TimerService,
+        rng: &mut SplitMix64,
+    ) -> Result<(), ExperimentError> {
+        let (n, clock) = (self.n, &ctx.clock);
+        let window_ns = self.window.as_nanos() as u64;
+        let round = Arc::new(Round::new(n));
+        let mut ids: Vec<TimerId> = Vec::with_capacity(n);
+        for i in 0..n {
+            let delay = MIN_AHEAD_NS + rng.below(window_ns - MIN_AHEAD_NS + 1);
+            let for_callback = Arc::clone(&round);
+            let t0 = clock.start();
+            let id = service
+                .register(When::After(Duration::from_nanos(delay)), move |f| {
+                    for_callback.fired(i, f)
+                })
+                .map_err(|e| ExperimentError::failed(format!("registering timer {i}"), e))?;
+            let t1 = clock.stop();
+            self.register_ns
+                .push(clock.ticks_to_ns(t1.wrapping_sub(t0) as f64 - ctx.timer_overhead_ticks));
+            ids.push(id);
+        }
+        // Generous: a bound on a stuck service, not a timing target.
+        let all_fired = round.wait(ctx, self.window + Duration::from_secs(2))?;
+        if !all_fired {
+            // What has not fired by now is abandoned, so that the next
+            // round has room under the maximum.
+            for &id in &ids {
+                service.remove(id);
+            }
+        }
+        let mut fired = 0usize;
+        for slot in &round.late_ns {
+            let v = slot.load(Ordering::Relaxed);
+            if v != NOT_FIRED {
+                self.late.push(v as f64);
+                fired += 1;
+            }
+        }
+        self.fired_share.push(fired as f64 / n as f64);
+        Ok(())
+    }
+
+    fn wait_note(&self) -> String {
+        match self.strategy {
             Strategy::Hybrid { spin } => format!(
                 "the service thread (timer slack 1 ns) blocks in a futex with an absolute CLOCK_MONOTONIC deadline until {} us before the next deadline, then spins",
                 spin.as_micros()
             ),
             Strategy::Spin => "the service thread spins until each deadline".into(),
             _ => "the service thread (timer slack 1 ns) blocks in a futex with an absolute CLOCK_MONOTONIC deadline until the next deadline".into(),
-        };
+        }
+    }
+
+    /// late, register and fired.
+    fn measurements(
+        &self,
+        id: &'static str,
+        params: &Params,
+        cycles_per_ns: Option<f64>,
+    ) -> Result<Vec<Measurement>, ExperimentError> {
+        let n = self.n;
+        let rounds = self.fired_share.len();
+        let registered = rounds * n;
+        let fired = self.late.len();
         let setup = format!(
             "{rounds} round(s) of {n} timers, each due {} ms .. {} ms after its registration (uniform, seed {TIMERS_SEED:#x}); at most {n} pending",
             MIN_AHEAD_NS / 1_000_000,
-            window.as_millis()
+            self.window.as_millis()
         );
-
         let mut out = Vec::new();
-        if let Some(summary) = Summary::of(&late) {
-            let mut m = Measurement::new(
-                self.id(),
-                "late",
-                params.clone(),
-                Unit::Nanoseconds,
-                summary,
-            );
-            m.histogram = Histogram::log_spaced(&late, HISTOGRAM_BINS);
+        if let Some(summary) = Summary::of(&self.late) {
+            let mut m = Measurement::new(id, "late", params.clone(), Unit::Nanoseconds, summary);
+            m.histogram = Histogram::log_spaced(&self.late, HISTOGRAM_BINS);
             m.notes.push(format!(
                 "lateness of each callback: the clock just before it was called minus its deadline; {fired} of {registered} fired"
             ));
             m.notes.push(setup.clone());
-            m.notes.push(wait_note);
+            m.notes.push(self.wait_note());
             m.notes.push("callbacks run one after another on the service thread: a burst of deadlines makes the later ones late".into());
-            m.notes.extend(zero_note(&late));
+            m.notes.extend(zero_note(&self.late));
             m.notes.push(format!(
-                "process CPU time while the rounds ran: {cpu_share:.2} CPUs (the service thread, and this one registering)"
+                "process CPU time while the rounds ran: {:.2} CPUs (the service thread, and this one registering)",
+                self.cpu_share
             ));
-            if panicked > 0 {
-                m.notes.push(format!("{panicked} callbacks panicked"));
+            if self.panicked > 0 {
+                m.notes
+                    .push(format!("{} callbacks panicked", self.panicked));
             }
             out.push(m);
         }
-        if let Some(summary) = Summary::of(&register_ns) {
-            let mut m = Measurement::new(
-                self.id(),
-                "register",
-                params.clone(),
-                Unit::Nanoseconds,
-                summary,
-            );
-            m.cycles = clock.cycles_per_ns().map(|c| m.summary.scaled(c));
+        if let Some(summary) = Summary::of(&self.register_ns) {
+            let mut m =
+                Measurement::new(id, "register", params.clone(), Unit::Nanoseconds, summary);
+            m.cycles = cycles_per_ns.map(|c| m.summary.scaled(c));
             m.notes.push("one TimerService::register call: boxing the callback, taking the lock, the heap insertion and, for a new earliest timer, a futex wake-up; timed one call at a time, clock read cost subtracted".into());
-            m.notes.push(setup.clone());
+            m.notes.push(setup);
             out.push(m);
         }
-        let summary = Summary::of(&fired_share)
+        let summary = Summary::of(&self.fired_share)
             .ok_or_else(|| ExperimentError::Failed("time.timers: no round completed".into()))?;
-        let mut m = Measurement::new(self.id(), "fired", params.clone(), Unit::Ratio, summary);
+        let mut m = Measurement::new(id, "fired", params.clone(), Unit::Ratio, summary);
         m.notes.push(format!(
             "share of each round's timers that fired within the window + 2 s: {fired} of {registered} in all"
         ));
