@@ -41,7 +41,9 @@ pub use params::{
     WMEM_PARAM,
 };
 
+pub use crate::error::PathUnavailable;
 use crate::netns::NetnsPair;
+pub use crate::serving::StartError;
 use crate::serving::{ServeBody, ServingThread};
 use osprobe_core::{ExperimentError, Params};
 use std::io;
@@ -72,10 +74,10 @@ impl PathKind {
             "remote" => Ok(PathKind::Remote),
             "emulated" if params.text("to").is_some() => Ok(PathKind::EmulatedTo),
             "emulated" => Ok(PathKind::Emulated),
-            other => Err(ExperimentError::Failed(format!(
-                "path '{other}': expected one of {}",
-                PATHS.join(", ")
-            ))),
+            other => Err(ExperimentError::invalid_parameter(
+                "path",
+                format!("path '{other}': expected one of {}", PATHS.join(", ")),
+            )),
         }
     }
 
@@ -103,13 +105,15 @@ impl PathKind {
     /// Whether this machine can build the path; the reason when not. A
     /// remote path needs nothing here (whether the far end answers is
     /// learned by asking it).
-    pub fn available(self) -> Result<(), String> {
+    pub fn available(self) -> Result<(), PathUnavailable> {
         match self {
             PathKind::Loopback | PathKind::Remote => Ok(()),
-            PathKind::Netns => crate::netns::available(),
-            PathKind::Emulated => crate::check_requirements().map_err(|e| e.to_string()),
+            PathKind::Netns => crate::netns::available().map_err(PathUnavailable::Namespaces),
+            PathKind::Emulated => {
+                crate::emulator::requirements().map_err(PathUnavailable::Emulator)
+            }
             PathKind::EmulatedTo => {
-                crate::middlebox::check_requirements().map_err(|e| e.to_string())
+                crate::middlebox::requirements().map_err(PathUnavailable::Emulator)
             }
         }
     }
@@ -139,7 +143,7 @@ impl ServerHost<'_> {
     /// server in errors.
     pub fn start<F>(&mut self, what: &str, body: F) -> Result<SocketAddr, ExperimentError>
     where
-        F: FnOnce(Arc<AtomicBool>, Sender<Result<SocketAddr, String>>) -> io::Result<()>
+        F: FnOnce(Arc<AtomicBool>, Sender<Result<SocketAddr, StartError>>) -> io::Result<()>
             + Send
             + 'static,
     {
@@ -184,12 +188,13 @@ impl<F> Testbed<F> {
     {
         let kind = PathKind::of(params)?;
         if !kind.is_emulated() && params::emulation_set(params) {
-            return Err(ExperimentError::Failed(
-                "delay, loss, rate and wmem apply to path=emulated only (`osprobe net TEST --delay ...` sets it; with --to HOST the emulator sits in front of that host)".into(),
+            return Err(ExperimentError::invalid_parameter(
+                "path",
+                "delay, loss, rate and wmem apply to path=emulated only (`osprobe net TEST --delay ...` sets it; with --to HOST the emulator sits in front of that host)",
             ));
         }
         if kind != PathKind::Remote {
-            kind.available().map_err(ExperimentError::Unsupported)?;
+            kind.available()?;
         }
         match kind {
             PathKind::Loopback => {
@@ -210,9 +215,8 @@ impl<F> Testbed<F> {
             }
             PathKind::Netns => {
                 crate::netns::sweep_stale();
-                let pair = NetnsPair::create().map_err(|e| {
-                    ExperimentError::Failed(format!("building the netns host: {e}"))
-                })?;
+                let pair = NetnsPair::create()
+                    .map_err(|e| ExperimentError::setup("building the netns host", e))?;
                 let spawn = |body: ServeBody| pair.spawn_in(body);
                 let (far, threads) = start_on(pair.peer_addr(), &spawn, servers)?;
                 let description = format!(
@@ -286,9 +290,10 @@ impl<F> Testbed<F> {
             }
             PathKind::Remote => {
                 let to = params.text("to").ok_or_else(|| {
-                    ExperimentError::Failed(
+                    ExperimentError::invalid_parameter(
+                        "to",
                         "path=remote needs the server: --to HOST[:PORT] (or --param to=HOST[:PORT])"
-                            .into(),
+                            ,
                     )
                 })?;
                 let (far, description) = servers.find(to)?;
