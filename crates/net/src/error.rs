@@ -2,11 +2,7 @@
 //! congestion control the kernel refuses for a socket, which `net.cc`
 //! reports as a skip (the value cannot be used here) rather than a failure.
 
-use crate::client::NetError;
-use crate::transfer::TransferError;
-use osprobe_core::ExperimentError;
 use std::io;
-use std::time::Duration;
 
 /// The kernel refused a congestion control for a socket (not built in or
 /// loaded, or not in net.ipv4.tcp_allowed_congestion_control for a user
@@ -34,67 +30,6 @@ impl CongestionControlRefused {
             .downcast::<CongestionControlRefused>()
             .expect("checked: its type"))
     }
-}
-
-/// A network error as an experiment's: the cause kept as the source where
-/// there is one, the words unchanged. A congestion control the kernel
-/// refuses is the `cc` parameter's fault (`net.cc` skips it).
-impl From<NetError> for ExperimentError {
-    fn from(e: NetError) -> Self {
-        match e {
-            NetError::Io { context, source } => ExperimentError::Io { context, source },
-            NetError::Protocol {
-                addr,
-                context,
-                source,
-            } => ExperimentError::failed(format!("{addr} while {context}"), source),
-            NetError::CongestionControl { .. } => {
-                ExperimentError::invalid_parameter("cc", e.to_string())
-            }
-            // The far end's answer (busy, refused, an unexpected message, a
-            // token wanted) is the whole story; an unreachable one's hint
-            // follows its cause in the words.
-            NetError::Unreachable { .. }
-            | NetError::Busy { .. }
-            | NetError::Refused { .. }
-            | NetError::Unexpected { .. }
-            | NetError::TokenRequired { .. } => ExperimentError::Failed(e.to_string()),
-        }
-    }
-}
-
-/// A transfer's error as an experiment's: a system call keeps its cause;
-/// the others are checks of the transfer, whose words say it all.
-impl From<TransferError> for ExperimentError {
-    fn from(e: TransferError) -> Self {
-        match e {
-            TransferError::Io { context, source } => ExperimentError::Io { context, source },
-            TransferError::Interrupted => ExperimentError::Interrupted,
-            other => ExperimentError::Failed(other.to_string()),
-        }
-    }
-}
-
-/// Why one stream of a client-side test (a sender or receiver thread of
-/// this end) failed; the caller names the stream.
-#[derive(Debug, thiserror::Error)]
-pub enum StreamError {
-    #[error("the server sent nothing for {} s (fd {fd})", .silence.as_secs())]
-    Silent { silence: Duration, fd: i32 },
-    #[error("receive failed: {0}")]
-    Receive(#[source] io::Error),
-    #[error("pinning the {role} to CPU {cpu}: {source}")]
-    Pin {
-        role: &'static str,
-        cpu: u32,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{0}")]
-    Transfer(#[from] TransferError),
-    /// The thread panicked (a bug): `role` says which.
-    #[error("{role} thread panicked")]
-    Panicked { role: &'static str },
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@
 
 use crate::bulk::BulkConfig;
 use crate::client::Peer;
-use crate::error::StreamError;
 use crate::protocol::{StreamReport, TestSpec};
 use crate::sock;
+use crate::stream_error::StreamError;
 use osprobe_core::ExperimentError;
 use std::io::Read;
 use std::os::fd::AsRawFd;

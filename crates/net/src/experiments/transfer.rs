@@ -18,10 +18,10 @@
 
 use super::{cross, default_paths, failed, value_measurement, COMMON};
 use crate::diagnosis::{diagnose_with_sysctls, Diagnosis, DiagnosisInput};
-use crate::error::StreamError;
 use crate::path::Endpoint;
 use crate::protocol::{StreamReport, TestSpec};
 use crate::sock::ConnectOptions;
+use crate::stream_error::StreamError;
 use crate::tcp_info::{self, TcpInfo};
 use crate::transfer::{self, SendMethod, TxReport};
 use osprobe_core::scratch::ScratchDir;

@@ -288,6 +288,23 @@ fn udp_measurements(
             sent.datagrams
         )));
     }
+    udp_figures(sent, counts, receive_ns, size)
+        .into_iter()
+        .map(|(metric, unit, value, note)| {
+            let mut m = value_measurement(id, metric, params.clone(), unit, &[value])?;
+            m.notes.push(note);
+            Ok(m)
+        })
+        .collect()
+}
+
+/// Each figure of a UDP test: metric, unit, its one value, its note.
+fn udp_figures(
+    sent: &Sent,
+    counts: &UdpCounts,
+    receive_ns: u64,
+    size: usize,
+) -> [(&'static str, Unit, f64, String); 6] {
     let receive_s = (receive_ns as f64 / 1e9).max(1e-9);
     let sender_s = sent.elapsed.as_secs_f64().max(1e-9);
     let refused = if sent.refused > 0 {
@@ -298,8 +315,7 @@ fn udp_measurements(
     } else {
         String::new()
     };
-    // Each figure: metric, unit, its one value, its note.
-    let figures: [(&str, Unit, f64, String); 6] = [
+    [
         (
             "received",
             Unit::BytesPerSecond,
@@ -347,15 +363,7 @@ fn udp_measurements(
             "datagrams that arrived after one with a higher sequence number (iperf3's out-of-order)"
                 .into(),
         ),
-    ];
-    figures
-        .into_iter()
-        .map(|(metric, unit, value, note)| {
-            let mut m = value_measurement(id, metric, params.clone(), unit, &[value])?;
-            m.notes.push(note);
-            Ok(m)
-        })
-        .collect()
+    ]
 }
 
 #[cfg(test)]
