@@ -75,21 +75,9 @@ pub fn live(
         handler_cpu: None,
     };
     let outcome = replay_all(config, &traces)?;
-    let per_process: Vec<u64> = outcome
-        .processes
-        .iter()
-        .map(|p| {
-            let c = p.counters_at_done.unwrap_or(p.counters);
-            c.zero_fills + c.swap_ins
-        })
-        .collect();
+    let (per_process, round_trips) = work_counts(&outcome);
     let total: u64 = per_process.iter().sum();
     let mut m = count("faults", params, total)?;
-    let round_trips: u64 = outcome
-        .processes
-        .iter()
-        .map(|p| p.counters_at_done.unwrap_or(p.counters).agent_round_trips)
-        .sum();
     m.notes.push(format!(
         "{n} processes on one pager ({} replacement, {frames} frames{}), each replaying its own {length}-access trace on {data_pages} pages of its own and checking every page's counter afterwards; faults per process {:?}; {} evictions of one process's page for another's fault; {round_trips} round trips to the processes' agents (an unmap across address spaces)",
         replacement.name(),
@@ -106,6 +94,25 @@ pub fn live(
     }
     let (run_time, fairness) = progress(params, &outcome, n)?;
     Ok(vec![m, run_time, fairness])
+}
+
+/// Each process's faults during its work, and the round trips to all
+/// processes' agents.
+fn work_counts(outcome: &SharedOutcome) -> (Vec<u64>, u64) {
+    let per_process = outcome
+        .processes
+        .iter()
+        .map(|p| {
+            let c = p.counters_at_done.unwrap_or(p.counters);
+            c.zero_fills + c.swap_ins
+        })
+        .collect();
+    let round_trips = outcome
+        .processes
+        .iter()
+        .map(|p| p.counters_at_done.unwrap_or(p.counters).agent_round_trips)
+        .sum();
+    (per_process, round_trips)
 }
 
 /// Each process replays its trace on the shared pager; every one must

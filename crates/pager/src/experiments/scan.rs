@@ -15,6 +15,7 @@ use super::{check_pager, one_cpu};
 use crate::policy::policy_by_name;
 use crate::swap::RfsSwap;
 use crate::{Pager, PagerConfig, PagerCounters};
+use osprobe_core::affinity::PinGuard;
 use osprobe_core::harness::value_measurement;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -121,17 +122,7 @@ impl Experiment for PageScan {
             packet: PACKET.min(transport.max_data()),
             ..ClientOptions::default()
         };
-        let swap = RfsSwap::create(path.client(options.clone())?, "osprobe-pager-scan.swap")
-            .map_err(|e| ExperimentError::setup("the swap on the remote file service", e))?;
-        let _pin = one_cpu()?;
-        let policy = policy_by_name("fifo", None)
-            .map_err(|e| ExperimentError::invalid_parameter("policy", e.to_string()))?;
-        let mut config = PagerConfig::new(2 * frames as u64, frames, policy, Box::new(swap));
-        config.read_around = read_around;
-        config.evict_batch = read_around;
-        config.handler_cpu = Some(_pin.cpu);
-        let mut pager =
-            Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))?;
+        let (mut pager, _pin) = start_pager(&path, &options, frames, read_around)?;
         let bytes = pager.len() as u64;
 
         // rfs get of as many bytes, on the same path with the same options.
@@ -188,6 +179,28 @@ impl Experiment for PageScan {
         ));
         Ok(vec![scan_m, get_m])
     }
+}
+
+/// A pager of twice `frames` pages swapping to a file on the path's
+/// server, its handler pinned to a CPU of its own (the guard holds it).
+fn start_pager(
+    path: &TestPath,
+    options: &ClientOptions,
+    frames: usize,
+    read_around: usize,
+) -> Result<(Pager, PinGuard), ExperimentError> {
+    let swap = RfsSwap::create(path.client(options.clone())?, "osprobe-pager-scan.swap")
+        .map_err(|e| ExperimentError::setup("the swap on the remote file service", e))?;
+    let pin = one_cpu()?;
+    let policy = policy_by_name("fifo", None)
+        .map_err(|e| ExperimentError::invalid_parameter("policy", e.to_string()))?;
+    let mut config = PagerConfig::new(2 * frames as u64, frames, policy, Box::new(swap));
+    config.read_around = read_around;
+    config.evict_batch = read_around;
+    config.handler_cpu = Some(pin.cpu);
+    let pager =
+        Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))?;
+    Ok((pager, pin))
 }
 
 /// The timed passes, scan and rfs get alternating which goes first so

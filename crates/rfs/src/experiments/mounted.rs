@@ -111,22 +111,23 @@ pub fn run(
     let mut out = Vec::new();
     for (metric, samples) in [("sequential", &seq), ("random", &random)] {
         let mut m = ctx.time_measurement(id, metric, params.clone(), samples as &Samples)?;
-        if let Some((_, rtt_ns, _)) = rtt {
-            m.prediction = Some(
-                Prediction::new(
-                    rtt_ns,
-                    format!(
-                        "one round trip per block read: RTT to the server = {:.1} us (TCP connect, measured just before)",
-                        rtt_ns / 1e3
-                    ),
-                )
-                .within(0.5),
-            );
-        }
+        m.prediction = rtt.map(|(_, rtt_ns, _)| round_trip_prediction(rtt_ns));
         m.notes.extend(common.iter().cloned());
         out.push(m);
     }
     Ok(out)
+}
+
+/// One round trip to the server per block read.
+fn round_trip_prediction(rtt_ns: f64) -> Prediction {
+    Prediction::new(
+        rtt_ns,
+        format!(
+            "one round trip per block read: RTT to the server = {:.1} us (TCP connect, measured just before)",
+            rtt_ns / 1e3
+        ),
+    )
+    .within(0.5)
 }
 
 /// The test file open for uncached reads of one block at a time.

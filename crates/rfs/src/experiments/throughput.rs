@@ -175,20 +175,14 @@ impl Experiment for Throughput {
 
         let bits =
             |secs: &[f64]| -> Vec<f64> { secs.iter().map(|s| size as f64 * 8.0 / s).collect() };
-        let stats = &timed.stats;
+        let [round_trip, client] = timed.client_notes();
         let common_notes = [
             format!(
                 "one sample = one transfer of a {size}-byte file, {window} x {packet}-byte requests in flight over {transport}"
             ),
             format!("path: {}", path.description),
-            format!(
-                "service round trip (a getattr alone in flight): {:.1} us",
-                timed.small_rtt / 1e3
-            ),
-            format!(
-                "client: {} requests, {} retransmissions, {} late replies",
-                stats.requests, stats.retransmissions, stats.late_replies
-            ),
+            round_trip,
+            client,
         ];
         let mut out = Vec::new();
         for (metric, secs, rtt, server, extra) in [
@@ -257,6 +251,23 @@ struct Timed {
     read: Vec<f64>,
     write: Vec<f64>,
     stats: crate::ClientStats,
+}
+
+impl Timed {
+    /// The service's round trip, and what the client saw.
+    fn client_notes(&self) -> [String; 2] {
+        let stats = &self.stats;
+        [
+            format!(
+                "service round trip (a getattr alone in flight): {:.1} us",
+                self.small_rtt / 1e3
+            ),
+            format!(
+                "client: {} requests, {} retransmissions, {} late replies",
+                stats.requests, stats.retransmissions, stats.late_replies
+            ),
+        ]
+    }
 }
 
 /// The round trips of the model at window 1, then the samples: whole-file
