@@ -1,12 +1,7 @@
 //! `osprobe fleet run`: characterize the hosts of an Ansible inventory over
 //! the system's ssh, and the network paths between them (docs/fleet.md).
 
-pub mod inventory;
-mod pairs;
-mod progress;
-mod remote;
 mod run;
-mod ssh;
 
 use crate::flags::fleet::{FleetArgs, FleetCommand};
 use anyhow::Result;

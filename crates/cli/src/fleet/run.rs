@@ -5,11 +5,11 @@
 
 use crate::error::UsageError;
 use crate::flags::fleet::FleetRunArgs;
-use crate::fleet::inventory::{Host, Inventory};
-use crate::fleet::pairs::{self, End, PairError};
-use crate::fleet::progress::Progress;
-use crate::fleet::remote::{self, LocalBinary};
-use crate::fleet::ssh::{ExecError, Finished, Input, Ssh, Target};
+use osprobe_fleet::inventory::{Host, Inventory};
+use osprobe_fleet::pairs::{self, End, PairError};
+use osprobe_fleet::progress::Progress;
+use osprobe_fleet::remote::{self, LocalBinary};
+use osprobe_fleet::ssh::{ExecError, Finished, Input, Ssh, Target};
 use anyhow::Result;
 use osprobe_core::Run;
 use osprobe_store::RunStore;
@@ -71,7 +71,7 @@ pub fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitC
     }
     // The store first: a bad --db fails before minutes of remote work.
     let mut store = crate::store::open_for_writing(db)?;
-    let binary = LocalBinary::this().map_err(anyhow::Error::msg)?;
+    let binary = LocalBinary::this(format!("osprobe {}", crate::version::TEXT)).map_err(anyhow::Error::msg)?;
     let ssh = Ssh::new(args.ssh_config.clone(), args.ssh_option.clone()).map_err(UsageError)?;
     osprobe_core::interrupt::install();
 

@@ -21,7 +21,9 @@ pub struct LocalBinary {
 }
 
 impl LocalBinary {
-    pub fn this() -> Result<LocalBinary, String> {
+    /// This process's executable; `version_line` is what its `--version`
+    /// prints, to check the copy on a host runs as this one.
+    pub fn this(version_line: String) -> Result<LocalBinary, String> {
         use sha2::Digest;
         use std::io::Read;
         let path = std::env::current_exe()
@@ -48,7 +50,7 @@ impl LocalBinary {
             .collect();
         Ok(LocalBinary {
             file_name: format!("osprobe-{}-{}", env!("CARGO_PKG_VERSION"), &sha256[..16]),
-            version_line: format!("osprobe {}", crate::version::TEXT),
+            version_line,
             path,
             sha256,
             bytes,

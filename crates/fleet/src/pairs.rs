@@ -3,9 +3,9 @@
 //! token (sent on stdin into a 0600 file there, never on a command line),
 //! the client on src with `--to`, the server stopped afterwards.
 
-use crate::fleet::inventory::{Host, Inventory};
-use crate::fleet::remote;
-use crate::fleet::ssh::{ExecError, Input, Ssh, Target};
+use crate::inventory::{Host, Inventory};
+use crate::remote;
+use crate::ssh::{ExecError, Input, Ssh, Target};
 use osprobe_core::Run;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Child;

@@ -7,7 +7,7 @@
 //! closed by `close` at the end. BatchMode is always on: a fleet run must
 //! never stop at a password or host-key prompt nobody sees.
 
-use crate::fleet::inventory::Host;
+use crate::inventory::Host;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -199,7 +199,7 @@ impl Ssh {
         let mut cmd = self.command(target);
         cmd.arg("--")
             .arg(&target.destination)
-            .arg(format!("sh -c {}", crate::fleet::remote::quote(script)))
+            .arg(format!("sh -c {}", crate::remote::quote(script)))
             .stdin(match input {
                 Input::Null => Stdio::null(),
                 _ => Stdio::piped(),
@@ -253,7 +253,7 @@ impl Ssh {
         let mut cmd = self.command(target);
         cmd.arg("--")
             .arg(&target.destination)
-            .arg(format!("sh -c {}", crate::fleet::remote::quote(script)))
+            .arg(format!("sh -c {}", crate::remote::quote(script)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
