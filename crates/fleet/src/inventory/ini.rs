@@ -229,10 +229,11 @@ pub(super) fn expand(pattern: &str) -> Result<Vec<String>, Malformed> {
     };
     let (start, end) = range.split_once(':').ok_or_else(bad)?;
     if end.contains(':') {
-        return Err(Malformed(format!("host range '[{range}]' in '{pattern}': steps are not supported; expected [START:END]")));
+        return Err(Malformed(format!(
+            "host range '[{range}]' in '{pattern}': steps are not supported; expected [START:END]"
+        )));
     }
-    let items: Vec<String> = if let (Ok(a), Ok(b)) = (start.parse::<u64>(), end.parse::<u64>())
-    {
+    let items: Vec<String> = if let (Ok(a), Ok(b)) = (start.parse::<u64>(), end.parse::<u64>()) {
         if a > b || b - a >= MAX_RANGE_HOSTS as u64 {
             return Err(bad());
         }

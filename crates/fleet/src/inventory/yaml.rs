@@ -82,9 +82,7 @@ impl MarkedEventReceiver for Loader {
                 "YAML aliases (*name) are not supported in inventories",
             ),
             Event::Scalar(value, _, _, _) => self.push_value(Node::Scalar(value, line)),
-            Event::MappingStart(..) | Event::SequenceStart(..)
-                if self.stack.len() >= MAX_DEPTH =>
-            {
+            Event::MappingStart(..) | Event::SequenceStart(..) if self.stack.len() >= MAX_DEPTH => {
                 self.fail(line, format!("nested deeper than {MAX_DEPTH} levels"))
             }
             Event::MappingStart(..) => self.stack.push(Frame::Map(Vec::new(), line, None)),
@@ -187,7 +185,12 @@ fn group(
                 }
             }
             other => {
-                return Err(builder.error(*key_line, format!("group '{name}': unknown key '{other}'; expected hosts, vars or children")));
+                return Err(builder.error(
+                    *key_line,
+                    format!(
+                        "group '{name}': unknown key '{other}'; expected hosts, vars or children"
+                    ),
+                ));
             }
         }
     }
