@@ -134,13 +134,9 @@ impl Matrix {
     }
 }
 
-/// `SRC -> DST` as the fleet writes a pair label.
-pub fn parse_pair(label: &str) -> Option<(String, String)> {
-    let (src, dst) = label.split_once("->")?;
-    let (src, dst) = (src.trim(), dst.trim());
-    (!src.is_empty() && !dst.is_empty() && !dst.contains("->"))
-        .then(|| (src.to_string(), dst.to_string()))
-}
+/// `SRC -> DST` as the fleet writes a pair label (one definition, in
+/// core, shared with the check of `--label pair=...`).
+pub use osprobe_core::labels::parse_pair;
 
 /// Build the view of fleet `fleet` from its runs (any order).
 pub fn view(fleet: &str, runs: &[Run]) -> FleetView {
