@@ -52,6 +52,7 @@ pub(crate) mod pending;
 pub mod pipeline;
 pub mod protocol;
 pub mod relay;
+pub(crate) mod sendfile;
 pub mod server;
 pub mod service;
 pub(crate) mod sock;

@@ -1134,10 +1134,36 @@ pub fn finish_read_reply(
             max: MAX_DATA,
         });
     }
+    patch_read_reply(slot, size, eof, len, out);
+    Ok(())
+}
+
+/// Complete a read reply whose `len` bytes of data the caller sends right
+/// after it, straight from the file (a TCP server's sendfile): `out` ends
+/// where the data would begin.
+pub fn finish_read_reply_header(
+    slot: ReadReplySlot,
+    size: u64,
+    eof: bool,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    if len > MAX_DATA || out.len() != slot.data_at {
+        out.truncate(slot.start);
+        return Err(EncodeError::TooLarge {
+            what: "read data",
+            len,
+            max: MAX_DATA,
+        });
+    }
+    patch_read_reply(slot, size, eof, len, out);
+    Ok(())
+}
+
+fn patch_read_reply(slot: ReadReplySlot, size: u64, eof: bool, len: usize, out: &mut [u8]) {
     out[slot.size_at..slot.size_at + 8].copy_from_slice(&size.to_be_bytes());
     out[slot.size_at + 8] = u8::from(eof);
     out[slot.size_at + 9..slot.size_at + 13].copy_from_slice(&(len as u32).to_be_bytes());
-    Ok(())
 }
 
 fn cut_at_char(s: &str, max: usize) -> &str {
