@@ -47,6 +47,7 @@ pub(crate) mod export;
 pub mod fuzz;
 pub(crate) mod handles;
 pub mod hasher;
+pub(crate) mod inplace;
 pub mod outcome;
 pub(crate) mod pending;
 pub mod pipeline;

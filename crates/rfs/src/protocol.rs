@@ -1518,6 +1518,44 @@ pub fn decode_request(msg: &[u8]) -> Result<(Header, Request<'_>), DecodeError> 
     Ok((header, decode_request_body(op, body)?))
 }
 
+/// Bytes of a successful read reply before its data: the header, the
+/// status, the file's size, the end-of-file flag and the data's length.
+pub const READ_REPLY_HEAD: usize = HEADER_LEN + 14;
+
+/// The head of a successful read reply, which a client receiving the data
+/// in place reads before it: `len` bytes of data follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadHead {
+    pub header: Header,
+    pub size: u64,
+    pub eof: bool,
+    pub len: usize,
+}
+
+/// The head of a successful read reply of this version, or None for
+/// anything else (an error reply, another operation or version, a bad
+/// field): such a message is left to [`decode_reply`], which says what it
+/// is.
+pub fn decode_read_head(head: &[u8; READ_REPLY_HEAD]) -> Option<ReadHead> {
+    let (header, body) = decode_header(head).ok()?;
+    if header.version != VERSION || header.opcode != Op::Read.code() | REPLY_BIT {
+        return None;
+    }
+    let mut r = Reader::new(body);
+    if r.u8("status").ok()? != 0 {
+        return None;
+    }
+    let size = r.u64("size").ok()?;
+    let eof = r.bool("eof").ok()?;
+    let len = r.u32("read data length").ok()? as usize;
+    (len <= MAX_DATA).then_some(ReadHead {
+        header,
+        size,
+        eof,
+        len,
+    })
+}
+
 /// Decode a whole reply message: the header, the operation it answers and
 /// its result.
 #[allow(clippy::type_complexity)]

@@ -811,6 +811,49 @@ impl FrameBuffer {
         self.start == self.end
     }
 
+    /// The bytes buffered and not consumed.
+    pub(crate) fn buffered(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Forget every buffered byte.
+    pub(crate) fn clear(&mut self) {
+        debug_assert!(self.current.is_none(), "consume() the current frame first");
+        self.start = 0;
+        self.end = 0;
+    }
+
+    /// Bytes the buffer holds at most.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The free space of an empty buffer, up to `max` bytes, for a read
+    /// the caller then [`commit`](FrameBuffer::commit)s.
+    pub(crate) fn space(&mut self, max: usize) -> &mut [u8] {
+        debug_assert!(self.is_empty(), "space() is for an empty buffer");
+        self.clear();
+        let n = max.min(self.buf.len());
+        &mut self.buf[..n]
+    }
+
+    /// Take `n` bytes read into [`space`](FrameBuffer::space).
+    pub(crate) fn commit(&mut self, n: usize) {
+        self.end = (self.end + n).min(self.buf.len());
+    }
+
+    /// Put `bytes` in front of what is buffered (bytes that came off the
+    /// stream before it). The caller leaves room: buffered plus `bytes`
+    /// within the capacity.
+    pub(crate) fn prepend(&mut self, bytes: &[u8]) {
+        let held = self.end - self.start;
+        assert!(bytes.len() + held <= self.buf.len(), "no room to prepend");
+        self.buf.copy_within(self.start..self.end, bytes.len());
+        self.buf[..bytes.len()].copy_from_slice(bytes);
+        self.start = 0;
+        self.end = bytes.len() + held;
+    }
+
     /// The next complete frame's body, None if more bytes are needed,
     /// Err if the length prefix is out of range.
     pub(crate) fn next_frame(&mut self) -> Result<Option<&[u8]>, ()> {
