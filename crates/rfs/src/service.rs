@@ -347,6 +347,44 @@ fn read_deferred(
     Ok(got)
 }
 
+/// Read up to `count` bytes of `f` at `offset` onto the end of `out`,
+/// into room not zero-filled first (a memset of every read's size showed
+/// in profiles of UDP reads); the bytes read (fewer at the end of the
+/// file).
+fn pread_append(f: &File, out: &mut Vec<u8>, count: usize, offset: u64) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    out.reserve(count);
+    let base = out.len();
+    let mut got = 0;
+    while got < count {
+        let room = &mut out.spare_capacity_mut()[got..count];
+        // SAFETY: pread writes at most room.len() bytes into `room`, spare
+        // capacity of `out` that is valid for writes.
+        let n = unsafe {
+            libc::pread(
+                f.as_raw_fd(),
+                room.as_mut_ptr().cast(),
+                room.len(),
+                (offset + got as u64) as libc::off_t,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => got += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    // SAFETY: pread initialized the `got` bytes after `base`, within the
+    // capacity reserved above.
+    unsafe { out.set_len(base + got) };
+    Ok(got)
+}
+
 fn stale(what: &str) -> RemoteError {
     err(
         ErrorCode::Stale,
@@ -1244,18 +1282,7 @@ impl Service {
         if let Some(body) = body.filter(|_| count >= FILE_BODY_MIN) {
             return read_deferred(f, slot, offset, count, out, body);
         }
-        let base = slot.data_start();
-        out.resize(base + count, 0);
-        let mut got = 0;
-        while got < count {
-            match f.read_at(&mut out[base + got..base + count], offset + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(&e, "read")),
-            }
-        }
-        out.truncate(base + got);
+        let got = pread_append(&f, out, count, offset).map_err(|e| io_error(&e, "read"))?;
         let size = f.metadata().map_err(|e| io_error(&e, "read"))?.len();
         let eof = offset + got as u64 >= size;
         finish_read_reply(slot, size, eof, out)
