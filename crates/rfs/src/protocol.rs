@@ -1197,10 +1197,36 @@ pub fn finish_read_reply(
             max: MAX_DATA,
         });
     }
+    patch_read_reply(slot, size, eof, len, out);
+    Ok(())
+}
+
+/// Complete a read reply whose `len` bytes of data the caller sends right
+/// after it, straight from the file (a TCP server's sendfile): `out` ends
+/// where the data would begin.
+pub fn finish_read_reply_header(
+    slot: ReadReplySlot,
+    size: u64,
+    eof: bool,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    if len > MAX_DATA || out.len() != slot.data_at {
+        out.truncate(slot.start);
+        return Err(EncodeError::TooLarge {
+            what: "read data",
+            len,
+            max: MAX_DATA,
+        });
+    }
+    patch_read_reply(slot, size, eof, len, out);
+    Ok(())
+}
+
+fn patch_read_reply(slot: ReadReplySlot, size: u64, eof: bool, len: usize, out: &mut [u8]) {
     out[slot.size_at..slot.size_at + 8].copy_from_slice(&size.to_be_bytes());
     out[slot.size_at + 8] = u8::from(eof);
     out[slot.size_at + 9..slot.size_at + 13].copy_from_slice(&(len as u32).to_be_bytes());
-    Ok(())
 }
 
 fn cut_at_char(s: &str, max: usize) -> &str {
@@ -1560,6 +1586,44 @@ pub fn decode_request(msg: &[u8]) -> Result<(Header, Request<'_>), DecodeError> 
     let (header, body) = decode_header(msg)?;
     let op = request_op(&header)?;
     Ok((header, decode_request_body(op, body)?))
+}
+
+/// Bytes of a successful read reply before its data: the header, the
+/// status, the file's size, the end-of-file flag and the data's length.
+pub const READ_REPLY_HEAD: usize = HEADER_LEN + 14;
+
+/// The head of a successful read reply, which a client receiving the data
+/// in place reads before it: `len` bytes of data follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadHead {
+    pub header: Header,
+    pub size: u64,
+    pub eof: bool,
+    pub len: usize,
+}
+
+/// The head of a successful read reply of this version, or None for
+/// anything else (an error reply, another operation or version, a bad
+/// field): such a message is left to [`decode_reply`], which says what it
+/// is.
+pub fn decode_read_head(head: &[u8; READ_REPLY_HEAD]) -> Option<ReadHead> {
+    let (header, body) = decode_header(head).ok()?;
+    if header.version != VERSION || header.opcode != Op::Read.code() | REPLY_BIT {
+        return None;
+    }
+    let mut r = Reader::new(body);
+    if r.u8("status").ok()? != 0 {
+        return None;
+    }
+    let size = r.u64("size").ok()?;
+    let eof = r.bool("eof").ok()?;
+    let len = r.u32("read data length").ok()? as usize;
+    (len <= MAX_DATA).then_some(ReadHead {
+        header,
+        size,
+        eof,
+        len,
+    })
 }
 
 /// Decode a whole reply message: the header, the operation it answers and
