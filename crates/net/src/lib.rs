@@ -24,6 +24,7 @@ pub mod icmp;
 pub mod modes;
 pub use osprobe_link::netns;
 pub mod path;
+pub mod peer_check;
 pub mod protocol;
 pub mod reverse;
 pub mod send;
@@ -31,6 +32,7 @@ pub mod server;
 pub mod sink;
 pub mod sock;
 pub mod space;
+pub mod stream_error;
 pub mod tcp_info;
 pub mod transfer;
 

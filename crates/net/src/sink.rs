@@ -15,6 +15,7 @@
 //! net_compare.sh).
 
 use crate::protocol::StreamReport;
+use crate::stream_error::RoleError;
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -28,7 +29,7 @@ pub fn sink(
     mut stream: &TcpStream,
     read_size: usize,
     closed: &AtomicBool,
-) -> Result<StreamReport, String> {
+) -> Result<StreamReport, RoleError> {
     let mut buf = crate::sock::PageAligned::zeroed(read_size.max(1));
     let mut report = StreamReport::default();
     let (mut first, mut last) = (None, None);
@@ -141,7 +142,7 @@ mod tests {
         let closed = AtomicBool::new(false);
         sender.write_all(&[1u8; 10]).unwrap();
         let error = sink(&receiver, 128 << 10, &closed).unwrap_err();
-        assert!(error.contains("idle timeout"), "{error}");
+        assert!(matches!(error, RoleError::PeerSilent), "{error}");
         drop(sender);
     }
 
