@@ -31,6 +31,12 @@ pub trait Experiment: Send + Sync {
     fn params(&self) -> &'static [ParamSpec] {
         &[]
     }
+    /// How the report should plot this experiment where its generic rule
+    /// (lines against the parameter that varies most) is not the best
+    /// view: the default leaves it generic.
+    fn plot_view(&self) -> crate::plot_view::PlotView {
+        crate::plot_view::PlotView::default()
+    }
     /// The points measured by a profile. Must not be empty.
     fn grid(&self, profile: Profile) -> Vec<Params>;
     /// Measure one point of the grid.
@@ -580,6 +586,15 @@ impl Registry {
 
     pub fn get(&self, id: &str) -> Option<&dyn Experiment> {
         self.all().find(|e| e.id() == id)
+    }
+
+    /// Every experiment's plot view, for the report.
+    pub fn plot_views(&self) -> crate::plot_view::PlotViews {
+        let mut views = crate::plot_view::PlotViews::default();
+        for exp in &self.experiments {
+            views.insert(exp.id(), exp.plot_view());
+        }
+        views
     }
 
     pub fn ids(&self) -> Vec<&'static str> {

@@ -287,6 +287,14 @@ impl Experiment for Sleep {
         }
     }
 
+    /// `requested` is in microseconds.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            param_units: &[("requested", osprobe_core::Unit::Nanoseconds, 1e3)],
+            ..Default::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "wake-up error of a timed sleep (actual minus requested wake time): nanosleep, clock_nanosleep TIMER_ABSTIME, timerfd, epoll_wait, spin and the hybrid; optionally SCHED_FIFO + mlockall (cyclictest's method)"
     }

@@ -31,6 +31,7 @@ pub mod send;
 pub mod server;
 pub mod sock;
 pub mod space;
+pub mod stream_error;
 pub mod tcp_info;
 pub mod transfer;
 

@@ -361,6 +361,17 @@ impl Experiment for Latency {
         true
     }
 
+    /// One line per stride against a working set on a log axis, with the
+    /// cache sizes marked: the steps of the curve are the cache levels.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            series: Some("stride"),
+            log_x: true,
+            cache_markers: true,
+            ..Default::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "back-to-back load latency by pointer chasing: random chains (across and within pages, with and without huge pages) and stride chains, 4 KiB to 512 MiB"
     }

@@ -48,11 +48,11 @@ pub const WINDOW_PARAM: ParamSpec = ParamSpec {
 
 /// Whether this machine can build the netns and emulated paths; the
 /// reason when not.
-pub fn namespaces_available() -> Result<(), String> {
+pub fn namespaces_available() -> Result<(), osprobe_link::testbed::PathUnavailable> {
     PathKind::Netns.available()
 }
 
-pub fn emulator_available() -> Result<(), String> {
+pub fn emulator_available() -> Result<(), osprobe_link::testbed::PathUnavailable> {
     PathKind::Emulated.available()
 }
 
@@ -89,7 +89,7 @@ impl Servers for RfsServers {
             let server = match server {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = ready.send(Err(e.to_string()));
+                    let _ = ready.send(Err(e.to_string().into()));
                     return Err(e);
                 }
             };
@@ -105,11 +105,11 @@ impl Servers for RfsServers {
             }) {
                 Ok(l) => l,
                 Err(e) => {
-                    let _ = ready.send(Err(e.to_string()));
+                    let _ = ready.send(Err(e.to_string().into()));
                     return Err(e);
                 }
             };
-            let _ = ready.send(listener.local_addr().map_err(|e| e.to_string()));
+            let _ = ready.send(listener.local_addr().map_err(Into::into));
             serve_sink(&listener, &stop);
             Ok(())
         })?;

@@ -130,6 +130,22 @@ impl Experiment for NetUserspace {
         ID
     }
 
+    /// A colour per clock (the seed's question: what the clock does to
+    /// each stack), and the RTT estimates against the path's configured
+    /// round trip.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            series: Some("clock"),
+            expected: Some(osprobe_core::plot_view::ExpectedLine {
+                metrics: &["min_rtt", "srtt"],
+                param: "delay",
+                factor: 2.0,
+                label: "configured round trip (2 x delay)",
+            }),
+            ..Default::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "user-space TCP (smoltcp over TUN) and QUIC (quinn-proto) vs the kernel's TCP over the link emulator, with the stack's clock as a parameter (fine, 10 ms ticks)"
     }
