@@ -87,128 +87,128 @@ fn predict(run: &Figures, m: &Measurement) -> Option<Prediction> {
     let p = &m.params;
     match (m.experiment.as_str(), m.metric.as_str()) {
         ("cpu.call_overhead", "call") => call(run, p),
-        ("cpu.syscall", "getuid") => {
-            let s = run.syscall()?;
-            Some(
-                Prediction::new(
-                    s,
-                    format!("getppid's {} (cpu.syscall): any trivial system call is one kernel entry and exit", ns(s)),
-                )
-                .within(0.25),
-            )
-        }
-        ("proc.ctx_switch", "pipe_cost") => {
-            let s = run.syscall()?;
-            Some(
-                Prediction::new(
-                    2.0 * s,
-                    format!("2 x getppid's {} (cpu.syscall): a write and a read of 4 bytes are two kernel entries; the pipe's locking and wake-up checks are left out", ns(s)),
-                )
-                .within(0.5),
-            )
-        }
-        ("proc.ctx_switch", "switch") if p.text("kind") == Some("thread") => {
-            let process = run.median("proc.ctx_switch", "switch", &[("kind", text("process"))])?;
-            Some(
-                Prediction::bound(
-                    process,
-                    format!("a process switch's {} (kind=process): threads share the address space, so they skip the page-table switch", ns(process)),
-                )
-                .within(0.2),
-            )
-        }
-        ("proc.thread_create", "create_join") => {
-            let fork = run.median("proc.fork", "fork_exit_wait", &[])?;
-            Some(
-                Prediction::bound(
-                    fork,
-                    format!("fork+exit+wait's {} (proc.fork): a thread shares the address space a fork must copy", ns(fork)),
-                )
-                .within(0.2),
-            )
-        }
-        ("proc.spawn", "posix_spawn") => {
-            let binary = p.get("binary")?.clone();
-            let fork_exec = run.median("proc.spawn", "fork_exec", &[("binary", binary)])?;
-            Some(
-                Prediction::bound(
-                    fork_exec,
-                    format!("fork+exec's {} (same binary): posix_spawn runs the same exec without copying the page tables", ns(fork_exec)),
-                )
-                .within(0.2),
-            )
-        }
+        ("cpu.syscall", "getuid") => syscalls(
+            run,
+            1,
+            "any trivial system call is one kernel entry and exit",
+            0.25,
+        ),
+        ("proc.ctx_switch", "pipe_cost") => syscalls(
+            run,
+            2,
+            "a write and a read of 4 bytes are two kernel entries; the pipe's locking and wake-up checks are left out",
+            0.5,
+        ),
+        ("proc.ctx_switch", "switch") if p.text("kind") == Some("thread") => bounded(
+            run.median("proc.ctx_switch", "switch", &[("kind", text("process"))])?,
+            "a process switch",
+            "kind=process",
+            "threads share the address space, so they skip the page-table switch",
+        ),
+        ("proc.thread_create", "create_join") => bounded(
+            run.median("proc.fork", "fork_exit_wait", &[])?,
+            "fork+exit+wait",
+            "proc.fork",
+            "a thread shares the address space a fork must copy",
+        ),
+        ("proc.spawn", "posix_spawn") => bounded(
+            run.median("proc.spawn", "fork_exec", &[("binary", p.get("binary")?.clone())])?,
+            "fork+exec",
+            "same binary",
+            "posix_spawn runs the same exec without copying the page tables",
+        ),
         ("mem.page_fault", "minor") => minor_fault(run),
         ("mem.caches", level @ ("l1_size" | "l2_size" | "l3_size")) => cache_size(run, level),
         ("os.syscall_surface", op) => syscall_surface(run, op),
-        ("os.signal", "install") => {
-            let s = run.syscall()?;
-            Some(
-                Prediction::new(
-                    s,
-                    format!("getppid's {} (cpu.syscall): sigaction is one kernel entry that writes a table entry", ns(s)),
-                )
-                .within(0.5),
-            )
-        }
-        ("os.signal", "deliver") => {
-            let s = run.syscall()?;
-            Some(
-                Prediction::new(
-                    2.0 * s,
-                    format!("2 x getppid's {} (cpu.syscall): the kill and the sigreturn are two kernel entries; building the signal frame is left out", ns(s)),
-                )
-                .within(0.5),
-            )
-        }
-        ("os.select", "epoll") => {
-            let s = run.syscall()?;
-            Some(
-                Prediction::new(
-                    s,
-                    format!("getppid's {} (cpu.syscall): epoll_wait returns the ready list without looking at every descriptor, so N does not matter", ns(s)),
-                )
-                .within(0.5),
-            )
-        }
+        ("os.signal", "install") => syscalls(
+            run,
+            1,
+            "sigaction is one kernel entry that writes a table entry",
+            0.5,
+        ),
+        ("os.signal", "deliver") => syscalls(
+            run,
+            2,
+            "the kill and the sigreturn are two kernel entries; building the signal frame is left out",
+            0.5,
+        ),
+        ("os.select", "epoll") => syscalls(
+            run,
+            1,
+            "epoll_wait returns the ready list without looking at every descriptor, so N does not matter",
+            0.5,
+        ),
         ("os.select", call @ ("select" | "poll")) => linear_in_n(run, m, call),
-        ("os.unix_socket", "round_trip") => {
-            let rt = run.median(
-                "proc.ctx_switch",
-                "round_trip",
-                &[("kind", text("process"))],
-            )?;
-            Some(
-                Prediction::new(
-                    rt,
-                    format!("the pipe round trip's {} (proc.ctx_switch kind=process): two writes, two reads and two switches, as here; the socket's own path is left out", ns(rt)),
-                )
-                .within(0.5),
-            )
-        }
+        ("os.unix_socket", "round_trip") => unix_round_trip(run),
         ("net.rtt", proto @ ("tcp" | "udp")) if p.text("path") == Some("loopback") => {
-            let unix = run.median("os.unix_socket", "round_trip", &[("mode", text("latency"))]);
-            let (base, source) = match unix {
-                Some(u) => (u, "the Unix-socket round trip (os.unix_socket)"),
-                None => (
-                    run.median(
-                        "proc.ctx_switch",
-                        "round_trip",
-                        &[("kind", text("process"))],
-                    )?,
-                    "the pipe round trip (proc.ctx_switch kind=process)",
-                ),
-            };
-            Some(
-                Prediction::new(
-                    base,
-                    format!("{source}, {}: the same two sends, two receives and two wake-ups; the {} and IP layers are what it leaves out", ns(base), proto.to_uppercase()),
-                )
-                .within(1.0),
-            )
+            loopback_rtt(run, proto)
         }
         _ => None,
     }
+}
+
+/// `count` trivial system calls: that many times getppid's time
+/// (cpu.syscall); `why` says what the operation is made of.
+fn syscalls(run: &Figures, count: u32, why: &str, within: f64) -> Option<Prediction> {
+    let s = run.syscall()?;
+    let times = if count == 1 {
+        String::new()
+    } else {
+        format!("{count} x ")
+    };
+    Some(
+        Prediction::new(
+            count as f64 * s,
+            format!("{times}getppid's {} (cpu.syscall): {why}", ns(s)),
+        )
+        .within(within),
+    )
+}
+
+/// At most `value`, the time of `what` (measured as `source` says): `why`
+/// says what this operation skips.
+fn bounded(value: f64, what: &str, source: &str, why: &str) -> Option<Prediction> {
+    Some(Prediction::bound(value, format!("{what}'s {} ({source}): {why}", ns(value))).within(0.2))
+}
+
+/// A Unix-socket round trip: the pipe round trip's.
+fn unix_round_trip(run: &Figures) -> Option<Prediction> {
+    let rt = run.median(
+        "proc.ctx_switch",
+        "round_trip",
+        &[("kind", text("process"))],
+    )?;
+    Some(
+        Prediction::new(
+            rt,
+            format!("the pipe round trip's {} (proc.ctx_switch kind=process): two writes, two reads and two switches, as here; the socket's own path is left out", ns(rt)),
+        )
+        .within(0.5),
+    )
+}
+
+/// A loopback TCP or UDP round trip: the Unix-socket round trip's, or the
+/// pipe's when that was not measured.
+fn loopback_rtt(run: &Figures, proto: &str) -> Option<Prediction> {
+    let unix = run.median("os.unix_socket", "round_trip", &[("mode", text("latency"))]);
+    let (base, source) = match unix {
+        Some(u) => (u, "the Unix-socket round trip (os.unix_socket)"),
+        None => (
+            run.median(
+                "proc.ctx_switch",
+                "round_trip",
+                &[("kind", text("process"))],
+            )?,
+            "the pipe round trip (proc.ctx_switch kind=process)",
+        ),
+    };
+    Some(
+        Prediction::new(
+            base,
+            format!("{source}, {}: the same two sends, two receives and two wake-ups; the {} and IP layers are what it leaves out", ns(base), proto.to_uppercase()),
+        )
+        .within(1.0),
+    )
 }
 
 /// A call passes up to six integer arguments in registers: moving them

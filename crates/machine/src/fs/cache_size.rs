@@ -568,12 +568,41 @@ fn measurements(
     meminfo: &MemInfo,
     mut notes: Vec<String>,
 ) -> Vec<Measurement> {
-    let mut out = Vec::new();
+    let mut out = per_size(id, params, sweep);
     let points: Vec<(u64, f64, f64)> = sweep
         .results
         .iter()
         .map(|r| (r.size, median(&r.first), median(&r.second)))
         .collect();
+    let curve: Vec<String> = points
+        .iter()
+        .map(|(size, first, second)| format!("{} MiB {}/{}", size / MIB, gbs(*first), gbs(*second)))
+        .collect();
+    notes.push(format!(
+        "curve, first/second read in GB/s: {}",
+        curve.join(", ")
+    ));
+    if let Some(fit) = find_knee(&points) {
+        out.extend(knee(id, params, sweep, &fit, &points, &mut notes));
+    }
+    if let Some(s) = Summary::of(&[meminfo.available as f64]) {
+        let mut m = Measurement::new(id, "memory_available", params.clone(), Unit::Bytes, s);
+        m.notes.push(format!(
+            "/proc/meminfo at the start: MemAvailable {} MiB of MemTotal {} MiB, Cached {} MiB; the machine's file cache can grow to about MemAvailable plus what is cached now",
+            meminfo.available / MIB,
+            meminfo.total / MIB,
+            meminfo.cached / MIB
+        ));
+        // Without a knee metric, the method and the curve go here.
+        m.notes.append(&mut notes);
+        out.push(m);
+    }
+    out
+}
+
+/// The second and first reads of each size swept.
+fn per_size(id: &str, params: &Params, sweep: &Sweep) -> Vec<Measurement> {
+    let mut out = Vec::new();
     for r in &sweep.results {
         let at = params.clone().with("size", r.size as i64);
         let resident = median(&r.resident_after) / MIB as f64;
@@ -593,79 +622,67 @@ fn measurements(
             );
         }
     }
-    let curve: Vec<String> = points
-        .iter()
-        .map(|(size, first, second)| format!("{} MiB {}/{}", size / MIB, gbs(*first), gbs(*second)))
-        .collect();
+    out
+}
+
+/// What the knee of the curve says: the cache size (or a lower bound),
+/// which takes the notes so far; with no contrast, a note only.
+fn knee(
+    id: &str,
+    params: &Params,
+    sweep: &Sweep,
+    fit: &KneeFit,
+    points: &[(u64, f64, f64)],
+    notes: &mut Vec<String>,
+) -> Option<Measurement> {
     notes.push(format!(
-        "curve, first/second read in GB/s: {}",
-        curve.join(", ")
+        "memory speed (fastest second read) {} GB/s, cold reads (median first read) {} GB/s; a second read counts as cached above their geometric mean, {} GB/s",
+        gbs(fit.warm),
+        gbs(fit.cold),
+        gbs(fit.threshold)
     ));
-    if let Some(fit) = find_knee(&points) {
-        notes.push(format!(
-            "memory speed (fastest second read) {} GB/s, cold reads (median first read) {} GB/s; a second read counts as cached above their geometric mean, {} GB/s",
-            gbs(fit.warm),
-            gbs(fit.cold),
-            gbs(fit.threshold)
-        ));
-        match fit.knee {
-            Knee::Between { fast, slow } => {
-                let estimate = (fast + slow) / 2;
-                // Beyond the knee the cache is full of the file: what stays
-                // resident is what the cache holds.
-                let held = sweep
-                    .results
-                    .iter()
-                    .filter(|r| r.size >= slow)
-                    .map(|r| median(&r.resident_after))
-                    .fold(0.0, f64::max);
-                notes.push(format!(
-                    "knee: second reads at memory speed up to {} MiB, at device speed from {} MiB on; estimate the midpoint, {} MiB. Check: beyond the knee, mincore found up to {:.1} MiB of the file resident after the second read, what the cache held",
-                    fast / MIB,
-                    slow / MIB,
-                    estimate / MIB,
-                    held / MIB as f64
-                ));
-                if let Some(s) = Summary::of(&[estimate as f64]) {
-                    let mut m = Measurement::new(id, "cache_size", params.clone(), Unit::Bytes, s);
-                    m.notes = std::mem::take(&mut notes);
-                    out.push(m);
-                }
-            }
-            Knee::AtLeast(size) => {
-                notes.push(format!(
-                    "no knee: every second read ran at memory speed, so the file cache holds at least {} MiB, the largest size swept ({} sweep)",
-                    size / MIB,
-                    sweep.method
-                ));
-                if let Some(s) = Summary::of(&[size as f64]) {
-                    let mut m =
-                        Measurement::new(id, "cache_size_at_least", params.clone(), Unit::Bytes, s);
-                    m.notes = std::mem::take(&mut notes);
-                    out.push(m);
-                }
-            }
-            Knee::NoContrast => notes.push(format!(
+    let (metric, bytes) = match fit.knee {
+        Knee::Between { fast, slow } => {
+            let estimate = (fast + slow) / 2;
+            // Beyond the knee the cache is full of the file: what stays
+            // resident is what the cache holds.
+            let held = sweep
+                .results
+                .iter()
+                .filter(|r| r.size >= slow)
+                .map(|r| median(&r.resident_after))
+                .fold(0.0, f64::max);
+            notes.push(format!(
+                "knee: second reads at memory speed up to {} MiB, at device speed from {} MiB on; estimate the midpoint, {} MiB. Check: beyond the knee, mincore found up to {:.1} MiB of the file resident after the second read, what the cache held",
+                fast / MIB,
+                slow / MIB,
+                estimate / MIB,
+                held / MIB as f64
+            ));
+            ("cache_size", estimate)
+        }
+        Knee::AtLeast(size) => {
+            notes.push(format!(
+                "no knee: every second read ran at memory speed, so the file cache holds at least {} MiB, the largest size swept ({} sweep)",
+                size / MIB,
+                sweep.method
+            ));
+            ("cache_size_at_least", size)
+        }
+        Knee::NoContrast => {
+            notes.push(format!(
                 "no knee: no second read ({} GB/s at best) ran clearly faster than the cold reads ({} GB/s): the cache is smaller than {} MiB, or the device reads at memory speed (a RAM disk, or a virtual disk cached by the host)",
                 gbs(fit.warm),
                 gbs(fit.cold),
                 points.first().map_or(0, |p| p.0 / MIB)
-            )),
+            ));
+            return None;
         }
-    }
-    if let Some(s) = Summary::of(&[meminfo.available as f64]) {
-        let mut m = Measurement::new(id, "memory_available", params.clone(), Unit::Bytes, s);
-        m.notes.push(format!(
-            "/proc/meminfo at the start: MemAvailable {} MiB of MemTotal {} MiB, Cached {} MiB; the machine's file cache can grow to about MemAvailable plus what is cached now",
-            meminfo.available / MIB,
-            meminfo.total / MIB,
-            meminfo.cached / MIB
-        ));
-        // Without a knee metric, the method and the curve go here.
-        m.notes.append(&mut notes);
-        out.push(m);
-    }
-    out
+    };
+    let s = Summary::of(&[bytes as f64])?;
+    let mut m = Measurement::new(id, metric, params.clone(), Unit::Bytes, s);
+    m.notes = std::mem::take(notes);
+    Some(m)
 }
 
 #[cfg(test)]

@@ -88,31 +88,11 @@ impl Experiment for Contention {
             files::create_data_file(ctx, path, file_len, 0xC0_0000 + i as u64)?;
         }
         let readers = open_readers(&paths, &target, &mut notes)?;
-        let buf = AlignedBuf::new(BLOCK, readers.align)?;
-        let duration_ticks = plan.round.as_nanos() as f64 / ctx.clock.ticks_to_ns(1.0);
-        let blocks_per_file = (file_len / BLOCK as u64) as usize;
-
-        let mut per_block = Vec::new();
-        let mut aggregate = Vec::new();
-        let mut worst_resident = 0f64;
-        for _ in 0..plan.rounds {
-            ctx.check_interrupt()?;
-            if readers.buffered {
-                for f in &readers.files {
-                    worst_resident = worst_resident.max(files::evict_checked(f)?);
-                }
-            }
-            let reports = run_round(ctx, &readers, &buf, blocks_per_file, duration_ticks as u64)?;
-            let mut bytes = 0u64;
-            let mut longest_ns = 0f64;
-            for r in &reports {
-                let ns = ctx.clock.ticks_to_ns(r.ticks as f64);
-                per_block.push(ns / r.blocks.max(1) as f64);
-                bytes += r.blocks * BLOCK as u64;
-                longest_ns = longest_ns.max(ns);
-            }
-            aggregate.push(bytes as f64 * 1e9 / longest_ns.max(1.0));
-        }
+        let Rounds {
+            per_block,
+            aggregate,
+            worst_resident,
+        } = run_rounds(ctx, &plan, &readers, file_len)?;
 
         notes.push(format!(
             "{processes} process(es) (fork), each reading its own {} MiB file sequentially in 4 KiB blocks, wrapping at the end, for {} ms after a common start; per block = a process's reading time / its blocks; {} round(s), one sample per process per round",
@@ -162,6 +142,52 @@ impl Experiment for Contention {
         }
         Ok(out)
     }
+}
+
+/// What the rounds of one point gave.
+struct Rounds {
+    /// Per process per round: its reading time / its blocks.
+    per_block: Vec<f64>,
+    /// Per round: bytes read by all / the longest reader's time.
+    aggregate: Vec<f64>,
+    /// The largest share of a file found resident at a round's start.
+    worst_resident: f64,
+}
+
+/// The plan's rounds, each after evicting the files (buffered readers).
+fn run_rounds(
+    ctx: &Context,
+    plan: &Plan,
+    readers: &Readers,
+    file_len: u64,
+) -> Result<Rounds, ExperimentError> {
+    let buf = AlignedBuf::new(BLOCK, readers.align)?;
+    let duration_ticks = plan.round.as_nanos() as f64 / ctx.clock.ticks_to_ns(1.0);
+    let blocks_per_file = (file_len / BLOCK as u64) as usize;
+    let mut out = Rounds {
+        per_block: Vec::new(),
+        aggregate: Vec::new(),
+        worst_resident: 0.0,
+    };
+    for _ in 0..plan.rounds {
+        ctx.check_interrupt()?;
+        if readers.buffered {
+            for f in &readers.files {
+                out.worst_resident = out.worst_resident.max(files::evict_checked(f)?);
+            }
+        }
+        let reports = run_round(ctx, readers, &buf, blocks_per_file, duration_ticks as u64)?;
+        let mut bytes = 0u64;
+        let mut longest_ns = 0f64;
+        for r in &reports {
+            let ns = ctx.clock.ticks_to_ns(r.ticks as f64);
+            out.per_block.push(ns / r.blocks.max(1) as f64);
+            bytes += r.blocks * BLOCK as u64;
+            longest_ns = longest_ns.max(ns);
+        }
+        out.aggregate.push(bytes as f64 * 1e9 / longest_ns.max(1.0));
+    }
+    Ok(out)
 }
 
 /// How much one point reads, per profile.

@@ -206,9 +206,18 @@ struct Completions {
 }
 
 enum UringError {
-    /// io_uring cannot be used here: the reason.
-    Unavailable(String),
+    /// io_uring cannot be used here: the threads engine stands in.
+    Unavailable(Unavailable),
     Experiment(ExperimentError),
+}
+
+/// Why io_uring cannot be used here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Unavailable {
+    #[error("io_uring_setup: ENOSYS, not in this kernel")]
+    NotInKernel,
+    #[error("io_uring_setup: EPERM, disabled by kernel.io_uring_disabled or a seccomp filter")]
+    Disabled,
 }
 
 impl From<ExperimentError> for UringError {
@@ -229,20 +238,9 @@ fn io_error(job: &Job, errno: i32, offset: u64) -> ExperimentError {
 }
 
 fn run_uring(ctx: &Context, job: &Job) -> Result<Completions, UringError> {
-    use io_uring::IoUring;
     // Declared before the ring, so dropped after it.
     let bufs = buffers(job)?;
-    let mut ring =
-        IoUring::new(job.depth.next_power_of_two() as u32).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOSYS) => {
-                UringError::Unavailable("io_uring_setup: ENOSYS, not in this kernel".into())
-            }
-            Some(libc::EPERM) => UringError::Unavailable(
-                "io_uring_setup: EPERM, disabled by kernel.io_uring_disabled or a seccomp filter"
-                    .into(),
-            ),
-            _ => UringError::Experiment(ExperimentError::io("io_uring_setup", e)),
-        })?;
+    let mut ring = new_ring(job.depth)?;
     let clock = &ctx.clock;
     let mut rng = files::SplitMix64::new(SEED);
     let mut slots = Slots {
@@ -317,6 +315,15 @@ fn run_uring(ctx: &Context, job: &Job) -> Result<Completions, UringError> {
     }
     ctx.check_interrupt()?;
     Ok(out)
+}
+
+/// A ring for `depth` requests, or why io_uring cannot be used.
+fn new_ring(depth: usize) -> Result<io_uring::IoUring, UringError> {
+    io_uring::IoUring::new(depth.next_power_of_two() as u32).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOSYS) => UringError::Unavailable(Unavailable::NotInKernel),
+        Some(libc::EPERM) => UringError::Unavailable(Unavailable::Disabled),
+        _ => UringError::Experiment(ExperimentError::io("io_uring_setup", e)),
+    })
 }
 
 /// What each request in flight is: when it was queued (clock ticks) and

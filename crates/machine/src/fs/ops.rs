@@ -179,31 +179,7 @@ fn one_pass(
         out[0].push(time(t0, t1));
     }
     let order = files::shuffled(count, seed);
-    for &i in &order {
-        // SAFETY: st is a plain struct filled by stat; the name is
-        // NUL-terminated.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let t0 = clock.start();
-        let rc = unsafe { libc::stat(names[i].as_ptr(), &mut st) };
-        let t1 = clock.stop();
-        if rc != 0 {
-            return Err(op_error("stat of", dir, i, std::io::Error::last_os_error()));
-        }
-        out[1].push(time(t0, t1));
-    }
-    ctx.check_interrupt()?;
-    for &i in &order {
-        let t0 = clock.start();
-        // SAFETY: a NUL-terminated name; the descriptor is closed at once.
-        let fd = unsafe { libc::open(names[i].as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-        let ok = fd >= 0 && unsafe { libc::close(fd) } == 0;
-        let t1 = clock.stop();
-        if !ok {
-            return Err(op_error("opening", dir, i, std::io::Error::last_os_error()));
-        }
-        out[2].push(time(t0, t1));
-    }
-    ctx.check_interrupt()?;
+    stat_and_open(ctx, dir, &names, &order, &time, &mut out)?;
     // A few listings: each is one sample, per entry.
     let c_dir = c_path(dir)?;
     for _ in 0..5 {
@@ -239,6 +215,44 @@ fn one_pass(
         out[4].push(time(t0, t1));
     }
     Ok(out)
+}
+
+/// The stat and the open + close of each file in `order`, into `out[1]`
+/// and `out[2]`; `time` turns two clock readings into ns.
+fn stat_and_open(
+    ctx: &Context,
+    dir: &Path,
+    names: &[CString],
+    order: &[usize],
+    time: &dyn Fn(u64, u64) -> f64,
+    out: &mut [Vec<f64>],
+) -> Result<(), ExperimentError> {
+    let clock = &ctx.clock;
+    for &i in order {
+        // SAFETY: st is a plain struct filled by stat; the name is
+        // NUL-terminated.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let t0 = clock.start();
+        let rc = unsafe { libc::stat(names[i].as_ptr(), &mut st) };
+        let t1 = clock.stop();
+        if rc != 0 {
+            return Err(op_error("stat of", dir, i, std::io::Error::last_os_error()));
+        }
+        out[1].push(time(t0, t1));
+    }
+    ctx.check_interrupt()?;
+    for &i in order {
+        let t0 = clock.start();
+        // SAFETY: a NUL-terminated name; the descriptor is closed at once.
+        let fd = unsafe { libc::open(names[i].as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let ok = fd >= 0 && unsafe { libc::close(fd) } == 0;
+        let t1 = clock.stop();
+        if !ok {
+            return Err(op_error("opening", dir, i, std::io::Error::last_os_error()));
+        }
+        out[2].push(time(t0, t1));
+    }
+    ctx.check_interrupt()
 }
 
 fn op_error(what: &str, dir: &Path, i: usize, e: std::io::Error) -> ExperimentError {

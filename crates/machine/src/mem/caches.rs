@@ -241,26 +241,7 @@ impl Experiment for Caches {
         let sysfs = sysfs_data_caches(&ctx.environment.caches);
         let largest = sysfs.iter().map(|c| c.size_bytes).max();
         let mut common = Vec::new();
-
-        let wanted = largest.map_or(256 * MIB, |l| 4 * l).clamp(4 * MIB, GIB);
-        let top = match latency::working_set_cap(&ctx.environment) {
-            Some(cap) if cap < wanted => {
-                common.push(format!(
-                    "sweep capped at {} (a quarter of the available memory) instead of {}",
-                    format_bytes(cap),
-                    format_bytes(wanted)
-                ));
-                cap
-            }
-            _ => wanted,
-        };
-        let reaches_memory = match largest {
-            Some(l) => top >= 2 * l,
-            None => {
-                common.push("sysfs reports no caches: the last plateau is taken as memory".into());
-                true
-            }
-        };
+        let (top, reaches_memory) = sweep_top(ctx, largest, &mut common);
 
         // Pinned from before the first touch: every chain is built, warmed
         // and chased on one CPU, whose caches it fills.
@@ -323,6 +304,32 @@ impl Experiment for Caches {
     }
 }
 
+/// The largest working set swept (4 x the largest cache, within a quarter
+/// of the available memory), and whether it reaches past the caches into
+/// memory; what limited it goes to `common`.
+fn sweep_top(ctx: &Context, largest: Option<u64>, common: &mut Vec<String>) -> (u64, bool) {
+    let wanted = largest.map_or(256 * MIB, |l| 4 * l).clamp(4 * MIB, GIB);
+    let top = match latency::working_set_cap(&ctx.environment) {
+        Some(cap) if cap < wanted => {
+            common.push(format!(
+                "sweep capped at {} (a quarter of the available memory) instead of {}",
+                format_bytes(cap),
+                format_bytes(wanted)
+            ));
+            cap
+        }
+        _ => wanted,
+    };
+    let reaches_memory = match largest {
+        Some(l) => top >= 2 * l,
+        None => {
+            common.push("sysfs reports no caches: the last plateau is taken as memory".into());
+            true
+        }
+    };
+    (top, reaches_memory)
+}
+
 /// Time the random chain at every sweep size, reusing one buffer.
 fn size_sweep(
     ctx: &Context,
@@ -374,26 +381,7 @@ fn size_measurements(
                 curve_excerpt(points, knee.index, 3, 4)
             ),
         ];
-        let reported = sysfs.iter().find(|c| c.level == level);
-        match reported {
-            Some(c) => {
-                notes.push(describe_sysfs(c));
-                notes.push(agreement(&format!("L{level}"), inferred, c.size_bytes));
-                if level == 3 && (inferred as f64) * DISAGREE_FACTOR < c.size_bytes as f64 {
-                    notes.push(l3_hint(ctx));
-                }
-            }
-            None => notes.push(format!(
-                "sysfs reports no level-{level} data cache: this knee may be the TLB's reach or a partition of a shared cache"
-            )),
-        }
-        if sysfs.len() < knees.knees.len() {
-            notes.push(format!(
-                "{} knees but {} cache levels in sysfs",
-                knees.knees.len(),
-                sysfs.len()
-            ));
-        }
+        notes.extend(sysfs_notes(ctx, level, inferred, sysfs, knees.knees.len()));
         if level > 3 {
             // No metric name for a fourth level: the evidence goes beside L3.
             if let Some(l3) = out.last_mut() {
@@ -430,6 +418,37 @@ fn size_measurements(
         }
     }
     out
+}
+
+/// How the knee of `level` at `inferred` bytes compares with what sysfs
+/// reports (which has fewer levels than the curve's `knee_count` knees?).
+fn sysfs_notes(
+    ctx: &Context,
+    level: u32,
+    inferred: u64,
+    sysfs: &[&CacheInfo],
+    knee_count: usize,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    match sysfs.iter().find(|c| c.level == level) {
+        Some(c) => {
+            notes.push(describe_sysfs(c));
+            notes.push(agreement(&format!("L{level}"), inferred, c.size_bytes));
+            if level == 3 && (inferred as f64) * DISAGREE_FACTOR < c.size_bytes as f64 {
+                notes.push(l3_hint(ctx));
+            }
+        }
+        None => notes.push(format!(
+            "sysfs reports no level-{level} data cache: this knee may be the TLB's reach or a partition of a shared cache"
+        )),
+    }
+    if sysfs.len() < knee_count {
+        notes.push(format!(
+            "{knee_count} knees but {} cache levels in sysfs",
+            sysfs.len()
+        ));
+    }
+    notes
 }
 
 /// l1_latency .. l3_latency and memory_latency: the samples of one size

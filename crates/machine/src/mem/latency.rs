@@ -455,77 +455,13 @@ impl Experiment for Latency {
 
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let requested = params.int("size").unwrap_or(MIB as i64) as u64;
-        let pattern = params.text("pattern").unwrap_or("random");
-        let stride = params.int("stride").unwrap_or(64) as u64;
-        let huge_text = params.text("hugepages").unwrap_or("on");
-        let huge = HugePages::parse(huge_text).ok_or_else(|| {
-            ExperimentError::invalid_parameter(
-                "hugepages",
-                format!("invalid hugepages '{huge_text}': expected on or off"),
-            )
-        })?;
-        if stride == 0 || stride % chain::WORD as u64 != 0 {
-            return Err(ExperimentError::invalid_parameter(
-                "stride",
-                format!(
-                    "invalid stride {stride}: must be a non-zero multiple of {} bytes (one pointer), e.g. 8, 64, 4K",
-                    chain::WORD
-                ),
-            ));
-        }
-        let order = match pattern {
-            "random" => Order::Random,
-            "random_in_page" => Order::RandomWithinPages {
-                elements_per_page: (BASE_PAGE as u64 / stride).max(1) as usize,
-            },
-            "stride" => Order::Sequential,
-            other => {
-                return Err(ExperimentError::invalid_parameter(
-                    "pattern",
-                    format!(
-                        "invalid pattern '{other}': expected one of {}",
-                        PATTERNS.join(", ")
-                    ),
-                ))
-            }
-        };
-
-        let mut notes = Vec::new();
-        let mut size = requested;
-        if let Some(cap) = working_set_cap(&ctx.environment) {
-            if size > cap {
-                size = cap / stride * stride;
-                notes.push(format!(
-                    "working set capped from {} to {} (a quarter of the available memory)",
-                    format_bytes(requested),
-                    format_bytes(size)
-                ));
-            }
-        }
-        if stride * 2 > size {
-            return Err(ExperimentError::invalid_parameter(
-                "stride",
-                format!(
-                    "stride {} leaves fewer than two elements in a working set of {}: use a stride of at most half the size",
-                    format_bytes(stride),
-                    format_bytes(size)
-                ),
-            ));
-        }
-        let spec = ChainSpec::covering(size as usize, stride as usize, order);
-        if let Some(cap) = working_set_cap(&ctx.environment) {
-            let total = size + spec.builder_bytes() as u64;
-            if total > 2 * cap {
-                return Err(ExperimentError::invalid_parameter(
-                    "size",
-                    format!(
-                        "a chain of {} elements needs {} of memory with its index list, more than half the available memory: use a larger stride or a smaller size",
-                        spec.elements,
-                        format_bytes(total)
-                    ),
-                ));
-            }
-        }
+        let ChainParams {
+            pattern,
+            stride,
+            huge,
+            order,
+        } = ChainParams::from_params(params)?;
+        let (size, spec, notes) = working_set(ctx, requested, stride, order)?;
 
         // Pinned from before the first touch: the chain is built, warmed and
         // chased on one CPU, whose caches it fills.
@@ -562,6 +498,107 @@ impl Experiment for Latency {
             &samples,
         )?])
     }
+}
+
+/// How a point's chain is laid out, from its parameters.
+struct ChainParams<'p> {
+    pattern: &'p str,
+    stride: u64,
+    huge: HugePages,
+    order: Order,
+}
+
+impl<'p> ChainParams<'p> {
+    fn from_params(params: &'p Params) -> Result<ChainParams<'p>, ExperimentError> {
+        let pattern = params.text("pattern").unwrap_or("random");
+        let stride = params.int("stride").unwrap_or(64) as u64;
+        let huge_text = params.text("hugepages").unwrap_or("on");
+        let huge = HugePages::parse(huge_text).ok_or_else(|| {
+            ExperimentError::invalid_parameter(
+                "hugepages",
+                format!("invalid hugepages '{huge_text}': expected on or off"),
+            )
+        })?;
+        if stride == 0 || stride % chain::WORD as u64 != 0 {
+            return Err(ExperimentError::invalid_parameter(
+                "stride",
+                format!(
+                    "invalid stride {stride}: must be a non-zero multiple of {} bytes (one pointer), e.g. 8, 64, 4K",
+                    chain::WORD
+                ),
+            ));
+        }
+        let order = match pattern {
+            "random" => Order::Random,
+            "random_in_page" => Order::RandomWithinPages {
+                elements_per_page: (BASE_PAGE as u64 / stride).max(1) as usize,
+            },
+            "stride" => Order::Sequential,
+            other => {
+                return Err(ExperimentError::invalid_parameter(
+                    "pattern",
+                    format!(
+                        "invalid pattern '{other}': expected one of {}",
+                        PATTERNS.join(", ")
+                    ),
+                ))
+            }
+        };
+        Ok(ChainParams {
+            pattern,
+            stride,
+            huge,
+            order,
+        })
+    }
+}
+
+/// The working set as measured (`requested`, capped to a quarter of the
+/// available memory), its chain, and notes on any cap; refused when the
+/// chain cannot be built in it or in memory.
+fn working_set(
+    ctx: &Context,
+    requested: u64,
+    stride: u64,
+    order: Order,
+) -> Result<(u64, ChainSpec, Vec<String>), ExperimentError> {
+    let mut notes = Vec::new();
+    let mut size = requested;
+    if let Some(cap) = working_set_cap(&ctx.environment) {
+        if size > cap {
+            size = cap / stride * stride;
+            notes.push(format!(
+                "working set capped from {} to {} (a quarter of the available memory)",
+                format_bytes(requested),
+                format_bytes(size)
+            ));
+        }
+    }
+    if stride * 2 > size {
+        return Err(ExperimentError::invalid_parameter(
+            "stride",
+            format!(
+                "stride {} leaves fewer than two elements in a working set of {}: use a stride of at most half the size",
+                format_bytes(stride),
+                format_bytes(size)
+            ),
+        ));
+    }
+    let spec = ChainSpec::covering(size as usize, stride as usize, order);
+    if let Some(cap) = working_set_cap(&ctx.environment) {
+        let total = size + spec.builder_bytes() as u64;
+        if total > 2 * cap {
+            return Err(ExperimentError::invalid_parameter(
+                "size",
+                format!(
+                    "a chain of {} elements needs {} of memory with its index list, more than half the available memory: use a larger stride or a smaller size",
+                    spec.elements,
+                    format_bytes(total)
+                ),
+            ));
+        }
+    }
+    Ok((size, spec, notes))
 }
 
 /// What the chain looks like, for the notes.

@@ -521,57 +521,16 @@ impl Setup<'_> {
     fn major(&self, dir: Option<&Path>) -> Result<Measurement, ExperimentError> {
         let ctx = self.ctx;
         let bytes = self.bytes();
-        let scratch = match dir {
-            Some(d) => ScratchDir::new_in(d)
-                .map_err(|e| ExperimentError::io(format!("dir={}", d.display()), e))?,
-            None => ScratchDir::new().map_err(|e| {
-                ExperimentError::io(
-                    format!(
-                        "creating a scratch directory in {}",
-                        std::env::temp_dir().display()
-                    ),
-                    e,
-                )
-            })?,
-        };
-        let where_ = scratch
-            .path()
-            .parent()
-            .unwrap_or(scratch.path())
-            .to_path_buf();
-        let free = scratch
-            .free_bytes()
-            .map_err(|e| ExperimentError::io(format!("free space in {}", where_.display()), e))?;
-        if (bytes as u64).saturating_mul(2) > free {
-            return Err(ExperimentError::Unsupported(format!(
-                "a {} scratch file needs twice its size free in {}, and {} is free",
-                format_size(bytes as u64),
-                where_.display(),
-                format_size(free / MIB * MIB)
-            )));
-        }
+        let (scratch, where_) = major_scratch(dir, bytes as u64)?;
         let fs = file_system_name(scratch.path());
         let path = scratch.path().join("page-fault.dat");
         let file = self.write_file(&path, bytes)?;
         let mut how = evict_verified(&file, &fs)?;
-
-        // Size a batch from a short pilot so a sample lasts a few ms.
         let mut batches = Batches {
             order: page_order(self.pages, self.order),
             next: 0,
         };
-        let pilot = pilot_ns(|| {
-            self.major_touch(&file, &batches.take(16), libc::MADV_RANDOM, &fs, &mut how)
-        })?;
-        let batch = self.batch_size(pilot);
-
-        let mut touches = Vec::new();
-        let samples = ctx.harness().each_reported(|| {
-            let pages = batches.take(batch);
-            let t = self.major_touch(&file, &pages, libc::MADV_RANDOM, &fs, &mut how)?;
-            touches.push(t);
-            Ok(t.per_fault_ns())
-        })?;
+        let (batch, samples, touches) = self.major_samples(&file, &fs, &mut how, &mut batches)?;
         // For contrast: a few pages with the kernel's default read-around
         // (few: in random order each one reads a whole window).
         let normal = self.major_touch(
@@ -620,6 +579,28 @@ impl Setup<'_> {
             ctx.environment.virtualization.detected.as_deref(),
         ));
         self.measurement("major", samples, notes)
+    }
+
+    /// Faults in batches of pages, sized by a short pilot so that a sample
+    /// lasts a few ms: the batch, the samples and every batch's touch.
+    fn major_samples(
+        &self,
+        file: &File,
+        fs: &str,
+        how: &mut &'static str,
+        batches: &mut Batches,
+    ) -> Result<(usize, Samples, Vec<Touch>), ExperimentError> {
+        let pilot =
+            pilot_ns(|| self.major_touch(file, &batches.take(16), libc::MADV_RANDOM, fs, how))?;
+        let batch = self.batch_size(pilot);
+        let mut touches = Vec::new();
+        let samples = self.ctx.harness().each_reported(|| {
+            let pages = batches.take(batch);
+            let t = self.major_touch(file, &pages, libc::MADV_RANDOM, fs, how)?;
+            touches.push(t);
+            Ok(t.per_fault_ns())
+        })?;
+        Ok((batch, samples, touches))
     }
 
     /// Write the scratch file: every page marked with its index (no holes,
@@ -842,6 +823,45 @@ fn damon_note(ctx: &Context) -> String {
     } else {
         "DAMON: off".to_string()
     }
+}
+
+/// The scratch directory of mem.page_fault's major faults (in `dir`, or
+/// the temporary directory) and where it is, if twice `bytes` are free
+/// there.
+fn major_scratch(
+    dir: Option<&Path>,
+    bytes: u64,
+) -> Result<(ScratchDir, std::path::PathBuf), ExperimentError> {
+    let scratch = match dir {
+        Some(d) => ScratchDir::new_in(d)
+            .map_err(|e| ExperimentError::io(format!("dir={}", d.display()), e))?,
+        None => ScratchDir::new().map_err(|e| {
+            ExperimentError::io(
+                format!(
+                    "creating a scratch directory in {}",
+                    std::env::temp_dir().display()
+                ),
+                e,
+            )
+        })?,
+    };
+    let where_ = scratch
+        .path()
+        .parent()
+        .unwrap_or(scratch.path())
+        .to_path_buf();
+    let free = scratch
+        .free_bytes()
+        .map_err(|e| ExperimentError::io(format!("free space in {}", where_.display()), e))?;
+    if bytes.saturating_mul(2) > free {
+        return Err(ExperimentError::Unsupported(format!(
+            "a {} scratch file needs twice its size free in {}, and {} is free",
+            format_size(bytes),
+            where_.display(),
+            format_size(free / MIB * MIB)
+        )));
+    }
+    Ok((scratch, where_))
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@
 
 use super::fd::{pipe, Fd};
 use osprobe_core::{
-    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
+    Context, Experiment, ExperimentError, Harness, Measurement, ParamKind, ParamSpec, Params,
+    Profile, Samples,
 };
 
 pub struct Select;
@@ -65,73 +66,9 @@ impl Experiment for Select {
         let harness = ctx.harness().pinned()?;
         let mut ready = 0i64;
         let mut samples = match call {
-            "select" => {
-                let max = pipes.max_read_fd();
-                // SAFETY: a zeroed fd_set is empty; every fd is below FD_SETSIZE.
-                let mut template: libc::fd_set = unsafe { std::mem::zeroed() };
-                for fd in &pipes.read {
-                    unsafe { libc::FD_SET(fd.0, &mut template) };
-                }
-                harness.per_op(|k| {
-                    for _ in 0..k {
-                        // select overwrites its set: a fresh copy per call,
-                        // as every select loop does.
-                        let mut set = template;
-                        let mut zero = libc::timeval {
-                            tv_sec: 0,
-                            tv_usec: 0,
-                        };
-                        // SAFETY: set and zero are valid for the call.
-                        let r = unsafe {
-                            libc::select(
-                                max + 1,
-                                &mut set,
-                                std::ptr::null_mut(),
-                                std::ptr::null_mut(),
-                                &mut zero,
-                            )
-                        };
-                        if r != 0 {
-                            ready = r as i64;
-                        }
-                    }
-                })?
-            }
-            "poll" => {
-                let mut fds: Vec<libc::pollfd> = pipes
-                    .read
-                    .iter()
-                    .map(|fd| libc::pollfd {
-                        fd: fd.0,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    })
-                    .collect();
-                harness.per_op(|k| {
-                    for _ in 0..k {
-                        // SAFETY: fds holds fds.len() pollfd structs.
-                        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, 0) };
-                        if r != 0 {
-                            ready = r as i64;
-                        }
-                    }
-                })?
-            }
-            _ => {
-                let ep = pipes.epoll()?;
-                let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
-                harness.per_op(|k| {
-                    for _ in 0..k {
-                        // SAFETY: events has room for 64 entries.
-                        let r = unsafe {
-                            libc::epoll_wait(ep.0, events.as_mut_ptr(), events.len() as _, 0)
-                        };
-                        if r != 0 {
-                            ready = r as i64;
-                        }
-                    }
-                })?
-            }
+            "select" => time_select(&harness, &pipes, &mut ready)?,
+            "poll" => time_poll(&harness, &pipes, &mut ready)?,
+            _ => time_epoll(&harness, &pipes, &mut ready)?,
         };
         if ready < 0 {
             return Err(ExperimentError::last_os(format!("{call} over {n} pipes")));
@@ -156,6 +93,90 @@ impl Experiment for Select {
             &samples,
         )?])
     }
+}
+
+/// select over the pipes' read ends, timeout 0. Each of these timed loops
+/// leaves in `ready` the last non-zero return (-1: errno says why).
+fn time_select(
+    harness: &Harness,
+    pipes: &Pipes,
+    ready: &mut i64,
+) -> Result<Samples, ExperimentError> {
+    let max = pipes.max_read_fd();
+    // SAFETY: a zeroed fd_set is empty; every fd is below FD_SETSIZE.
+    let mut template: libc::fd_set = unsafe { std::mem::zeroed() };
+    for fd in &pipes.read {
+        unsafe { libc::FD_SET(fd.0, &mut template) };
+    }
+    harness.per_op(|k| {
+        for _ in 0..k {
+            // select overwrites its set: a fresh copy per call,
+            // as every select loop does.
+            let mut set = template;
+            let mut zero = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            };
+            // SAFETY: set and zero are valid for the call.
+            let r = unsafe {
+                libc::select(
+                    max + 1,
+                    &mut set,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &mut zero,
+                )
+            };
+            if r != 0 {
+                *ready = r as i64;
+            }
+        }
+    })
+}
+
+/// poll over the pipes' read ends, timeout 0.
+fn time_poll(
+    harness: &Harness,
+    pipes: &Pipes,
+    ready: &mut i64,
+) -> Result<Samples, ExperimentError> {
+    let mut fds: Vec<libc::pollfd> = pipes
+        .read
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.0,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    harness.per_op(|k| {
+        for _ in 0..k {
+            // SAFETY: fds holds fds.len() pollfd structs.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, 0) };
+            if r != 0 {
+                *ready = r as i64;
+            }
+        }
+    })
+}
+
+/// epoll_wait on a set of the pipes' read ends built once, timeout 0.
+fn time_epoll(
+    harness: &Harness,
+    pipes: &Pipes,
+    ready: &mut i64,
+) -> Result<Samples, ExperimentError> {
+    let ep = pipes.epoll()?;
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    harness.per_op(|k| {
+        for _ in 0..k {
+            // SAFETY: events has room for 64 entries.
+            let r = unsafe { libc::epoll_wait(ep.0, events.as_mut_ptr(), events.len() as _, 0) };
+            if r != 0 {
+                *ready = r as i64;
+            }
+        }
+    })
 }
 
 /// N idle pipes: the read ends low, the write ends above FD_SETSIZE.

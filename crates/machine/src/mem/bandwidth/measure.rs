@@ -78,84 +78,20 @@ pub(super) fn measure(
 ) -> Result<Measurement, ExperimentError> {
     let isa = Isa::detect();
     let budget = PassBudget::for_profile(ctx.profile);
-    let mut src = Region::map(plan.bytes as usize)?;
-    let mut dst = match op {
-        Op::Copy(_) => Some(Region::map(plan.bytes as usize)?),
-        _ => None,
-    };
-    // Pre-fault: every page written by the thread that will use it.
-    let pattern = 0x0123_4567_89ab_cdef_u64;
-    run_team(cpus, split_mut(src.words_mut(), cpus.len()), &|part| {
-        write_pass(part, pattern, isa)
-    })?;
-    if let Some(dst) = dst.as_mut() {
-        run_team(cpus, split_mut(dst.words_mut(), cpus.len()), &|part| {
-            write_pass(part, !pattern, isa)
-        })?;
-    }
-    let mut notes = vec![buffer_note(plan, &src, dst.as_ref())];
-
-    let mut pass_value = 1u64;
-    let mut one_pass = |op: Op| -> Result<f64, ExperimentError> {
-        pass_value = pass_value.wrapping_mul(6364136223846793005).wrapping_add(1);
-        let value = black_box(pass_value);
-        match op {
-            Op::Read => run_team(cpus, split_ref(src.words(), cpus.len()), &|part| {
-                black_box(read_pass(part, isa));
-            }),
-            Op::Write => run_team(cpus, split_mut(src.words_mut(), cpus.len()), &|part| {
-                write_pass(part, value, isa)
-            }),
-            Op::WriteNt => run_team(cpus, split_mut(src.words_mut(), cpus.len()), &|part| {
-                write_nt_pass(part, value, isa)
-            }),
-            Op::Copy(method) => {
-                let method = method.unwrap_or(CopyMethod::Loop);
-                let dst = dst.as_mut().expect("copy maps two buffers");
-                let parts: Vec<(&mut [u64], &[u64])> = split_mut(dst.words_mut(), cpus.len())
-                    .into_iter()
-                    .zip(split_ref(src.words(), cpus.len()))
-                    .collect();
-                run_team(cpus, parts, &|(to, from)| copy_pass(to, from, method, isa))
-            }
-        }
-    };
-
+    let mut buffers = Buffers::prefaulted(plan, op, cpus, isa)?;
+    let mut notes = vec![buffer_note(plan, &buffers.src, buffers.dst.as_ref())];
     let op = match op {
         Op::Copy(None) => {
-            let mut pilot = Vec::new();
-            for method in CopyMethod::available() {
-                let ns = sample_passes(ctx, budget.pilot, budget.pilot, Duration::ZERO, || {
-                    one_pass(Op::Copy(Some(method)))
-                })?;
-                // The fastest pass: a preempted pass says nothing about the method.
-                let fastest = ns.iter().copied().fold(f64::INFINITY, f64::min);
-                pilot.push((method, plan.bytes as f64 / (fastest * 1e-9)));
-            }
-            let best = pilot
-                .iter()
-                .copied()
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|(m, _)| m)
-                .unwrap_or(CopyMethod::Loop);
-            let rates: Vec<String> = pilot
-                .iter()
-                .map(|(m, r)| format!("{} {:.2} GB/s", m.name(), r / 1e9))
-                .collect();
-            notes.push(format!(
-                "copy method chosen by a pilot of {} pass{} each (fastest pass): {}; measured with {} (method= fixes one)",
-                budget.pilot,
-                if budget.pilot == 1 { "" } else { "es" },
-                rates.join(", "),
-                best.name()
-            ));
+            let (best, note) = buffers.pilot_copy(ctx, &budget, plan.bytes)?;
+            notes.push(note);
             Op::Copy(Some(best))
         }
         other => other,
     };
-    let ns = sample_passes(ctx, budget.min, budget.max, budget.time, || one_pass(op))?;
-    drop(dst);
-    drop(src);
+    let ns = sample_passes(ctx, budget.min, budget.max, budget.time, || {
+        buffers.pass(op)
+    })?;
+    drop(buffers);
 
     let rates: Vec<f64> = ns
         .iter()
@@ -177,6 +113,118 @@ pub(super) fn measure(
     m.notes.extend(notes);
     m.notes.extend(quality_notes(&m.summary));
     Ok(m)
+}
+
+/// The buffers a point passes over, and the team that does it.
+struct Buffers<'c> {
+    src: Region,
+    /// The destination of a copy.
+    dst: Option<Region>,
+    cpus: &'c [usize],
+    isa: Isa,
+    /// Changes every pass, so that no pass writes what is already there.
+    pass_value: u64,
+}
+
+impl<'c> Buffers<'c> {
+    /// Map the buffers and pre-fault them: every page written by the
+    /// thread that will use it.
+    fn prefaulted(
+        plan: &BufferPlan,
+        op: Op,
+        cpus: &'c [usize],
+        isa: Isa,
+    ) -> Result<Buffers<'c>, ExperimentError> {
+        let mut src = Region::map(plan.bytes as usize)?;
+        let mut dst = match op {
+            Op::Copy(_) => Some(Region::map(plan.bytes as usize)?),
+            _ => None,
+        };
+        let pattern = 0x0123_4567_89ab_cdef_u64;
+        run_team(cpus, split_mut(src.words_mut(), cpus.len()), &|part| {
+            write_pass(part, pattern, isa)
+        })?;
+        if let Some(dst) = dst.as_mut() {
+            run_team(cpus, split_mut(dst.words_mut(), cpus.len()), &|part| {
+                write_pass(part, !pattern, isa)
+            })?;
+        }
+        Ok(Buffers {
+            src,
+            dst,
+            cpus,
+            isa,
+            pass_value: 1,
+        })
+    }
+
+    /// One pass of `op` by the team: its nanoseconds.
+    fn pass(&mut self, op: Op) -> Result<f64, ExperimentError> {
+        let (cpus, isa) = (self.cpus, self.isa);
+        self.pass_value = self
+            .pass_value
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1);
+        let value = black_box(self.pass_value);
+        let src = &mut self.src;
+        match op {
+            Op::Read => run_team(cpus, split_ref(src.words(), cpus.len()), &|part| {
+                black_box(read_pass(part, isa));
+            }),
+            Op::Write => run_team(cpus, split_mut(src.words_mut(), cpus.len()), &|part| {
+                write_pass(part, value, isa)
+            }),
+            Op::WriteNt => run_team(cpus, split_mut(src.words_mut(), cpus.len()), &|part| {
+                write_nt_pass(part, value, isa)
+            }),
+            Op::Copy(method) => {
+                let method = method.unwrap_or(CopyMethod::Loop);
+                let dst = self.dst.as_mut().expect("copy maps two buffers");
+                let parts: Vec<(&mut [u64], &[u64])> = split_mut(dst.words_mut(), cpus.len())
+                    .into_iter()
+                    .zip(split_ref(src.words(), cpus.len()))
+                    .collect();
+                run_team(cpus, parts, &|(to, from)| copy_pass(to, from, method, isa))
+            }
+        }
+    }
+
+    /// The fastest copy method by a pilot of a few passes each, and a note
+    /// saying so.
+    fn pilot_copy(
+        &mut self,
+        ctx: &Context,
+        budget: &PassBudget,
+        bytes: u64,
+    ) -> Result<(CopyMethod, String), ExperimentError> {
+        let mut pilot = Vec::new();
+        for method in CopyMethod::available() {
+            let ns = sample_passes(ctx, budget.pilot, budget.pilot, Duration::ZERO, || {
+                self.pass(Op::Copy(Some(method)))
+            })?;
+            // The fastest pass: a preempted pass says nothing about the method.
+            let fastest = ns.iter().copied().fold(f64::INFINITY, f64::min);
+            pilot.push((method, bytes as f64 / (fastest * 1e-9)));
+        }
+        let best = pilot
+            .iter()
+            .copied()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(m, _)| m)
+            .unwrap_or(CopyMethod::Loop);
+        let rates: Vec<String> = pilot
+            .iter()
+            .map(|(m, r)| format!("{} {:.2} GB/s", m.name(), r / 1e9))
+            .collect();
+        let note = format!(
+            "copy method chosen by a pilot of {} pass{} each (fastest pass): {}; measured with {} (method= fixes one)",
+            budget.pilot,
+            if budget.pilot == 1 { "" } else { "es" },
+            rates.join(", "),
+            best.name()
+        );
+        Ok((best, note))
+    }
 }
 
 fn op_note(op: Op, bytes: u64, isa: Isa) -> String {
