@@ -26,12 +26,14 @@ pub mod locate;
 pub mod modes;
 pub use osprobe_link::netns;
 pub mod path;
+pub mod peer_check;
 pub mod protocol;
 pub mod reverse;
 pub mod send;
 pub mod server;
 pub mod sock;
 pub mod space;
+pub mod stream_error;
 pub mod tcp_info;
 pub mod transfer;
 

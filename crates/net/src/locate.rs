@@ -5,37 +5,10 @@
 //! the file service checks the token.
 
 use crate::client::{NetError, Peer};
-use osprobe_core::locator::ServiceLocator;
+use osprobe_core::locator::{LocateError, ServiceLocator};
 use osprobe_core::ExperimentError;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-/// The advice in every "no file service" message.
-const START_IT: &str = "start it with `osprobe serve --export DIR --export-writable`";
-/// The experiments that need the file service.
-const NEEDING_FILES: &str = "rfs.throughput, fs.remote_read and pager.fault";
-
-/// Why the file service of a remote serve cannot be found.
-#[derive(Debug, thiserror::Error)]
-pub enum LocateError {
-    #[error("osprobe serve offers no '{0}' service")]
-    UnknownService(String),
-    /// `to` is not an address (the user's to fix).
-    #[error("--to {to}: {source}")]
-    BadAddress {
-        to: String,
-        #[source]
-        source: ExperimentError,
-    },
-    #[error("the osprobe serve at {to} offers no file service: {START_IT} for {NEEDING_FILES}")]
-    NoFileService { to: String },
-    #[error("asking {to} for its file service: {source}")]
-    Hello {
-        to: String,
-        #[source]
-        source: NetError,
-    },
-}
 
 /// Why a run against a remote serve cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -49,16 +22,14 @@ pub enum PreflightError {
         #[source]
         source: NetError,
     },
-    #[error("--to {to}: that osprobe serve offers no file service, which {NEEDING_FILES} need: {START_IT} (or leave them out with --only)")]
+    #[error("--to {to}: that osprobe serve offers no file service, which rfs.throughput, fs.remote_read and pager.fault need: start it with `osprobe serve --export DIR --export-writable` (or leave them out with --only)")]
     NoFileService { to: String },
 }
 
 /// How the testbed asks a remote serve where its file service is, with
 /// this run's token: for `Context::locator`.
 pub fn locator(token: Option<String>) -> Arc<dyn ServiceLocator> {
-    Arc::new(move |to: &str, service: &str| {
-        locate(to, service, token.clone()).map_err(|e| e.to_string())
-    })
+    Arc::new(move |to: &str, service: &str| locate(to, service, token.clone()))
 }
 
 /// The address of `service` ("rfs") beside the serve at `to`.
@@ -66,16 +37,20 @@ pub fn locate(to: &str, service: &str, token: Option<String>) -> Result<SocketAd
     if service != "rfs" {
         return Err(LocateError::UnknownService(service.to_string()));
     }
-    let addr = crate::path::resolve(to).map_err(|source| LocateError::BadAddress {
-        to: to.to_string(),
-        source,
+    let addr = crate::path::resolve(to).map_err(|e| LocateError::Unreachable {
+        context: format!("--to {to}"),
+        source: e.into(),
     })?;
     match Peer::new(addr, token).file_service() {
         Ok(Some(rfs)) => Ok(rfs),
-        Ok(None) => Err(LocateError::NoFileService { to: to.to_string() }),
-        Err(source) => Err(LocateError::Hello {
+        Ok(None) => Err(LocateError::NotOffered {
             to: to.to_string(),
-            source,
+            what: "file service",
+            how: "start it with `osprobe serve --export DIR --export-writable` for rfs.throughput, fs.remote_read and pager.fault",
+        }),
+        Err(e) => Err(LocateError::Unreachable {
+            context: format!("asking {to} for its file service"),
+            source: e.into(),
         }),
     }
 }

@@ -89,7 +89,9 @@ fn replacement_of(
         .as_deref()
         .unwrap_or("global")
         .parse()
-        .map_err(UsageError)?;
+        .map_err(|e: osprobe_pager::processes::error::ReplacementError| {
+            UsageError(e.to_string())
+        })?;
     if replacement == Replacement::Local && frames < processes {
         return Err(UsageError(format!(
             "--replacement local gives each process a quota of frames: --frames {frames} cannot be shared by {processes} processes"
