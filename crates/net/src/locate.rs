@@ -16,11 +16,12 @@ pub enum PreflightError {
     /// `to` is not an address (the user's to fix: exit code 2).
     #[error("--to: {0}")]
     BadAddress(#[source] ExperimentError),
+    /// Boxed: a `NetError` is large, and this is the cold path.
     #[error("--to {to}: {source}")]
     Hello {
         to: String,
         #[source]
-        source: NetError,
+        source: Box<NetError>,
     },
     #[error("--to {to}: that osprobe serve offers no file service, which rfs.throughput, fs.remote_read and pager.fault need: start it with `osprobe serve --export DIR --export-writable` (or leave them out with --only)")]
     NoFileService { to: String },
@@ -63,7 +64,7 @@ pub fn preflight(to: &str, token: Option<String>, needs_files: bool) -> Result<(
     match Peer::new(addr, token).file_service() {
         Err(source) => Err(PreflightError::Hello {
             to: to.to_string(),
-            source,
+            source: Box::new(source),
         }),
         Ok(None) if needs_files => Err(PreflightError::NoFileService { to: to.to_string() }),
         Ok(_) => Ok(()),
