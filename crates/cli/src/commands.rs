@@ -3,6 +3,7 @@
 //! are in measure.rs. No measuring and no formatting happen here.
 
 use crate::flags::{Cli, Command, HistoryArgs, ShowArgs};
+use crate::output::{Csv, Exporter, Markdown};
 use anyhow::Result;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -113,12 +114,9 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     } else if args.csv {
-        print!(
-            "{}",
-            osprobe_report::csv::measurements_csv(&run.measurements)
-        );
+        print!("{}", Csv.render(&run)?);
     } else if args.markdown {
-        print!("{}", osprobe_report::markdown::run_markdown(&run));
+        print!("{}", Markdown.render(&run)?);
     } else {
         println!(
             "run {} ({} profile, {} .. {}, osprobe {})",

@@ -1,25 +1,24 @@
 //! `osprobe link`: run a command behind an emulated link (like Mahimahi's
 //! mm-delay / mm-link / mm-loss shells), then print what the link did.
-//! Wiring only: the emulator is osprobe-link's `Link`.
+//! Wiring only: flags into osprobe-link's `shell::Shaping` and
+//! `LinkConfig`, the emulator and the command in its namespace from
+//! `shell::Emulated`, the report rendered by the link crate.
 
 use crate::error::UsageError;
 use crate::flags::link::LinkArgs;
 use crate::output::{Exporter, Json, Text};
 use anyhow::{Context as _, Result};
 use osprobe_core::interrupt;
-use osprobe_link::emulator::{ENV_PEER, ENV_REFERENCE_PEER};
-use osprobe_link::{
-    parse, DirectionConfig, JitterDistribution, Link, LinkConfig, LinkReport, Middlebox,
-    QueueLimit, Trace,
-};
+use osprobe_link::shell::{self, Emulated, Shaping};
+use osprobe_link::{parse, JitterDistribution, Link, LinkConfig, LinkReport, QueueLimit, Trace};
 use osprobe_net::server::{Server, ServerConfig};
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::process::{Child, ExitCode, ExitStatus};
+use std::process::{ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The port `--serve` listens on in namespace B (`osprobe serve`'s default,
 /// so `osprobe net ... --to $OSPROBE_LINK_PEER` needs no port).
@@ -31,64 +30,48 @@ fn usage<T>(flag: &str, result: Result<T, impl std::fmt::Display>) -> Result<T> 
     result.map_err(|e| UsageError(format!("--{flag}: {e}")).into())
 }
 
-/// The link's configuration from the flags; usage errors name the flag.
-fn config_of(args: &LinkArgs) -> Result<LinkConfig> {
-    let delay = usage("delay", parse::duration(&args.delay))?;
-    let jitter = match &args.jitter {
-        Some(j) => usage("jitter", parse::duration(j))?,
-        None => Duration::ZERO,
-    };
-    let jitter_distribution = usage("jitter-dist", JitterDistribution::parse(&args.jitter_dist))?;
+/// What shapes the link, from the flags; usage errors name the flag.
+fn shaping_of(args: &LinkArgs) -> Result<Shaping> {
     let loss_of = |flag: &str, value: &Option<String>| -> Result<Option<parse::LossSpec>> {
         value
             .as_deref()
             .map(|v| usage(flag, parse::loss(v)))
             .transpose()
     };
-    let both_loss = loss_of("loss", &args.loss)?.unwrap_or_default();
-    let uplink_loss = loss_of("uplink-loss", &args.uplink_loss)?.unwrap_or(both_loss);
-    let downlink_loss = loss_of("downlink-loss", &args.downlink_loss)?.unwrap_or(both_loss);
-    let rate = args
-        .rate
-        .as_deref()
-        .map(|r| usage("rate", parse::rate(r)))
-        .transpose()?;
-    let queue = match &args.queue {
-        Some(q) => usage("queue", parse::queue_limit(q))?,
-        None => QueueLimit::Unlimited,
-    };
     let trace_of = |flag: &str, path: &Option<PathBuf>| -> Result<Option<Arc<Trace>>> {
         path.as_deref()
             .map(|p| usage(flag, Trace::load(p)).map(Arc::new))
             .transpose()
     };
-    let uplink_trace = trace_of("uplink-trace", &args.uplink_trace)?;
-    let downlink_trace = trace_of("downlink-trace", &args.downlink_trace)?;
-    let direction = |loss, trace: Option<Arc<Trace>>| {
-        let rate_bps = if trace.is_some() { None } else { rate };
-        let has_bottleneck = trace.is_some() || rate_bps.is_some();
-        DirectionConfig {
-            delay,
-            jitter,
-            jitter_distribution,
-            loss,
-            rate_bps,
-            trace,
-            queue: if has_bottleneck {
-                queue
-            } else {
-                QueueLimit::Unlimited
-            },
-        }
-    };
-    let uplink = direction(uplink_loss, uplink_trace);
-    let downlink = direction(downlink_loss, downlink_trace);
-    if queue != QueueLimit::Unlimited && !uplink.has_bottleneck() && !downlink.has_bottleneck() {
-        return Err(UsageError(format!(
-            "--queue {queue}: a queue needs --rate or a trace to drain it"
-        ))
-        .into());
-    }
+    let both_loss = loss_of("loss", &args.loss)?.unwrap_or_default();
+    Ok(Shaping {
+        delay: usage("delay", parse::duration(&args.delay))?,
+        jitter: match &args.jitter {
+            Some(j) => usage("jitter", parse::duration(j))?,
+            None => Duration::ZERO,
+        },
+        jitter_distribution: usage("jitter-dist", JitterDistribution::parse(&args.jitter_dist))?,
+        uplink_loss: loss_of("uplink-loss", &args.uplink_loss)?.unwrap_or(both_loss),
+        downlink_loss: loss_of("downlink-loss", &args.downlink_loss)?.unwrap_or(both_loss),
+        rate_bps: args
+            .rate
+            .as_deref()
+            .map(|r| usage("rate", parse::rate(r)))
+            .transpose()?,
+        queue: match &args.queue {
+            Some(q) => usage("queue", parse::queue_limit(q))?,
+            None => QueueLimit::Unlimited,
+        },
+        uplink_trace: trace_of("uplink-trace", &args.uplink_trace)?,
+        downlink_trace: trace_of("downlink-trace", &args.downlink_trace)?,
+    })
+}
+
+/// The link's configuration from the flags; usage errors name the flag.
+fn config_of(args: &LinkArgs) -> Result<LinkConfig> {
+    let (uplink, downlink) = shaping_of(args)?
+        .directions()
+        .map_err(|e| UsageError(e.to_string()))?;
     let config = LinkConfig {
         uplink,
         downlink,
@@ -103,15 +86,9 @@ fn config_of(args: &LinkArgs) -> Result<LinkConfig> {
     Ok(config)
 }
 
-pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
-    let config = config_of(&args)?;
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
-    let to = args.to.as_deref().map(resolve_host).transpose()?;
-    let wmem = args
-        .wmem
+/// `--wmem SIZE`: the TCP buffer ceiling in both namespaces.
+fn wmem_of(args: &LinkArgs) -> Result<Option<u64>, UsageError> {
+    args.wmem
         .as_deref()
         .map(|w| {
             osprobe_core::experiment::parse_bytes(w)
@@ -122,109 +99,71 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
                     ))
                 })
         })
-        .transpose()?;
+        .transpose()
+}
+
+pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
+    let config = config_of(&args)?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
+    let to = args.to.as_deref().map(resolve_host).transpose()?;
+    let wmem = wmem_of(&args)?;
     interrupt::install();
     // No context here: main prefixes every error with "osprobe: ", and the
     // emulator's own message already says it is the link emulator.
-    let emulated = match to {
-        Some(to) => Emulated::Middlebox(Middlebox::start(to, config)?),
-        None => Emulated::Link(Link::start(config)?),
-    };
-    let link = emulated.link();
+    let emulated = Emulated::start(to, config)?;
     if let Some(bytes) = wmem {
-        link.raise_buffers(bytes)?;
+        emulated.link().raise_buffers(bytes)?;
     }
     let server = if args.serve {
-        Some(start_server(link)?)
+        Some(start_server(emulated.link())?)
     } else {
         None
     };
-    let peer = emulated.peer().to_string();
-    let reference_peer = link.reference_veth().map(|(_, b)| b.to_string());
-    let expand = |arg: &OsString| -> OsString {
-        let Some(text) = arg.to_str() else {
-            return arg.clone();
-        };
-        let mut text = text.replace(&format!("${{{ENV_PEER}}}"), &peer);
-        text = text.replace(&format!("${ENV_PEER}"), &peer);
-        if let Some(r) = &reference_peer {
-            text = text.replace(&format!("${{{ENV_REFERENCE_PEER}}}"), r);
-            text = text.replace(&format!("${ENV_REFERENCE_PEER}"), r);
-        }
-        text.into()
-    };
-    let rest: Vec<OsString> = rest.iter().map(expand).collect();
+    let rest: Vec<OsString> = rest.iter().map(|arg| emulated.expand(arg)).collect();
     if !quiet {
         eprintln!("{}", describe(&emulated, server.is_some()));
     }
-    // Spawned from this thread, which waits for it: the child's death
-    // signal (SIGKILL when osprobe dies) is tied to the spawning thread.
-    let outcome = emulated
-        .command_in_a(program, &rest)
-        .and_then(|mut command| command.spawn())
-        .with_context(|| format!("starting {} in namespace A", program.to_string_lossy()))
-        .and_then(wait_for);
+    let outcome = run_in_a(&emulated, program, &rest);
     if let Some((stop, handle)) = server {
         stop.store(true, Ordering::SeqCst);
         let _ = handle.join();
     }
     let report = emulated.stop();
-    if !quiet {
-        eprint!("{}", Text.render(&report)?);
+    show(&report, args.json.as_deref(), quiet)?;
+    let status = outcome?;
+    if interrupt::requested() {
+        return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, Json.render(&report)?)
+    Ok(ExitCode::from(shell::exit_code(status)))
+}
+
+/// Run CMD in namespace A to its end. Spawned from this thread, which
+/// waits for it: the child's death signal (SIGKILL when osprobe dies) is
+/// tied to the spawning thread.
+fn run_in_a(emulated: &Emulated, program: &OsString, rest: &[OsString]) -> Result<ExitStatus> {
+    let child = emulated
+        .command_in_a(program, rest)
+        .and_then(|mut command| command.spawn())
+        .with_context(|| format!("starting {} in namespace A", program.to_string_lossy()))?;
+    Ok(shell::wait_passing_interrupts(child, KILL_GRACE)?)
+}
+
+/// The link's report: on stderr unless quiet, as JSON into `--json FILE`.
+fn show(report: &LinkReport, json: Option<&std::path::Path>, quiet: bool) -> Result<()> {
+    if !quiet {
+        eprint!("{}", Text.render(report)?);
+    }
+    if let Some(path) = json {
+        std::fs::write(path, Json.render(report)?)
             .with_context(|| format!("writing the report to {}", path.display()))?;
     }
     if let Some(e) = &report.cleanup_error {
         eprintln!("osprobe link: removing the namespaces: {e}");
     }
-    let status = outcome?;
-    if interrupt::requested() {
-        return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
-    }
-    Ok(exit_code(status))
-}
-
-/// The plain link (A and B), or the middlebox (A in front of a real host).
-enum Emulated {
-    Link(Link),
-    Middlebox(Middlebox),
-}
-
-impl Emulated {
-    fn link(&self) -> &Link {
-        match self {
-            Emulated::Link(link) => link,
-            Emulated::Middlebox(middlebox) => middlebox.link(),
-        }
-    }
-
-    /// Where CMD's traffic goes: B, or the real host.
-    fn peer(&self) -> std::net::Ipv4Addr {
-        match self {
-            Emulated::Link(link) => link.addr_b(),
-            Emulated::Middlebox(middlebox) => middlebox.to(),
-        }
-    }
-
-    fn command_in_a(
-        &self,
-        program: &OsString,
-        args: &[OsString],
-    ) -> std::io::Result<std::process::Command> {
-        match self {
-            Emulated::Link(link) => link.command_in_a(program, args),
-            Emulated::Middlebox(middlebox) => middlebox.command_in_a(program, args),
-        }
-    }
-
-    fn stop(self) -> LinkReport {
-        match self {
-            Emulated::Link(link) => link.stop(),
-            Emulated::Middlebox(middlebox) => middlebox.stop(),
-        }
-    }
+    Ok(())
 }
 
 /// `--to HOST`: an IPv4 address, or a name resolved to its first IPv4
@@ -283,69 +222,11 @@ fn start_server(link: &Link) -> Result<ServerHandle> {
     }
 }
 
-/// Wait for the command. On Ctrl-C, SIGTERM or SIGHUP pass the signal on
-/// (a terminal's Ctrl-C reached it already, being in our process group),
-/// give it KILL_GRACE to exit, then kill it.
-fn wait_for(mut child: Child) -> Result<ExitStatus> {
-    let mut interrupted_at: Option<Instant> = None;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
-        }
-        if interrupt::requested() {
-            let since = *interrupted_at.get_or_insert_with(|| {
-                interrupt::forward_to(child.id());
-                Instant::now()
-            });
-            if since.elapsed() > KILL_GRACE {
-                let _ = child.kill();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn exit_code(status: ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
-        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
-        _ => ExitCode::FAILURE,
-    }
-}
-
+/// What runs where, before CMD starts: the link's description and the
+/// server `--serve` started in B.
 fn describe(emulated: &Emulated, serving: bool) -> String {
     let link = emulated.link();
-    let c = link.config();
-    let mut text = format!(
-        "osprobe link: A {} ({}) <-> B {} ({}), seed {}\n  uplink A->B: {}\n  downlink B->A: {}",
-        link.namespace_a(),
-        link.addr_a(),
-        link.namespace_b(),
-        link.addr_b(),
-        link.seed(),
-        c.uplink,
-        c.downlink
-    );
-    if let Emulated::Middlebox(m) = emulated {
-        let route = m.route();
-        text.push_str(&format!(
-            "\n  middlebox: B routes A's traffic out through this host to {} (device {}{}{})",
-            m.to(),
-            route.device,
-            route.via.map(|v| format!(", via {v}")).unwrap_or_default(),
-            if route.local {
-                ", an address of this host".to_string()
-            } else {
-                format!(
-                    ", masqueraded to {}",
-                    route
-                        .source
-                        .map_or("this host's address".to_string(), |s| s.to_string())
-                )
-            }
-        ));
-    }
+    let mut text = emulated.describe();
     if serving {
         text.push_str(&format!(
             "\n  osprobe server in B on {}:{SERVE_PORT}",

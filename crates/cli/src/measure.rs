@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result};
 use osprobe_core::far_end::FarEnd;
 use osprobe_core::runner::{self, Failure, Plan};
 use osprobe_core::{Environment, Experiment, Profile, Run};
+use osprobe_net::far_ends;
 use osprobe_store::RunStore;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +32,7 @@ pub fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
             .into());
         }
         let needs_files = selected.iter().any(|e| !e.id().starts_with("net."));
-        crate::remote::preflight(to, token.clone(), needs_files)?;
+        preflight(to, token.clone(), needs_files)?;
         overrides.push(("path".to_string(), "remote".to_string()));
         overrides.push(("to".to_string(), to.clone()));
     }
@@ -133,6 +134,18 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
     })
 }
 
+/// One round to the serve at `to` before a remote run (osprobe-net's
+/// `locate::preflight`): a bad address is the user's (exit 2), an absent
+/// serve or file service the far end's (exit 1).
+fn preflight(to: &str, token: Option<String>, needs_files: bool) -> Result<()> {
+    use osprobe_net::locate::PreflightError;
+    osprobe_net::locate::preflight(to, token, needs_files).map_err(|e| match e {
+        PreflightError::BadAddress(_) => UsageError(e.to_string()).into(),
+        // The message already holds its causes; anyhow's chain would repeat them.
+        other => anyhow::anyhow!(other.to_string()),
+    })
+}
+
 /// The direction iperf3's -R and --bidir ask for, refused where the test
 /// has no direction or where --param sets it too.
 fn direction_flag(args: &NetArgs, exp: &dyn Experiment) -> Result<Option<&'static str>> {
@@ -199,7 +212,7 @@ fn measure(request: Request) -> Result<ExitCode> {
         eprintln!("{warning}");
     }
     let far_ends = announce(&plan, &ctx.environment, opts, request.peer_token.as_deref());
-    ctx.locator = Some(crate::remote::locator(request.peer_token.clone()));
+    ctx.locator = Some(osprobe_net::locate::locator(request.peer_token.clone()));
     ctx.peer_token = request.peer_token;
     let options = runner::RunOptions {
         started,
@@ -247,9 +260,13 @@ fn announce(
         print!("{}", osprobe_report::environment_block(environment));
         println!();
     }
-    let far_ends = crate::far_end::describe_all(&crate::far_end::hosts(plan), peer_token);
+    let far_ends = far_ends::describe_all(&far_ends::hosts(plan), peer_token);
     if !far_ends.is_empty() && tables {
-        print!("{}", crate::far_end::block(environment, &far_ends));
+        let width = osprobe_report::terminal_width();
+        print!(
+            "{}",
+            osprobe_report::ends::ends_fit(environment, &far_ends, width)
+        );
         println!();
     }
     far_ends
@@ -323,46 +340,7 @@ fn keep_and_show(
     Ok(())
 }
 
-/// The command line as stored with a run, with the value of --token
-/// replaced: secrets never reach the store.
+/// The command line as stored with a run, secrets redacted.
 fn redacted_command_line() -> String {
-    redact_token(std::env::args().skip(1))
-        .iter()
-        .map(|arg| osprobe_store::redact_arg(arg))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn redact_token(args: impl Iterator<Item = String>) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut hide_next = false;
-    for arg in args {
-        if hide_next {
-            out.push("***".into());
-            hide_next = false;
-        } else if arg == "--token" {
-            out.push(arg);
-            hide_next = true;
-        } else if arg.starts_with("--token=") {
-            out.push("--token=***".into());
-        } else {
-            out.push(arg);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_are_redacted_from_stored_command_lines() {
-        let args = ["net", "rtt", "--token", "s3cret", "--to", "h", "--token=x"];
-        let out = redact_token(args.iter().map(|s| s.to_string()));
-        assert_eq!(
-            out,
-            ["net", "rtt", "--token", "***", "--to", "h", "--token=***"]
-        );
-    }
+    osprobe_store::command_line::redacted(std::env::args().skip(1))
 }

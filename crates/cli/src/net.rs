@@ -9,6 +9,7 @@ use osprobe_net::client::Peer;
 use osprobe_net::send::{SendError, SendRequest};
 use osprobe_net::server::{Server, ServerConfig, ServerEvent};
 use osprobe_net::transfer::{SendMethod, TransferError};
+use osprobe_rfs::background::BackgroundServer;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -16,41 +17,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub fn serve(args: NetServeArgs, quiet: bool) -> Result<ExitCode> {
-    let bind: SocketAddr = args.bind.parse().map_err(|_| {
-        UsageError(format!(
-            "--bind '{}': expected ADDR:PORT, e.g. 0.0.0.0:5301 or [::]:5301",
-            args.bind
-        ))
-    })?;
+    let bind = bind_of(&args.bind)?;
     if let Some(dir) = &args.dir {
         if !dir.is_dir() {
             return Err(UsageError(format!("--dir {}: not a directory", dir.display())).into());
         }
     }
-    let max_bytes = match &args.max_bytes {
-        None => None,
-        Some(raw) => Some(osprobe_core::experiment::parse_bytes(raw).ok_or_else(|| {
-            UsageError(format!(
-                "--max-bytes '{raw}': expected a size in bytes, e.g. 500M, 10G or 1048576"
-            ))
-        })?),
-    };
+    let max_bytes = max_bytes_of(args.max_bytes.as_deref())?;
     let token = args.token.secret()?;
     if let Some(warning) = args.exposure.check("serve", bind, token.is_some())? {
         eprintln!("{warning}");
     }
     // The file service first: its port goes into every hello.
-    let export = match &args.export {
-        Some(dir) => Some(crate::remote::Export::start(
-            dir,
-            bind,
-            args.export_writable,
-            token.clone(),
-            args.max_clients as usize,
-            quiet,
-        )?),
-        None => None,
-    };
+    let export = start_export(&args, bind, token.clone(), quiet)?;
     let config = ServerConfig {
         rfs_port: export.as_ref().map(|e| e.addr.port()),
         token: token.clone(),
@@ -75,40 +54,10 @@ pub fn serve(args: NetServeArgs, quiet: bool) -> Result<ExitCode> {
     let server = Server::bind(bind, config, events)?;
     let addr = server.local_addr()?;
     if !quiet {
-        let mut extras = Vec::new();
-        if token.is_some() {
-            extras.push("token required".to_string());
-        }
-        if let Some(dir) = &args.dir {
-            extras.push(format!("files into {}", dir.display()));
-        }
-        if let (Some(export), Some(dir)) = (&export, &args.export) {
-            extras.push(format!(
-                "file service of {} on {} ({})",
-                dir.display(),
-                export.addr,
-                if args.export_writable {
-                    "writable"
-                } else {
-                    "read-only"
-                }
-            ));
-        }
-        if let Some(max) = max_bytes {
-            extras.push(format!(
-                "at most {} bytes kept",
-                osprobe_core::experiment::format_bytes(max)
-            ));
-        }
-        extras.push(format!(
-            "at most {} clients, {} s per test",
-            args.max_clients, args.max_duration
+        let extras = extras(&args, token.is_some(), export.as_ref(), max_bytes);
+        say(&format!(
+            "osprobe serve: listening on {addr} (TCP, and UDP echo); {extras}; Ctrl-C to stop"
         ));
-        let _ = writeln!(
-            std::io::stdout().lock(),
-            "osprobe serve: listening on {addr} (TCP, and UDP echo); {}; Ctrl-C to stop",
-            extras.join(", ")
-        );
     }
     let served = server.serve(interrupt::flag());
     if let Some(export) = export {
@@ -119,9 +68,112 @@ pub fn serve(args: NetServeArgs, quiet: bool) -> Result<ExitCode> {
     }
     served?;
     if !quiet {
-        let _ = writeln!(std::io::stdout().lock(), "osprobe serve: stopped");
+        say("osprobe serve: stopped");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line on stdout; a closed pipe is not worth a message.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// `--bind ADDR:PORT`.
+fn bind_of(raw: &str) -> Result<SocketAddr, UsageError> {
+    raw.parse().map_err(|_| {
+        UsageError(format!(
+            "--bind '{raw}': expected ADDR:PORT, e.g. 0.0.0.0:5301 or [::]:5301"
+        ))
+    })
+}
+
+/// `--max-bytes SIZE`, if given.
+fn max_bytes_of(raw: Option<&str>) -> Result<Option<u64>, UsageError> {
+    raw.map(|raw| {
+        osprobe_core::experiment::parse_bytes(raw).ok_or_else(|| {
+            UsageError(format!(
+                "--max-bytes '{raw}': expected a size in bytes, e.g. 500M, 10G or 1048576"
+            ))
+        })
+    })
+    .transpose()
+}
+
+/// `--export DIR`: the file service (osprobe-rfs) beside the serve, with
+/// its token, until the interrupt flag.
+fn start_export(
+    args: &NetServeArgs,
+    bind: SocketAddr,
+    token: Option<String>,
+    quiet: bool,
+) -> Result<Option<BackgroundServer>> {
+    let Some(dir) = &args.export else {
+        return Ok(None);
+    };
+    let options = osprobe_rfs::ServerOptions {
+        read_only: !args.export_writable,
+        token,
+        max_clients: args.max_clients as usize,
+        ..osprobe_rfs::ServerOptions::default()
+    };
+    let events: osprobe_rfs::EventSink = if quiet {
+        Arc::new(|_: &osprobe_rfs::ServerEvent| {})
+    } else {
+        Arc::new(|event: &osprobe_rfs::ServerEvent| crate::progress::log_line(event))
+    };
+    let on_failure =
+        |e: osprobe_rfs::ServerError| eprintln!("osprobe serve: the file service stopped: {e}");
+    match BackgroundServer::beside(
+        bind,
+        dir,
+        options,
+        Some(events),
+        interrupt::flag(),
+        on_failure,
+    ) {
+        Ok(server) => Ok(Some(server)),
+        Err(e) if e.is_usage() => Err(UsageError(e.to_string()).into()),
+        Err(e) => Err(anyhow::anyhow!(e.to_string())),
+    }
+}
+
+/// What the serve offers and its limits, for the line it starts with.
+fn extras(
+    args: &NetServeArgs,
+    token: bool,
+    export: Option<&BackgroundServer>,
+    max_bytes: Option<u64>,
+) -> String {
+    let mut extras = Vec::new();
+    if token {
+        extras.push("token required".to_string());
+    }
+    if let Some(dir) = &args.dir {
+        extras.push(format!("files into {}", dir.display()));
+    }
+    if let (Some(export), Some(dir)) = (export, &args.export) {
+        extras.push(format!(
+            "file service of {} on {} ({})",
+            dir.display(),
+            export.addr,
+            if args.export_writable {
+                "writable"
+            } else {
+                "read-only"
+            }
+        ));
+    }
+    if let Some(max) = max_bytes {
+        extras.push(format!(
+            "at most {} bytes kept",
+            osprobe_core::experiment::format_bytes(max)
+        ));
+    }
+    extras.push(format!(
+        "at most {} clients, {} s per test",
+        args.max_clients, args.max_duration
+    ));
+    extras.join(", ")
 }
 
 pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {

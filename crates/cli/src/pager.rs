@@ -39,19 +39,7 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
         .into());
     }
     let frames = args.frames as usize;
-    let pages = args.pages.unwrap_or(4 * frames as u64);
-    let trace = match workload {
-        Workload::Trace(kind) => {
-            let length = args.length.unwrap_or(20 * pages) as usize;
-            Some(generate(kind, pages, length, frames, args.seed))
-        }
-        Workload::Sort | Workload::Heap => None,
-    };
-    // The classic string names pages 1..=5.
-    let pages = match &trace {
-        Some(t) => pages.max(t.iter().max().map_or(0, |m| m + 1)),
-        None => pages,
-    };
+    let (trace, pages) = trace_of(&args, &workload, frames);
     let policy = policy_by_name(&args.policy, None).map_err(|e| UsageError(e.to_string()))?;
     let swap = swap_backend(&args)?;
     interrupt::install();
@@ -66,37 +54,17 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
     config.evict_batch = args.evict_batch as usize;
     let mut pager = Pager::start(config)?;
     if !quiet && !args.json {
-        eprintln!(
-            "pager: {} pages of {} bytes in {} frames, policy {}, {}",
-            pages,
-            pager.page_size(),
-            frames,
-            pager.policy_name(),
-            pager.swap_description()
-        );
-        if pager.user_mode_only() {
-            eprintln!("pager: userfaultfd for user-mode faults only (unprivileged; vm.unprivileged_userfaultfd=0): fine for these workloads, a system call reading or writing the region would get EFAULT");
-        }
+        announce(&pager, pages, frames);
     }
     let outcome = match &trace {
         Some(trace) => workload::replay(&mut pager, trace, interrupt::flag()),
         None => workload::sort(&mut pager, args.seed, interrupt::flag()),
     };
     let last_error = pager.last_error();
-    let description = (pager.policy_name(), pager.swap_description().to_string());
+    let setup = setup_of(&args, pages, &pager);
     let (_, times) = pager.finish();
     match outcome {
         Ok(outcome) => {
-            let (policy, swap) = description;
-            let setup = RunSetup {
-                workload: args.workload.join(" "),
-                frames: u64::from(args.frames),
-                pages,
-                policy: policy.to_string(),
-                swap,
-                read_around: args.read_around,
-                evict_batch: args.evict_batch,
-            };
             output::print(args.json, &RunReport::new(setup, &outcome, &times))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -110,6 +78,53 @@ fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
                 .unwrap_or_default();
             Err(anyhow::anyhow!("the workload failed: {e}{why}"))
         }
+    }
+}
+
+/// The access trace of a trace workload (None for sort), and the pages
+/// of the region: --pages (4 x the frames by default), or more when the
+/// trace names higher pages (the classic string names pages 1..=5).
+fn trace_of(args: &PagerRunArgs, workload: &Workload, frames: usize) -> (Option<Vec<u64>>, u64) {
+    let pages = args.pages.unwrap_or(4 * frames as u64);
+    let trace = match workload {
+        Workload::Trace(kind) => {
+            let length = args.length.unwrap_or(20 * pages) as usize;
+            Some(generate(*kind, pages, length, frames, args.seed))
+        }
+        Workload::Sort | Workload::Heap => None,
+    };
+    let pages = match &trace {
+        Some(t) => pages.max(t.iter().max().map_or(0, |m| m + 1)),
+        None => pages,
+    };
+    (trace, pages)
+}
+
+/// The pager's set-up on stderr before the workload starts.
+fn announce(pager: &Pager, pages: u64, frames: usize) {
+    eprintln!(
+        "pager: {} pages of {} bytes in {} frames, policy {}, {}",
+        pages,
+        pager.page_size(),
+        frames,
+        pager.policy_name(),
+        pager.swap_description()
+    );
+    if pager.user_mode_only() {
+        eprintln!("pager: userfaultfd for user-mode faults only (unprivileged; vm.unprivileged_userfaultfd=0): fine for these workloads, a system call reading or writing the region would get EFAULT");
+    }
+}
+
+/// What the run's report says it ran.
+fn setup_of(args: &PagerRunArgs, pages: u64, pager: &Pager) -> RunSetup {
+    RunSetup {
+        workload: args.workload.join(" "),
+        frames: u64::from(args.frames),
+        pages,
+        policy: pager.policy_name().to_string(),
+        swap: pager.swap_description().to_string(),
+        read_around: args.read_around,
+        evict_batch: args.evict_batch,
     }
 }
 

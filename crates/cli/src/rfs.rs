@@ -10,19 +10,17 @@ use crate::flags::rfs::{
 use crate::output;
 use anyhow::Result;
 use osprobe_core::interrupt;
+use osprobe_rfs::address::{resolve_server, DEFAULT_PORT};
 use osprobe_rfs::outcome::{Direction, ListEntry, Listing, StatReport, TransferReport};
 use osprobe_rfs::{
     Attr, Client, ClientOptions, Kind, Server, ServerEvent, ServerOptions, TransferSummary,
     Transport, Transports,
 };
 use std::io::Write;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-
-/// The port `rfs serve` listens on unless told otherwise (UDP and TCP).
-pub const DEFAULT_PORT: u16 = 5302;
 
 pub fn rfs(args: RfsArgs, quiet: bool) -> Result<ExitCode> {
     match args.command {
@@ -53,14 +51,7 @@ fn serve(args: RfsServeArgs, quiet: bool) -> Result<ExitCode> {
         (false, true) => Transports::TCP,
         _ => Transports::BOTH,
     };
-    let max_file_size = osprobe_core::experiment::parse_bytes(&args.max_file_size)
-        .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--max-file-size '{}': expected a size of at least one byte, e.g. 64G or 500M",
-                args.max_file_size
-            ))
-        })?;
+    let max_file_size = max_file_size_of(&args.max_file_size)?;
     let token = args.token.secret()?;
     let warning = args.exposure.check("rfs serve", bind, token.is_some())?;
     let options = ServerOptions {
@@ -88,65 +79,64 @@ fn serve(args: RfsServeArgs, quiet: bool) -> Result<ExitCode> {
     }
     let server = Server::bind_with_events(bind, transports, &args.dir, options, Some(events))?;
     if !quiet {
-        let mut what = vec![match (transports.udp, transports.tcp) {
-            (true, true) => "UDP and TCP".to_string(),
-            (true, false) => "UDP".to_string(),
-            _ => "TCP".to_string(),
-        }];
-        if args.read_only {
-            what.push("read-only".into());
-        }
-        if token.is_some() {
-            what.push("token required".into());
-        }
-        what.push(format!("at most {} clients", args.max_clients));
-        what.push(format!("files up to {}", args.max_file_size));
-        let _ = writeln!(
-            std::io::stdout().lock(),
-            "osprobe rfs serve: exporting {} on {} ({}); Ctrl-C to stop",
-            server.export().display(),
-            server.local_addr(),
-            what.join(", ")
-        );
+        say(&listening_line(&server, &args, transports, token.is_some()));
     }
     server.serve(interrupt::flag())?;
     if !quiet {
-        let s = server.stats();
-        let _ = writeln!(
-            std::io::stdout().lock(),
-            "osprobe rfs serve: stopped after {} requests from {} sessions ({} bytes read, {} written, {} answered from the duplicate cache, {} malformed, {} refused)",
-            s.requests, s.sessions_opened, s.bytes_read, s.bytes_written, s.replayed, s.malformed, s.refused
-        );
+        say(&stopped_line(&server.stats()));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `HOST[:PORT]` or `[v6]:PORT` to one address; the port defaults to
-/// [`DEFAULT_PORT`].
-pub fn resolve_server(raw: &str) -> Result<SocketAddr> {
-    if let Ok(addr) = raw.parse::<SocketAddr>() {
-        return Ok(addr);
+/// One line on stdout; a closed pipe is not worth a message.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// `--max-file-size SIZE`: at least one byte.
+fn max_file_size_of(raw: &str) -> Result<u64, UsageError> {
+    osprobe_core::experiment::parse_bytes(raw)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--max-file-size '{raw}': expected a size of at least one byte, e.g. 64G or 500M"
+            ))
+        })
+}
+
+/// What `rfs serve` exports where, and its limits.
+fn listening_line(
+    server: &Server,
+    args: &RfsServeArgs,
+    transports: Transports,
+    token: bool,
+) -> String {
+    let mut what = vec![match (transports.udp, transports.tcp) {
+        (true, true) => "UDP and TCP".to_string(),
+        (true, false) => "UDP".to_string(),
+        _ => "TCP".to_string(),
+    }];
+    if args.read_only {
+        what.push("read-only".into());
     }
-    let bad = |why: String| {
-        UsageError(format!(
-            "--server '{raw}': {why} (expected HOST[:PORT], e.g. 127.0.0.1:{DEFAULT_PORT})"
-        ))
-    };
-    let with_port = match raw.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && !host.contains(':') => {
-            port.parse::<u16>()
-                .map_err(|_| bad(format!("'{port}' is not a port number")))?;
-            raw.to_string()
-        }
-        None if !raw.is_empty() => format!("{raw}:{DEFAULT_PORT}"),
-        _ => return Err(bad("not an address".into()).into()),
-    };
-    let mut addrs = with_port
-        .to_socket_addrs()
-        .map_err(|e| bad(format!("cannot resolve it: {e}")))?;
-    addrs
-        .next()
-        .ok_or_else(|| bad("it resolves to no address".into()).into())
+    if token {
+        what.push("token required".into());
+    }
+    what.push(format!("at most {} clients", args.max_clients));
+    what.push(format!("files up to {}", args.max_file_size));
+    format!(
+        "osprobe rfs serve: exporting {} on {} ({}); Ctrl-C to stop",
+        server.export().display(),
+        server.local_addr(),
+        what.join(", ")
+    )
+}
+
+fn stopped_line(s: &osprobe_rfs::ServerStats) -> String {
+    format!(
+        "osprobe rfs serve: stopped after {} requests from {} sessions ({} bytes read, {} written, {} answered from the duplicate cache, {} malformed, {} refused)",
+        s.requests, s.sessions_opened, s.bytes_read, s.bytes_written, s.replayed, s.malformed, s.refused
+    )
 }
 
 /// Check the client flags and connect.
@@ -166,7 +156,7 @@ pub fn connect(args: &ClientArgs) -> Result<Client> {
                 if transport == Transport::Udp { "; 64K needs --tcp" } else { ", 64K" }
             ))
         })? as usize;
-    let server = resolve_server(&args.server)?;
+    let server = resolve_server(&args.server).map_err(|e| UsageError(e.to_string()))?;
     let options = ClientOptions {
         transport,
         window: args.window as usize,
@@ -336,22 +326,4 @@ fn stat(args: StatArgs) -> Result<ExitCode> {
     let _ = client.disconnect();
     output::print(args.client.json, &StatReport::new(&args.path, &attr))?;
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_addresses() {
-        assert_eq!(resolve_server("127.0.0.1").unwrap().port(), DEFAULT_PORT);
-        assert_eq!(resolve_server("127.0.0.1:9").unwrap().port(), 9);
-        assert_eq!(resolve_server("[::1]:9").unwrap().port(), 9);
-        let e = resolve_server("127.0.0.1:http").unwrap_err().to_string();
-        assert!(
-            e.contains("'http' is not a port") && e.contains("HOST[:PORT]"),
-            "{e}"
-        );
-        assert!(resolve_server("").is_err());
-    }
 }

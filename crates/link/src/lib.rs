@@ -32,6 +32,7 @@ pub mod parse;
 pub mod render;
 pub mod segment;
 pub mod serving;
+pub mod shell;
 pub mod testbed;
 pub mod trace;
 pub mod tun;

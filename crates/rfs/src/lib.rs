@@ -36,7 +36,9 @@
 //! retransmission against the duplicate cache in [`drc`] and [`pipeline`],
 //! window and reassembly in [`client`], confinement in `export`.
 
+pub mod address;
 pub mod auth;
+pub mod background;
 pub mod backoff;
 pub mod client;
 pub mod cookie;

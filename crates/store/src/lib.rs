@@ -18,6 +18,7 @@ use osprobe_core::Run;
 use std::path::PathBuf;
 
 mod codec;
+pub mod command_line;
 mod error;
 pub mod fleetref;
 pub mod fuzz;

@@ -126,9 +126,11 @@ pub struct ProfileArgs {
 }
 
 /// `--param NAME=VALUE`, the value checked later against the experiment.
-pub fn parse_param(raw: &str) -> Result<(String, String), String> {
+pub fn parse_param(raw: &str) -> Result<(String, String), UsageError> {
     match raw.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-        _ => Err(format!("expected NAME=VALUE (e.g. args=3), got '{raw}'")),
+        _ => Err(UsageError(format!(
+            "expected NAME=VALUE (e.g. args=3), got '{raw}'"
+        ))),
     }
 }

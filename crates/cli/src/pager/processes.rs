@@ -19,46 +19,10 @@ use std::process::ExitCode;
 pub fn run(args: &PagerRunArgs, workload: Workload, quiet: bool) -> Result<ExitCode> {
     let processes = args.processes.unwrap_or(1) as usize;
     let frames = args.frames as usize;
-    let replacement: Replacement = args
-        .replacement
-        .as_deref()
-        .unwrap_or("global")
-        .parse()
-        .map_err(|e: osprobe_pager::processes::error::ReplacementError| {
-            UsageError(e.to_string())
-        })?;
-    if replacement == Replacement::Local && frames < processes {
-        return Err(UsageError(format!(
-            "--replacement local gives each process a quota of frames: --frames {frames} cannot be shared by {processes} processes"
-        ))
-        .into());
-    }
+    let replacement = replacement_of(args, frames, processes)?;
     let pages = args.pages.unwrap_or(4 * frames as u64);
-    // Every process its own trace: the same kind, its own seed.
-    let traces: Vec<Vec<u64>> = match &workload {
-        Workload::Trace(kind) => (0..processes)
-            .map(|i| {
-                let length = args.length.unwrap_or(20 * pages) as usize;
-                generate(*kind, pages, length, frames, args.seed + i as u64)
-            })
-            .collect(),
-        Workload::Sort | Workload::Heap => Vec::new(),
-    };
-    let spec = match &workload {
-        Workload::Heap => ProcessSpec {
-            data_pages: 0,
-            heap_limit_pages: pages,
-        },
-        // The classic string names pages 1..=5.
-        _ => ProcessSpec {
-            data_pages: traces
-                .iter()
-                .flatten()
-                .max()
-                .map_or(pages, |m| pages.max(m + 1)),
-            heap_limit_pages: 0,
-        },
-    };
+    let traces = traces_of(args, &workload, processes, pages, frames);
+    let spec = spec_of(&workload, &traces, pages);
     let swap = swap_backend(args)?;
     let config = SharedConfig {
         processes: vec![spec; processes],
@@ -111,5 +75,67 @@ pub fn run(args: &PagerRunArgs, workload: Workload, quiet: bool) -> Result<ExitC
             "the workload failed in {}",
             failed.join("; ")
         ))
+    }
+}
+
+/// `--replacement global|local`; a local quota needs a frame per process.
+fn replacement_of(
+    args: &PagerRunArgs,
+    frames: usize,
+    processes: usize,
+) -> Result<Replacement, UsageError> {
+    let replacement: Replacement = args
+        .replacement
+        .as_deref()
+        .unwrap_or("global")
+        .parse()
+        .map_err(|e: osprobe_pager::processes::error::ReplacementError| {
+            UsageError(e.to_string())
+        })?;
+    if replacement == Replacement::Local && frames < processes {
+        return Err(UsageError(format!(
+            "--replacement local gives each process a quota of frames: --frames {frames} cannot be shared by {processes} processes"
+        )));
+    }
+    Ok(replacement)
+}
+
+/// Every process its own trace: the same kind, its own seed (none for
+/// sort and heap).
+fn traces_of(
+    args: &PagerRunArgs,
+    workload: &Workload,
+    processes: usize,
+    pages: u64,
+    frames: usize,
+) -> Vec<Vec<u64>> {
+    match workload {
+        Workload::Trace(kind) => (0..processes)
+            .map(|i| {
+                let length = args.length.unwrap_or(20 * pages) as usize;
+                generate(*kind, pages, length, frames, args.seed + i as u64)
+            })
+            .collect(),
+        Workload::Sort | Workload::Heap => Vec::new(),
+    }
+}
+
+/// Each process's memory: a heap that grows to `pages`, or data pages
+/// covering every page a trace names.
+fn spec_of(workload: &Workload, traces: &[Vec<u64>], pages: u64) -> ProcessSpec {
+    match workload {
+        Workload::Heap => ProcessSpec {
+            data_pages: 0,
+            heap_limit_pages: pages,
+        },
+        // The classic string names pages 1..=5.
+        _ => ProcessSpec {
+            data_pages: traces
+                .iter()
+                .flatten()
+                .max()
+                .map_or(pages, |m| pages.max(m + 1)),
+            heap_limit_pages: 0,
+        },
     }
 }

@@ -1,13 +1,13 @@
 //! The far ends of a run: every remote host its plan measures against
 //! (`--to HOST`, i.e. points with `path=remote`, or `path=emulated` in front
-//! of a host, and a `to`), each asked to
-//! describe itself before the measurements start, with this machine's
-//! interface towards it. A host that cannot be described is kept with the
-//! reason; the measurements decide whether the run fails.
+//! of a host, and a `to`), each asked to describe itself before the
+//! measurements start, with this machine's interface towards it. A host
+//! that cannot be described is kept with the reason; the measurements
+//! decide whether the run fails.
 
+use crate::client::Peer;
 use osprobe_core::far_end::FarEnd;
 use osprobe_core::runner::Plan;
-use osprobe_net::client::Peer;
 
 /// The distinct hosts of the plan's remote points, in plan order.
 pub fn hosts(plan: &Plan) -> Vec<String> {
@@ -32,10 +32,8 @@ pub fn hosts(plan: &Plan) -> Vec<String> {
 pub fn describe_all(hosts: &[String], token: Option<&str>) -> Vec<FarEnd> {
     hosts
         .iter()
-        .map(|to| match osprobe_net::path::resolve(to) {
-            Ok(addr) => {
-                osprobe_net::describe::far_end(&Peer::new(addr, token.map(str::to_string)), to)
-            }
+        .map(|to| match crate::path::resolve(to) {
+            Ok(addr) => crate::describe::far_end(&Peer::new(addr, token.map(str::to_string)), to),
             Err(e) => FarEnd {
                 to: to.clone(),
                 error: Some(e.to_string()),
@@ -43,9 +41,4 @@ pub fn describe_all(hosts: &[String], token: Option<&str>) -> Vec<FarEnd> {
             },
         })
         .collect()
-}
-
-/// The side-by-side block printed before the measurements start.
-pub fn block(environment: &osprobe_core::Environment, far_ends: &[FarEnd]) -> String {
-    osprobe_report::ends::ends_fit(environment, far_ends, osprobe_report::terminal_width())
 }
