@@ -82,7 +82,8 @@ fn readable_schema(run: &Run) -> Result<()> {
 
 /// Render `run` into `path`; the number of bytes written.
 pub fn write(run: &Run, path: &Path) -> Result<usize> {
-    let mut report = Report::new(run);
+    // Each experiment's preferred plots (what the generic rule cannot guess).
+    let mut report = Report::new(run).plot_views(crate::registry::registry().plot_views());
     // The reference figures are built in; if they ever failed to load the
     // report still renders, without that section.
     if let Ok(references) = osprobe_report::reproduce::references() {

@@ -11,7 +11,9 @@
 //! refuses the kernel's side gets user-space counts and a note saying so.
 
 use crate::model::Unit;
-use serde::{Deserialize, Serialize};
+// The figure a run records lives in the model, which stores it with every
+// measurement; this module only produces it.
+pub use crate::model::Counted;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// One event osprobe knows how to count.
@@ -277,32 +279,6 @@ fn describe(events: Vec<Event>, refused: Vec<(Event, Refusal)>, user_only: bool)
         user_only,
         note,
     }
-}
-
-/// One counter's figure on a measurement: the count per operation sampled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Counted {
-    /// perf's name for it: `cycles`, `instructions`, `cache-misses`,
-    /// `task-clock`, `page-faults`, `context-switches`.
-    pub event: String,
-    /// Per operation, over every sampled operation (not the warm-up).
-    pub per_op: f64,
-    /// `ns` for task-clock, `count` for the others.
-    pub unit: Unit,
-    /// Kernel-side work excluded (perf_event_paranoid).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub user_only: bool,
-    /// Fraction of the time the counter ran (below 1 when the kernel
-    /// multiplexed it; the count is scaled up to the whole interval).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub running: f64,
-}
-
-fn one() -> f64 {
-    1.0
-}
-fn is_one(x: &f64) -> bool {
-    *x == 1.0
 }
 
 /// Counters open on the measuring thread, for one sampling interval.

@@ -259,7 +259,7 @@ pub struct Measurement {
     /// Performance counters per operation (perf_event_open), on CPU-bound
     /// measurements where the run could count them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub counters: Vec<crate::counters::Counted>,
+    pub counters: Vec<Counted>,
 }
 
 impl Measurement {
@@ -407,6 +407,32 @@ pub fn bits_per_second_text(bytes_per_s: f64) -> String {
     } else {
         format!("{:.1} kbit/s", bits / 1e3)
     }
+}
+
+/// One counter's figure on a measurement: the count per operation sampled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Counted {
+    /// perf's name for it: `cycles`, `instructions`, `cache-misses`,
+    /// `task-clock`, `page-faults`, `context-switches`.
+    pub event: String,
+    /// Per operation, over every sampled operation (not the warm-up).
+    pub per_op: f64,
+    /// `ns` for task-clock, `count` for the others.
+    pub unit: Unit,
+    /// Kernel-side work excluded (perf_event_paranoid).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub user_only: bool,
+    /// Fraction of the time the counter ran (below 1 when the kernel
+    /// multiplexed it; the count is scaled up to the whole interval).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub running: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
 }
 
 #[cfg(test)]

@@ -8,25 +8,16 @@
 //! [`far_end`] asks, and adds this machine's interface towards the server.
 //! A peer's answer is bounded ([`crate::protocol::MAX_DESCRIBED_FRAME`]),
 //! strict (a field this build does not know is refused) and checked text
-//! by text ([`check_peer_value`]: no control characters, bounded lengths
+//! by text ([`crate::peer_check`]: no control characters, bounded lengths
 //! and counts), so what a run stores from a hostile server is plain text.
 
 use crate::client::Peer;
 use osprobe_core::environment::BuildInfo;
 use osprobe_core::far_end::FarEnd;
 use osprobe_core::nic::{self, NicInfo};
-use osprobe_core::{peer_text, Clock, ClockInfo, Environment, Profile};
-use serde_json::Value;
+use osprobe_core::{Clock, ClockInfo, Environment, Profile};
 use std::net::IpAddr;
 use std::sync::OnceLock;
-
-/// The longest string a peer's description may hold (a kernel version or
-/// a mitigation's text is well under it).
-const MAX_PEER_TEXT: usize = 1024;
-/// The most entries in one list or map (caches, mitigations, notes).
-const MAX_PEER_ITEMS: usize = 256;
-/// The deepest nesting (the environment is four levels deep).
-const MAX_PEER_DEPTH: usize = 8;
 
 /// What a server answers `Describe` with; one per server.
 #[derive(Debug, Default)]
@@ -80,117 +71,11 @@ pub fn far_end(peer: &Peer, to: &str) -> FarEnd {
     end
 }
 
-/// Limits on text from a peer, checked on the JSON of what it sent: every
-/// string short and free of control and bidi characters (what
-/// [`peer_text::escape`] would change), every list and map small, the
-/// nesting shallow.
-pub fn check_peer_value(what: &str, value: &Value) -> Result<(), String> {
-    check_value(what, value, 0)
-}
-
-fn check_value(path: &str, value: &Value, depth: usize) -> Result<(), String> {
-    if depth > MAX_PEER_DEPTH {
-        return Err(format!("{path}: nested too deeply"));
-    }
-    match value {
-        Value::String(s) => check_text(path, s),
-        Value::Array(items) => {
-            if items.len() > MAX_PEER_ITEMS {
-                return Err(format!(
-                    "{path}: {} items, at most {MAX_PEER_ITEMS}",
-                    items.len()
-                ));
-            }
-            for (i, item) in items.iter().enumerate() {
-                check_value(&format!("{path}[{i}]"), item, depth + 1)?;
-            }
-            Ok(())
-        }
-        Value::Object(map) => {
-            if map.len() > MAX_PEER_ITEMS {
-                return Err(format!(
-                    "{path}: {} fields, at most {MAX_PEER_ITEMS}",
-                    map.len()
-                ));
-            }
-            for (key, item) in map {
-                check_text(&format!("{path} key"), key)?;
-                check_value(&format!("{path}.{key}"), item, depth + 1)?;
-            }
-            Ok(())
-        }
-        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
-    }
-}
-
-fn check_text(path: &str, s: &str) -> Result<(), String> {
-    if s.len() > MAX_PEER_TEXT {
-        return Err(format!(
-            "{path}: text of {} bytes, at most {MAX_PEER_TEXT}",
-            s.len()
-        ));
-    }
-    if peer_text::escape(s, MAX_PEER_TEXT) != s {
-        return Err(format!(
-            "{path}: control characters in '{}'",
-            peer_text::escape(s, 64)
-        ));
-    }
-    Ok(())
-}
-
-/// Refuse a `Described` body naming a field the typed values do not have:
-/// serde's `default` on [`Environment`] (right for stored runs, whose
-/// fields are only ever added) would otherwise drop it silently.
-pub fn refuse_unknown_fields(
-    body: &[u8],
-    environment: &Environment,
-    nic: &Option<Box<NicInfo>>,
-) -> Result<(), String> {
-    let sent: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let typed = |v: Result<Value, serde_json::Error>| v.map_err(|e| e.to_string());
-    if let Some(env) = sent.get("environment") {
-        only_known_keys(
-            "environment",
-            env,
-            &typed(serde_json::to_value(environment))?,
-        )?;
-    }
-    if let Some(n) = sent.get("nic") {
-        only_known_keys("nic", n, &typed(serde_json::to_value(nic))?)?;
-    }
-    Ok(())
-}
-
-/// Every object key in `sent` exists at the same place in `known`.
-fn only_known_keys(path: &str, sent: &Value, known: &Value) -> Result<(), String> {
-    match (sent, known) {
-        (Value::Object(s), Value::Object(k)) => {
-            for (key, value) in s {
-                let Some(known_value) = k.get(key) else {
-                    return Err(format!(
-                        "unknown field `{}` in {path}",
-                        peer_text::escape(key, 64)
-                    ));
-                };
-                only_known_keys(&format!("{path}.{key}"), value, known_value)?;
-            }
-            Ok(())
-        }
-        (Value::Array(s), Value::Array(k)) => {
-            for (i, (a, b)) in s.iter().zip(k).enumerate() {
-                only_known_keys(&format!("{path}[{i}]"), a, b)?;
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::{decode_body, encode, FrameError, Message};
+    use serde_json::Value;
 
     fn described() -> Message {
         let (environment, nic) = Describer::new(BuildInfo::default())
@@ -243,19 +128,5 @@ mod tests {
             matches!(&err, FrameError::Malformed(m) if m.contains("planted")),
             "{err}"
         );
-    }
-
-    #[test]
-    fn long_texts_and_long_lists_are_refused() {
-        let long = Value::from("x".repeat(MAX_PEER_TEXT + 1));
-        assert!(check_peer_value("e", &long).is_err());
-        let many = Value::Array(vec![Value::from(1); MAX_PEER_ITEMS + 1]);
-        assert!(check_peer_value("e", &many).is_err());
-        let mut deep = Value::from(1);
-        for _ in 0..=MAX_PEER_DEPTH + 1 {
-            deep = Value::Array(vec![deep]);
-        }
-        assert!(check_peer_value("e", &deep).is_err());
-        assert!(check_peer_value("e", &Value::from("é ok")).is_ok());
     }
 }

@@ -24,6 +24,7 @@ pub mod icmp;
 pub mod modes;
 pub use osprobe_link::netns;
 pub mod path;
+pub mod peer_check;
 pub mod protocol;
 pub mod reverse;
 pub mod send;

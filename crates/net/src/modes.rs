@@ -24,8 +24,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Bytes every test datagram starts with: session id, sequence, send time.
-pub const UDP_HEADER: usize = 32;
+pub use crate::protocol::UDP_HEADER;
 /// The receive buffer asked for the session's UDP socket (the kernel caps
 /// it at net.core.rmem_max): a burst of small datagrams must not be lost
 /// in the receiver's own socket before the thread reads it.

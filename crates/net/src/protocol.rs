@@ -33,6 +33,9 @@ use std::net::TcpStream;
 use std::time::Instant;
 
 /// The name in `Hello`: a peer that is not osprobe is recognised at once.
+/// Bytes every test datagram starts with: session id, sequence, send time
+/// (the UDP modes' wire layout; the reports below count payload beyond it).
+pub const UDP_HEADER: usize = 32;
 pub const PROTOCOL_NAME: &str = "osprobe";
 /// Bumped when a change breaks older peers. 2: the Open proof covers the
 /// test spec and duration (see [`crate::auth`]).
@@ -335,7 +338,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
         // Environment and NicInfo read leniently from the store (fields
         // only ever added); from a peer, a field this build does not know
         // is refused like any other unknown field.
-        crate::describe::refuse_unknown_fields(body, environment, nic)
+        crate::peer_check::refuse_unknown_fields(body, environment, nic)
             .map_err(FrameError::Malformed)?;
     }
     Ok(msg)
@@ -526,11 +529,11 @@ impl Message {
                 Ok(())
             }
             Message::Described { environment, nic } => {
-                crate::describe::check_peer_value(
+                crate::peer_check::check_peer_value(
                     "environment",
                     &serde_json::to_value(environment).unwrap_or_default(),
                 )?;
-                crate::describe::check_peer_value(
+                crate::peer_check::check_peer_value(
                     "nic",
                     &serde_json::to_value(nic).unwrap_or_default(),
                 )
@@ -600,7 +603,7 @@ impl TestSpec {
             TestSpec::UdpSink { size } => check_range(
                 "size",
                 *size as u64,
-                crate::modes::UDP_HEADER as u64,
+                UDP_HEADER as u64,
                 MAX_ECHO_SIZE as u64,
             ),
             TestSpec::Crr { size } => check_range("size", *size as u64, 1, MAX_ECHO_SIZE as u64),

@@ -3,7 +3,7 @@
 //! interface each end used (seed 004's Table 3 shape). Used by `run`,
 //! `show`, `reproduce` and the HTML report.
 
-use crate::html::escape;
+use crate::svg::escape;
 use crate::table::{wrap_hanging, Align, Column, Table};
 use osprobe_core::far_end::{side_by_side, FarEnd};
 use osprobe_core::{Environment, Run};

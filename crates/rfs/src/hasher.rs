@@ -39,7 +39,7 @@ pub struct Limits {
 pub fn hash_file(f: &File, limits: Limits) -> Result<(u64, u128), RemoteError> {
     let size = f
         .metadata()
-        .map_err(|e| crate::service::io_error(&e, "hash"))?
+        .map_err(|e| crate::protocol::io_error(&e, "hash"))?
         .len();
     if size > limits.max_bytes {
         return Err(RemoteError::new(
@@ -81,7 +81,7 @@ pub fn hash_file(f: &File, limits: Limits) -> Result<(u64, u128), RemoteError> {
                 offset += n as u64;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::service::io_error(&e, "hash")),
+            Err(e) => return Err(crate::protocol::io_error(&e, "hash")),
         }
     }
     Ok((offset, hasher.digest128()))

@@ -381,6 +381,41 @@ impl RemoteError {
     }
 }
 
+/// An operating-system error as a protocol error about `what`: the errno
+/// decides the code a client acts on.
+pub fn io_error(e: &std::io::Error, what: &str) -> RemoteError {
+    let code = match e.raw_os_error() {
+        Some(libc::ENOENT) => ErrorCode::NoEnt,
+        Some(libc::EEXIST) => ErrorCode::Exist,
+        Some(libc::EACCES | libc::EPERM) => ErrorCode::Access,
+        Some(libc::EROFS) => ErrorCode::ReadOnly,
+        Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::NoSpace,
+        Some(libc::ENOTDIR) => ErrorCode::NotDir,
+        Some(libc::EISDIR) => ErrorCode::IsDir,
+        Some(libc::ENAMETOOLONG) => ErrorCode::NameTooLong,
+        Some(libc::ENOTEMPTY) => ErrorCode::NotEmpty,
+        Some(libc::ELOOP) => {
+            return RemoteError::new(
+                ErrorCode::Access,
+                format!(
+                    "{what}: a symbolic link is in the way (rfs does not follow symbolic links)"
+                ),
+            )
+        }
+        Some(libc::EXDEV) => {
+            return RemoteError::new(
+                ErrorCode::Access,
+                format!("{what}: leads outside the export"),
+            )
+        }
+        Some(libc::EFBIG) => ErrorCode::TooBig,
+        Some(libc::EINVAL) => ErrorCode::Invalid,
+        Some(libc::ESTALE) => ErrorCode::Stale,
+        _ => ErrorCode::Io,
+    };
+    RemoteError::new(code, format!("{what}: {e}"))
+}
+
 impl fmt::Display for RemoteError {
     /// The detail came from the peer: escaped, so that a hostile server
     /// cannot put terminal escapes or forged lines on the client's screen.

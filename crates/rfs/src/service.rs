@@ -40,9 +40,9 @@ use crate::handles::{FdCache, HandleTable, Resolved};
 use crate::hasher;
 use crate::protocol::{
     self, begin_read_reply, decode_header, decode_request_body, encode_error_reply,
-    encode_error_reply_as, encode_reply, finish_read_reply, printable, request_op, Attr, CreateHow,
-    DecodeError, DirEntry, ErrorCode, Handle, Header, Kind, Op, RemoteError, Reply, Request,
-    Transport, REPLY_BIT,
+    encode_error_reply_as, encode_reply, finish_read_reply, io_error, printable, request_op, Attr,
+    CreateHow, DecodeError, DirEntry, ErrorCode, Handle, Header, Kind, Op, RemoteError, Reply,
+    Request, Transport, REPLY_BIT,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -259,40 +259,6 @@ fn show_path(p: &RelPath) -> String {
     } else {
         quoted(p.as_bytes())
     }
-}
-
-/// An operating-system error as a protocol error about `what`.
-pub fn io_error(e: &io::Error, what: &str) -> RemoteError {
-    let code = match e.raw_os_error() {
-        Some(libc::ENOENT) => ErrorCode::NoEnt,
-        Some(libc::EEXIST) => ErrorCode::Exist,
-        Some(libc::EACCES | libc::EPERM) => ErrorCode::Access,
-        Some(libc::EROFS) => ErrorCode::ReadOnly,
-        Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::NoSpace,
-        Some(libc::ENOTDIR) => ErrorCode::NotDir,
-        Some(libc::EISDIR) => ErrorCode::IsDir,
-        Some(libc::ENAMETOOLONG) => ErrorCode::NameTooLong,
-        Some(libc::ENOTEMPTY) => ErrorCode::NotEmpty,
-        Some(libc::ELOOP) => {
-            return err(
-                ErrorCode::Access,
-                format!(
-                    "{what}: a symbolic link is in the way (rfs does not follow symbolic links)"
-                ),
-            )
-        }
-        Some(libc::EXDEV) => {
-            return err(
-                ErrorCode::Access,
-                format!("{what}: leads outside the export"),
-            )
-        }
-        Some(libc::EFBIG) => ErrorCode::TooBig,
-        Some(libc::EINVAL) => ErrorCode::Invalid,
-        Some(libc::ESTALE) => ErrorCode::Stale,
-        _ => ErrorCode::Io,
-    };
-    err(code, format!("{what}: {e}"))
 }
 
 /// Like [`io_error`] for a path reached through a handle: if it is gone,

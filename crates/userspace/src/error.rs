@@ -1,7 +1,7 @@
 //! Why a transfer failed, for the TCP stacks (smoltcp and the kernel).
 
-use crate::path::PathError;
 use osprobe_core::ExperimentError;
+use osprobe_link::LinkError;
 use std::io;
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +57,58 @@ impl From<TransferError> for ExperimentError {
             TransferError::Io { context, source } => ExperimentError::Io { context, source },
             TransferError::Failed(reason) => ExperimentError::Failed(reason),
             TransferError::Interrupted => ExperimentError::Interrupted,
+        }
+    }
+}
+
+/// Why a path could not be built or used.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// A configuration the path cannot take (`name` the parameter at fault).
+    #[error("path: {reason}")]
+    Invalid { name: &'static str, reason: String },
+    /// An `ip` command setting up the path failed.
+    #[error("path: {what} failed ({status}): {stderr}")]
+    Command {
+        what: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("path: the receiver listens on {0}, an IPv6 address")]
+    NotIpv4(std::net::SocketAddrV6),
+    #[error("path: {0} panicked")]
+    Panicked(String),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl PathError {
+    pub fn io(context: impl Into<String>, source: io::Error) -> PathError {
+        PathError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<PathError> for ExperimentError {
+    fn from(e: PathError) -> Self {
+        match e {
+            PathError::Link(link) => link.into(),
+            PathError::Io { context, source } => ExperimentError::Io { context, source },
+            PathError::Invalid { name, .. } => {
+                ExperimentError::invalid_parameter(name, e.to_string())
+            }
+            PathError::Command { .. } | PathError::NotIpv4(_) => {
+                ExperimentError::setup("the emulated path", e)
+            }
+            PathError::Panicked(_) => ExperimentError::Failed(e.to_string()),
         }
     }
 }

@@ -19,9 +19,9 @@
 //! Everything the path builds is held by descriptors (see the link
 //! crate): it disappears with the path, or with the process if it dies.
 
+pub use crate::error::PathError;
 use crate::outcome::PathConfig;
-use osprobe_core::ExperimentError;
-use osprobe_link::{Link, LinkError, LossSpec, Side};
+use osprobe_link::{Link, LossSpec, Side};
 use osprobe_net::emulated::EmulatedSpec;
 use std::io;
 use std::net::Ipv4Addr;
@@ -31,58 +31,6 @@ use std::time::Duration;
 /// The MTU of the emulator's TUN devices: the largest an IPv4 packet can
 /// be, so a user-space stack sends 64 KB segments.
 pub const PATH_MTU: u32 = 65_535;
-
-/// Why a path could not be built or used.
-#[derive(Debug, thiserror::Error)]
-pub enum PathError {
-    /// A configuration the path cannot take (`name` the parameter at fault).
-    #[error("path: {reason}")]
-    Invalid { name: &'static str, reason: String },
-    /// An `ip` command setting up the path failed.
-    #[error("path: {what} failed ({status}): {stderr}")]
-    Command {
-        what: String,
-        status: std::process::ExitStatus,
-        stderr: String,
-    },
-    #[error("path: the receiver listens on {0}, an IPv6 address")]
-    NotIpv4(std::net::SocketAddrV6),
-    #[error("path: {0} panicked")]
-    Panicked(String),
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: io::Error,
-    },
-}
-
-impl PathError {
-    pub fn io(context: impl Into<String>, source: io::Error) -> PathError {
-        PathError::Io {
-            context: context.into(),
-            source,
-        }
-    }
-}
-
-impl From<PathError> for ExperimentError {
-    fn from(e: PathError) -> Self {
-        match e {
-            PathError::Link(link) => link.into(),
-            PathError::Io { context, source } => ExperimentError::Io { context, source },
-            PathError::Invalid { name, .. } => {
-                ExperimentError::invalid_parameter(name, e.to_string())
-            }
-            PathError::Command { .. } | PathError::NotIpv4(_) => {
-                ExperimentError::setup("the emulated path", e)
-            }
-            PathError::Panicked(_) => ExperimentError::Failed(e.to_string()),
-        }
-    }
-}
 
 /// osprobe-net's description of the same impairments (for its link
 /// configuration and its words in notes).

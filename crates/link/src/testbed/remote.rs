@@ -17,7 +17,9 @@ pub fn locate(
             "path=remote for the {service} service: this program cannot ask an osprobe serve where it is (run it through the osprobe binary)"
         ))
     })?;
-    locator.locate(to, service).map_err(ExperimentError::Failed)
+    locator
+        .locate(to, service)
+        .map_err(|e| ExperimentError::setup("path=remote", e))
 }
 
 /// `HOST[:PORT]` (or `[v6]:PORT`) to one address; `default_port` when the
@@ -70,6 +72,7 @@ fn has_port(to: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osprobe_core::locator::LocateError;
 
     #[test]
     fn host_and_port_forms_resolve() {
@@ -87,13 +90,15 @@ mod tests {
             if to == "far" && service == "rfs" {
                 Ok(found)
             } else {
-                Err(format!("no {service} at {to}"))
+                Err(LocateError::UnknownService(format!("{service} at {to}")))
             }
         };
         assert_eq!(locate(Some(&locator), "far", "rfs").unwrap(), found);
         assert!(matches!(
             locate(Some(&locator), "far", "nfs"),
-            Err(ExperimentError::Failed(e)) if e == "no nfs at far"
+            Err(ExperimentError::Setup { source, .. })
+                if matches!(source.downcast_ref::<LocateError>(),
+                    Some(LocateError::UnknownService(s)) if s == "nfs at far")
         ));
         // Without one (a program other than the binary), the remote
         // service is unsupported here, not a failure.

@@ -63,6 +63,15 @@ impl Experiment for CongestionControl {
         }
     }
 
+    /// One bar per algorithm, side by side under each path condition.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            series: Some("cc"),
+            bars_for_series: true,
+            ..Default::default()
+        }
+    }
+
     fn description(&self) -> &'static str {
         "TCP throughput per congestion control (bbr, cubic, reno) with TCP_INFO and the send buffer used"
     }

@@ -51,8 +51,9 @@ const PARAMS: [ParamSpec; 9] = [
     DURATION_PARAM,
 ];
 
-fn check_bitrate(raw: &str) -> Result<(), String> {
-    parse_bitrate(raw).map(|_| ())
+fn check_bitrate(raw: &str) -> Result<(), osprobe_core::error::CheckError> {
+    parse_bitrate(raw)?;
+    Ok(())
 }
 
 /// Bits per second, or None for unlimited ("0").

@@ -10,6 +10,7 @@
 use crate::clock::{ClockMode, CLOCK_VALUES};
 use crate::error::TransferError;
 use crate::outcome::{PathConfig, TransferConfig, TransferOutcome};
+use osprobe_core::error::CheckError;
 use osprobe_core::harness::value_measurement;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -60,14 +61,15 @@ const PARAMS: [ParamSpec; 8] = [
     },
 ];
 
-fn check_clock(raw: &str) -> Result<(), String> {
-    ClockMode::parse(raw).map(|_| ()).map_err(|e| e.reason)
+fn check_clock(raw: &str) -> Result<(), CheckError> {
+    ClockMode::parse(raw).map_err(|e| e.reason)?;
+    Ok(())
 }
 
-fn check_duration(raw: &str) -> Result<(), String> {
-    let d = parse::duration(raw).map_err(|e| e.to_string())?;
+fn check_duration(raw: &str) -> Result<(), CheckError> {
+    let d = parse::duration(raw)?;
     if d < Duration::from_millis(100) || d > Duration::from_secs(600) {
-        return Err(format!("duration '{raw}': accepted 100ms to 600s"));
+        return Err(format!("duration '{raw}': accepted 100ms to 600s").into());
     }
     Ok(())
 }
@@ -126,6 +128,22 @@ const MIDDLEBOX_PATH: Path = Path {
 impl Experiment for NetUserspace {
     fn id(&self) -> &'static str {
         ID
+    }
+
+    /// A colour per clock (the seed's question: what the clock does to
+    /// each stack), and the RTT estimates against the path's configured
+    /// round trip.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            series: Some("clock"),
+            expected: Some(osprobe_core::plot_view::ExpectedLine {
+                metrics: &["min_rtt", "srtt"],
+                param: "delay",
+                factor: 2.0,
+                label: "configured round trip (2 x delay)",
+            }),
+            ..Default::default()
+        }
     }
 
     fn description(&self) -> &'static str {
@@ -496,7 +514,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_what_is_accepted() {
-        let e = check_clock("tick:ten").unwrap_err();
+        let e = check_clock("tick:ten").unwrap_err().to_string();
         assert!(e.contains("tick:10ms"), "{e}");
         assert!(check_duration("50ms").is_err());
         let params = Params::new().with("loss", "ge:p=1%,r=25%");
