@@ -311,27 +311,7 @@ impl Pager {
     /// Build the region and start the handler thread.
     pub fn start(config: PagerConfig) -> Result<Pager, PagerError> {
         let page_size = page_size();
-        if config.frames == 0 {
-            return Err(PagerError::Config("frames must be at least 1".into()));
-        }
-        if config.pages == 0 {
-            return Err(PagerError::Config("pages must be at least 1".into()));
-        }
-        for (name, value) in [
-            ("read-around", config.read_around),
-            ("eviction batch", config.evict_batch),
-        ] {
-            if value == 0 || value > config.frames {
-                return Err(PagerError::Config(format!(
-                    "{name} of {value} pages: expected 1 to the {} frames",
-                    config.frames
-                )));
-            }
-        }
-        let len = (config.pages as usize)
-            .checked_mul(page_size)
-            .filter(|l| *l <= 1 << 40)
-            .ok_or_else(|| PagerError::Config(format!("{} pages is too many", config.pages)))?;
+        let len = check_config(&config, page_size)?;
         let uffd = Userfaultfd::open()?;
         let memfd = memfd(len)?;
         let app = Mapping::shared(&memfd, len)?;
@@ -339,50 +319,7 @@ impl Pager {
         uffd.register(app.addr as u64, len as u64)
             .map_err(io_error("registering the region with userfaultfd"))?;
 
-        let mut table = PageTable::new(config.pages);
-        let mut first_writable = 0;
-        let mut read_only = config.read_only.clone();
-        read_only.sort_by_key(|r| r.1);
-        for (name, first_page, pages) in &read_only {
-            if *first_page > first_writable {
-                table.add_region(Region {
-                    name: "data".into(),
-                    first_page: first_writable,
-                    pages: first_page - first_writable,
-                    writable: true,
-                })?;
-            }
-            table.add_region(Region {
-                name: name.clone(),
-                first_page: *first_page,
-                pages: *pages,
-                writable: false,
-            })?;
-            // The MMU enforces it: a write is a segmentation fault
-            // before it ever reaches the handler.
-            // SAFETY: a range inside our own mapping (checked by add_region).
-            let rc = unsafe {
-                libc::mprotect(
-                    app.addr.add(*first_page as usize * page_size).cast(),
-                    *pages as usize * page_size,
-                    libc::PROT_READ,
-                )
-            };
-            if rc != 0 {
-                return Err(io_error(format!("protecting region '{name}'"))(
-                    io::Error::last_os_error(),
-                ));
-            }
-            first_writable = first_page + pages;
-        }
-        if first_writable < config.pages {
-            table.add_region(Region {
-                name: "data".into(),
-                first_page: first_writable,
-                pages: config.pages - first_writable,
-                writable: true,
-            })?;
-        }
+        let table = page_table(&config, &app, page_size)?;
 
         let counters = Arc::new(Counters::default());
         let last_error = Arc::new(Mutex::new(None));
@@ -562,6 +499,86 @@ pub fn exit_on_sigbus() {
     }
 }
 
+/// The configuration's sizes, checked; the region's length in bytes.
+fn check_config(config: &PagerConfig, page_size: usize) -> Result<usize, PagerError> {
+    if config.frames == 0 {
+        return Err(PagerError::Config("frames must be at least 1".into()));
+    }
+    if config.pages == 0 {
+        return Err(PagerError::Config("pages must be at least 1".into()));
+    }
+    for (name, value) in [
+        ("read-around", config.read_around),
+        ("eviction batch", config.evict_batch),
+    ] {
+        if value == 0 || value > config.frames {
+            return Err(PagerError::Config(format!(
+                "{name} of {value} pages: expected 1 to the {} frames",
+                config.frames
+            )));
+        }
+    }
+    let len = (config.pages as usize)
+        .checked_mul(page_size)
+        .filter(|l| *l <= 1 << 40)
+        .ok_or_else(|| PagerError::Config(format!("{} pages is too many", config.pages)))?;
+    Ok(len)
+}
+
+/// The page table: the read-only regions (write-protected in the
+/// application's mapping `app`) and the writable "data" around them.
+fn page_table(
+    config: &PagerConfig,
+    app: &Mapping,
+    page_size: usize,
+) -> Result<PageTable, PagerError> {
+    let mut table = PageTable::new(config.pages);
+    let mut first_writable = 0;
+    let mut read_only = config.read_only.clone();
+    read_only.sort_by_key(|r| r.1);
+    for (name, first_page, pages) in &read_only {
+        if *first_page > first_writable {
+            table.add_region(Region {
+                name: "data".into(),
+                first_page: first_writable,
+                pages: first_page - first_writable,
+                writable: true,
+            })?;
+        }
+        table.add_region(Region {
+            name: name.clone(),
+            first_page: *first_page,
+            pages: *pages,
+            writable: false,
+        })?;
+        // The MMU enforces it: a write is a segmentation fault
+        // before it ever reaches the handler.
+        // SAFETY: a range inside our own mapping (checked by add_region).
+        let rc = unsafe {
+            libc::mprotect(
+                app.addr.add(*first_page as usize * page_size).cast(),
+                *pages as usize * page_size,
+                libc::PROT_READ,
+            )
+        };
+        if rc != 0 {
+            return Err(io_error(format!("protecting region '{name}'"))(
+                io::Error::last_os_error(),
+            ));
+        }
+        first_writable = first_page + pages;
+    }
+    if first_writable < config.pages {
+        table.add_region(Region {
+            name: "data".into(),
+            first_page: first_writable,
+            pages: config.pages - first_writable,
+            writable: true,
+        })?;
+    }
+    Ok(table)
+}
+
 /// The swap backend, checked on the way back ([`Verified`]), and with
 /// read-around on, the thread that reads the next run ahead on the same
 /// backend.
@@ -674,6 +691,15 @@ fn drop_mapping(addr: u64, len: usize) {
     // SAFETY: a page of the registered mapping; MADV_DONTNEED on a shared
     // mapping only unmaps.
     unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+}
+
+/// A page on its way out: its frame, its state once out, and the slot
+/// and hash it is written with if it changed.
+struct Leaving {
+    frame: FrameId,
+    page: u64,
+    new_state: PageState,
+    write: Option<(u64, u128)>,
 }
 
 /// How one fault was served, for the counters and service times.
@@ -1159,13 +1185,19 @@ impl Handler {
     /// and intact (their mappings are restored by the next fault on them);
     /// frames already emptied go back to the free list.
     fn evict(&mut self, victims: &[FrameId]) -> Result<(), FaultError> {
-        /// A page on its way out.
-        struct Leaving {
-            frame: FrameId,
-            page: u64,
-            new_state: PageState,
-            write: Option<(u64, u128)>,
+        let resident = self.take_away(victims)?;
+        let mut leaving = Vec::with_capacity(resident.len());
+        for (frame, f) in resident {
+            leaving.push(self.leaving(frame, f)?);
         }
+        self.write_behind(&leaving)?;
+        self.punch_out(leaving)
+    }
+
+    /// The pages in `victims`, taken away from the application first (one
+    /// madvise per run of consecutive pages): from here on it cannot
+    /// change them.
+    fn take_away(&mut self, victims: &[FrameId]) -> Result<Vec<(FrameId, Frame)>, FaultError> {
         let mut resident = Vec::with_capacity(victims.len());
         for &frame in victims {
             let Some(f) = self.frames.get(frame).copied() else {
@@ -1173,8 +1205,6 @@ impl Handler {
             };
             resident.push((frame, f));
         }
-        // Take the pages away from the application first (one madvise per
-        // run of consecutive pages): from here on it cannot change them.
         let mut mapped: Vec<u64> = resident
             .iter()
             .filter(|(_, f)| f.referenced)
@@ -1184,38 +1214,45 @@ impl Handler {
         for (first, count) in page_runs(&mapped) {
             drop_mapping(self.page_addr(first), count as usize * self.page_size);
         }
-        let mut leaving = Vec::with_capacity(resident.len());
-        for (frame, f) in resident {
-            if let Some(f) = self.frames.get_mut(frame) {
-                f.referenced = false;
-            }
-            let page = f.page;
-            let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
-            let entry = *self.table.entry(page);
-            let (new_state, write) = if hash != f.loaded_hash {
-                let slot = match entry.slot {
-                    Some(slot) => slot,
-                    None => self.swap_map.allocate().ok_or_else(|| SwapError::Full {
-                        slots: self.swap_map.capacity(),
-                        bytes: self.swap_map.capacity() * self.page_size as u64,
-                    })?,
-                };
-                self.table.entry(page).slot = Some(slot);
-                (PageState::Swapped(slot), Some((slot, hash)))
-            } else {
-                match entry.slot {
-                    Some(slot) => (PageState::Swapped(slot), None),
-                    // Loaded as zeros and still zeros.
-                    None => (PageState::Untouched, None),
-                }
-            };
-            leaving.push(Leaving {
-                frame,
-                page,
-                new_state,
-                write,
-            });
+        Ok(resident)
+    }
+
+    /// Where the page in `frame` goes: hashed, a changed page gets its
+    /// slot (allocated on its first write) and is to be written there.
+    fn leaving(&mut self, frame: FrameId, f: Frame) -> Result<Leaving, FaultError> {
+        if let Some(f) = self.frames.get_mut(frame) {
+            f.referenced = false;
         }
+        let page = f.page;
+        let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
+        let entry = *self.table.entry(page);
+        let (new_state, write) = if hash != f.loaded_hash {
+            let slot = match entry.slot {
+                Some(slot) => slot,
+                None => self.swap_map.allocate().ok_or_else(|| SwapError::Full {
+                    slots: self.swap_map.capacity(),
+                    bytes: self.swap_map.capacity() * self.page_size as u64,
+                })?,
+            };
+            self.table.entry(page).slot = Some(slot);
+            (PageState::Swapped(slot), Some((slot, hash)))
+        } else {
+            match entry.slot {
+                Some(slot) => (PageState::Swapped(slot), None),
+                // Loaded as zeros and still zeros.
+                None => (PageState::Untouched, None),
+            }
+        };
+        Ok(Leaving {
+            frame,
+            page,
+            new_state,
+            write,
+        })
+    }
+
+    /// Write the changed pages of `leaving` in one batch.
+    fn write_behind(&mut self, leaving: &[Leaving]) -> Result<(), FaultError> {
         let (own, page_size) = (&self.own, self.page_size);
         let (writes, hashes): (Vec<(u64, &[u8])>, Vec<u128>) = leaving
             .iter()
@@ -1224,29 +1261,35 @@ impl Handler {
                     .map(|(slot, hash)| ((slot, own.page(l.page, page_size)), hash))
             })
             .unzip();
-        if !writes.is_empty() {
-            // A run read ahead that covers a slot written now would bring
-            // back what it held before.
-            if let Some(ahead) = self.ahead.as_mut() {
-                for (slot, _) in &writes {
-                    ahead.written(*slot);
-                }
-            }
-            let first = leaving.iter().find(|l| l.write.is_some()).map(|l| l.page);
-            if let Err(e) = self.swap.write_pages_hashed(&writes, &hashes) {
-                return Err(FaultError::WriteBack {
-                    count: writes.len(),
-                    first: first.unwrap_or(0),
-                    source: e,
-                });
-            }
-            bump(&self.counters.write_backs, writes.len() as u64);
-            bump(
-                &self.counters.bytes_out,
-                (writes.len() * self.page_size) as u64,
-            );
+        if writes.is_empty() {
+            return Ok(());
         }
-        // Only now may the pages leave memory: one hole per run.
+        // A run read ahead that covers a slot written now would bring
+        // back what it held before.
+        if let Some(ahead) = self.ahead.as_mut() {
+            for (slot, _) in &writes {
+                ahead.written(*slot);
+            }
+        }
+        let first = leaving.iter().find(|l| l.write.is_some()).map(|l| l.page);
+        if let Err(e) = self.swap.write_pages_hashed(&writes, &hashes) {
+            return Err(FaultError::WriteBack {
+                count: writes.len(),
+                first: first.unwrap_or(0),
+                source: e,
+            });
+        }
+        bump(&self.counters.write_backs, writes.len() as u64);
+        bump(
+            &self.counters.bytes_out,
+            (writes.len() * self.page_size) as u64,
+        );
+        Ok(())
+    }
+
+    /// Only now may the pages leave memory: one hole per run. On error
+    /// the frames already emptied go back to the free list.
+    fn punch_out(&mut self, mut leaving: Vec<Leaving>) -> Result<(), FaultError> {
         leaving.sort_unstable_by_key(|l| l.page);
         let pages: Vec<u64> = leaving.iter().map(|l| l.page).collect();
         let mut done = 0;
