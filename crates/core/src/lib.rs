@@ -24,6 +24,7 @@ pub mod harness;
 pub mod human;
 pub mod id;
 pub mod interrupt;
+pub mod labels;
 pub mod locator;
 pub mod model;
 pub mod models;

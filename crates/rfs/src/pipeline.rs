@@ -52,9 +52,10 @@
 //! (TCP_NODELAY stays on, so a lone request still leaves at once).
 
 use crate::error::ClientError;
+use crate::inplace::{self, Expected, Placed, Placer};
 use crate::protocol::{
-    decode_header, decode_reply, encode_request, DecodeError, Op, RemoteError, Reply, Request,
-    MAX_MESSAGE,
+    decode_header, decode_read_head, decode_reply, encode_request, DecodeError, Op, RemoteError,
+    Reply, Request, MAX_MESSAGE, READ_REPLY_HEAD,
 };
 use crate::server::FrameBuffer;
 use std::collections::BTreeMap;
@@ -75,6 +76,9 @@ const REFUSED_HELLO_TRIES: u32 = 3;
 /// `rfs get` of 32 MiB: 262 reads with the two-frame buffer of a server
 /// connection, see docs/pager.md).
 const CLIENT_RX: usize = 1 << 20;
+
+/// TCP: read replies received in place by one read at most.
+const MAX_PLACED: usize = 64;
 
 /// TCP: queued requests are written once they reach this many bytes, even
 /// if replies are still buffered (bounds the queue with large writes).
@@ -160,6 +164,26 @@ pub(crate) trait Job {
         tag: u64,
         result: Result<Reply<'_>, RemoteError>,
     ) -> Result<(), ClientError>;
+
+    /// Where the data of the read requests tagged `tags` (in the order
+    /// their replies come) may be received directly: a slice per leading
+    /// tag, as long as the data asked for, pushed to `out` until the first
+    /// tag the job has no place for. A place may be written with other
+    /// bytes before its reply is known ([`crate::inplace`]): hand out only
+    /// places the data is going to be written to anyway.
+    fn places<'s>(&'s mut self, tags: &[u64], out: &mut Vec<&'s mut [u8]>) {
+        let _ = (tags, out);
+    }
+
+    /// The reply to the read tagged `tag` brought all the data asked for,
+    /// and it is in the place [`Job::places`] gave.
+    fn placed(&mut self, tag: u64, size: u64, eof: bool) -> Result<(), ClientError> {
+        let _ = (tag, size, eof);
+        Err(ClientError::Unexpected {
+            server: ([0, 0, 0, 0], 0).into(),
+            what: "internal error: a reply placed for a job without places".into(),
+        })
+    }
 }
 
 struct Outstanding {
@@ -214,6 +238,12 @@ pub(crate) struct Pipeline {
     frames: Option<FrameBuffer>,
     /// TCP: requests not written yet (whole frames only).
     tx: Vec<u8>,
+    /// TCP: read replies received in place, and the state between reads.
+    placer: Placer,
+    /// Replies whose data is in its place, to be acted on.
+    placed: Vec<Placed>,
+    /// UDP: the highest request id answered so far.
+    last_reply: u64,
     stats: ClientStats,
     /// An ICMP port unreachable came back (UDP): for the timeout message.
     refused: bool,
@@ -247,6 +277,9 @@ impl Pipeline {
             },
             frames: tcp.then(|| FrameBuffer::with_capacity(CLIENT_RX)),
             tx: Vec::new(),
+            placer: Placer::default(),
+            placed: Vec::new(),
+            last_reply: 0,
             stats: ClientStats::default(),
             refused: false,
             broken: None,
@@ -426,11 +459,9 @@ impl Pipeline {
             return self.retransmit_expired(now);
         }
         self.set_read_timeout(deadline - now)?;
-        let Conn::Udp(sock) = &self.conn else {
-            unreachable!("checked above")
-        };
-        match sock.recv(&mut self.recv) {
-            Ok(n) => self.dispatch(n, job),
+        match self.recv_udp(job) {
+            Ok(Some(n)) => self.dispatch(n, job),
+            Ok(None) => self.dispatch_placed(job),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -551,18 +582,16 @@ impl Pipeline {
                 }
             }
             self.flush()?;
-            let Conn::Tcp(stream) = &mut self.conn else {
-                unreachable!("TCP only")
-            };
-            match frames.fill(stream) {
+            match self.read_tcp(frames, job) {
                 Ok(0) => {
-                    let reason = if frames.is_empty() {
+                    let reason = if frames.is_empty() && !self.placer.mid_reply() {
                         "the server closed the connection while a reply was awaited"
                     } else {
                         "the server closed the connection in the middle of a reply"
                     };
                     return Err(self.lost(reason.to_string()));
                 }
+                Ok(_) if !self.placed.is_empty() => return self.dispatch_placed(job),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e)
@@ -588,6 +617,145 @@ impl Pipeline {
                 Err(e) => return Err(self.lost(format!("while a reply was awaited: {e}"))),
             }
         }
+    }
+
+    /// UDP: one datagram. The data of a read reply goes straight into its
+    /// place when the job has one and the reply is the whole of what was
+    /// asked (then `None`, the reply in `placed`); anything else comes back
+    /// whole in `recv` (its length), to be parsed as ever. Replies mostly
+    /// come in the order of their requests, so the guess is the first read
+    /// in flight after the last reply; a reply to another read of the same
+    /// length is moved to its own place (one copy, as before).
+    fn recv_udp(&mut self, job: &mut dyn Job) -> io::Result<Option<usize>> {
+        let Conn::Udp(sock) = &self.conn else {
+            unreachable!("UDP only")
+        };
+        let reads = || self.outstanding.iter().filter(|(_, o)| o.op == Op::Read);
+        let guess = reads()
+            .find(|(&xid, _)| xid > self.last_reply)
+            .or_else(|| reads().next())
+            .map(|(&xid, o)| (xid, o.tag));
+        let mut places = Vec::new();
+        if let Some((_, tag)) = guess {
+            job.places(&[tag], &mut places);
+        }
+        let (Some((guessed, _)), Some(place)) = (guess, places.pop()) else {
+            return sock.recv(&mut self.recv).map(Some);
+        };
+        let mut head = [0u8; READ_REPLY_HEAD];
+        let n = inplace::recv_scattered(sock, &mut head, place, &mut self.recv)?;
+        let len = place.len();
+        let whole = (n == READ_REPLY_HEAD + len)
+            .then(|| decode_read_head(&head))
+            .flatten()
+            .filter(|h| h.header.session == self.session && h.len == len);
+        let Some(h) = whole else {
+            return Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv)));
+        };
+        let xid = h.header.xid;
+        self.last_reply = self.last_reply.max(xid);
+        let reply = Placed {
+            xid,
+            size: h.size,
+            eof: h.eof,
+        };
+        if xid == guessed {
+            self.placed.push(reply);
+            return Ok(None);
+        }
+        let Some(tag) = self
+            .outstanding
+            .get(&xid)
+            .filter(|o| o.op == Op::Read)
+            .map(|o| o.tag)
+        else {
+            // A late reply (answered already) or none of ours: as ever.
+            return Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv)));
+        };
+        drop(places);
+        let guessed_tag = self.outstanding[&guessed].tag;
+        // Both places at once, in the order of their requests.
+        let mut two = Vec::new();
+        if guessed < xid {
+            job.places(&[guessed_tag, tag], &mut two);
+        } else {
+            job.places(&[tag, guessed_tag], &mut two);
+        }
+        if let [a, b] = &mut two[..] {
+            if a.len() == len && b.len() == len {
+                let (from, to) = if guessed < xid { (a, b) } else { (b, a) };
+                to.copy_from_slice(from);
+                self.placed.push(reply);
+                return Ok(None);
+            }
+        }
+        // Its place is of another length (a short read at the end of the
+        // file): the datagram whole, as ever.
+        drop(two);
+        let mut one = Vec::new();
+        job.places(&[guessed_tag], &mut one);
+        match one.pop() {
+            Some(place) => Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv))),
+            // Lost like a dropped datagram: the request is sent again.
+            None => Ok(None),
+        }
+    }
+
+    /// TCP: one read from the stream, the data of the read replies expected
+    /// next straight into their places when the job has them
+    /// ([`crate::inplace`]), else into `frames`.
+    fn read_tcp(&mut self, frames: &mut FrameBuffer, job: &mut dyn Job) -> io::Result<usize> {
+        let Conn::Tcp(stream) = &mut self.conn else {
+            unreachable!("TCP only")
+        };
+        let mut tags = Vec::new();
+        let mut expected = Vec::new();
+        for (&xid, o) in self.outstanding.iter().take(MAX_PLACED) {
+            if o.op != Op::Read {
+                break;
+            }
+            tags.push(o.tag);
+            expected.push(Expected { xid, len: 0 });
+        }
+        let mut places = Vec::new();
+        if !tags.is_empty() || self.placer.mid_reply() {
+            job.places(&tags, &mut places);
+        }
+        expected.truncate(places.len());
+        for (e, p) in expected.iter_mut().zip(&places) {
+            e.len = p.len();
+        }
+        let placed = self.placer.read(
+            stream,
+            frames,
+            self.session,
+            &expected,
+            &mut places,
+            &mut self.placed,
+        )?;
+        match placed {
+            Some(n) => Ok(n),
+            None => frames.fill(stream),
+        }
+    }
+
+    /// Act on the replies whose data [`Pipeline::read_tcp`] put in place,
+    /// in order (the first error ends the job, as in `dispatch_inner`).
+    fn dispatch_placed(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
+        let mut result = Ok(());
+        for p in std::mem::take(&mut self.placed) {
+            let Some(o) = self.outstanding.remove(&p.xid) else {
+                continue;
+            };
+            if o.tries == 1 {
+                self.rtt.sample(o.last_sent.elapsed(), &self.timing);
+            }
+            self.pool.push(o.msg);
+            if result.is_ok() {
+                result = job.placed(o.tag, p.size, p.eof);
+            }
+        }
+        result
     }
 
     /// Mark the TCP stream unusable; the error to return.
@@ -676,6 +844,7 @@ impl Pipeline {
         let Some(o) = self.outstanding.remove(&header.xid) else {
             return Ok(());
         };
+        self.last_reply = self.last_reply.max(header.xid);
         if o.tries == 1 {
             self.rtt.sample(o.last_sent.elapsed(), &self.timing);
         }

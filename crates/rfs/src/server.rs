@@ -29,7 +29,9 @@
 //! [`HELLO_LEN`](protocol::HELLO_LEN) bytes. Each
 //! message is framed by a 4-byte big-endian length that is checked against
 //! [`MAX_MESSAGE`] before anything else. Requests on a connection are
-//! handled in order; the client's window keeps the connection busy. A
+//! handled in order; the client's window keeps the connection busy. The
+//! data of a read of 16 KiB or more follows its reply's header straight
+//! from the file (sendfile, [`crate::sendfile`]): no copy on the server. A
 //! connection that sends a frame the server cannot parse, goes silent for
 //! `session_idle`, or closes in the middle of a frame is closed, and its
 //! session ends; a partly received request is never executed.
@@ -55,8 +57,8 @@ use crate::drc;
 use crate::export::Resolver;
 use crate::pending::Pending;
 use crate::protocol::{self, ErrorCode, Op, RemoteError, Transport, MAX_MESSAGE};
-use crate::service::{EventSink, Outcome, Peer, ServerStats, Service, ServiceConfig};
-use crate::sock;
+use crate::service::{EventSink, FileBody, Outcome, Peer, ServerStats, Service, ServiceConfig};
+use crate::{sendfile, sock};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -527,10 +529,29 @@ impl Server {
                 }
                 let at = out.len();
                 out.extend_from_slice(&[0u8; 4]);
-                match self.service.handle(peer, Transport::Tcp, frame, &mut out) {
+                let mut body = None;
+                let outcome = self.service.handle_deferring(
+                    peer,
+                    Transport::Tcp,
+                    frame,
+                    &mut out,
+                    Some(&mut body),
+                );
+                match outcome {
                     Outcome::Reply => {
-                        let len = (out.len() - at - 4) as u32;
+                        let deferred = body.as_ref().map_or(0, |b: &FileBody| b.len);
+                        let len = (out.len() - at - 4 + deferred) as u32;
                         out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+                        if let Some(b) = body {
+                            // The replies gathered so far, this header last,
+                            // then its data from the file.
+                            if sendfile::send_more(&stream, &out).is_err()
+                                || sendfile::send_file(&stream, &b.file, b.offset, b.len).is_err()
+                            {
+                                return;
+                            }
+                            out.clear();
+                        }
                     }
                     Outcome::Drop => out.truncate(at),
                     Outcome::Close => {
@@ -788,6 +809,49 @@ impl FrameBuffer {
     /// Whether no byte is buffered.
     pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
+    }
+
+    /// The bytes buffered and not consumed.
+    pub(crate) fn buffered(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Forget every buffered byte.
+    pub(crate) fn clear(&mut self) {
+        debug_assert!(self.current.is_none(), "consume() the current frame first");
+        self.start = 0;
+        self.end = 0;
+    }
+
+    /// Bytes the buffer holds at most.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The free space of an empty buffer, up to `max` bytes, for a read
+    /// the caller then [`commit`](FrameBuffer::commit)s.
+    pub(crate) fn space(&mut self, max: usize) -> &mut [u8] {
+        debug_assert!(self.is_empty(), "space() is for an empty buffer");
+        self.clear();
+        let n = max.min(self.buf.len());
+        &mut self.buf[..n]
+    }
+
+    /// Take `n` bytes read into [`space`](FrameBuffer::space).
+    pub(crate) fn commit(&mut self, n: usize) {
+        self.end = (self.end + n).min(self.buf.len());
+    }
+
+    /// Put `bytes` in front of what is buffered (bytes that came off the
+    /// stream before it). The caller leaves room: buffered plus `bytes`
+    /// within the capacity.
+    pub(crate) fn prepend(&mut self, bytes: &[u8]) {
+        let held = self.end - self.start;
+        assert!(bytes.len() + held <= self.buf.len(), "no room to prepend");
+        self.buf.copy_within(self.start..self.end, bytes.len());
+        self.buf[..bytes.len()].copy_from_slice(bytes);
+        self.start = 0;
+        self.end = bytes.len() + held;
     }
 
     /// The next complete frame's body, None if more bytes are needed,

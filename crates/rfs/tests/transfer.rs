@@ -93,6 +93,44 @@ fn window_1_and_window_32_both_work_over_udp_and_tcp() {
 }
 
 #[test]
+fn reads_of_every_size_and_window_return_the_files_bytes() {
+    let export = tempfile::tempdir().unwrap();
+    let content = data((1 << 20) + 4321, 5);
+    std::fs::write(export.path().join("f"), &content).unwrap();
+    let server = TestServer::start(export.path(), Transports::BOTH, ServerOptions::default());
+    for transport in [Transport::Udp, Transport::Tcp] {
+        for (window, packet) in [(1, 32 << 10), (4, 4096), (32, 32 << 10), (7, 20_000)] {
+            let mut c = Client::connect(server.addr, options(transport, window, packet)).unwrap();
+            let fd = c.open("f", OpenMode::Read).unwrap();
+            let what = format!("{transport} window {window} packet {packet}");
+            // The whole file, into a buffer larger than it (the last
+            // requests come back short, then empty).
+            let mut buf = vec![0u8; content.len() + 3 * packet];
+            let n = c.read_at(fd, 0, &mut buf).unwrap();
+            assert_eq!(n, content.len(), "{what}");
+            assert!(buf[..n] == content[..], "{what}: the bytes differ");
+            // Again, on the same connection, from an odd offset.
+            let mut buf = vec![0u8; 300_000];
+            assert_eq!(
+                c.read_at(fd, 12_345, &mut buf).unwrap(),
+                buf.len(),
+                "{what}"
+            );
+            assert!(
+                buf[..] == content[12_345..312_345],
+                "{what}: the bytes differ"
+            );
+            // Past the end: nothing.
+            assert_eq!(
+                c.read_at(fd, content.len() as u64 + 1, &mut buf).unwrap(),
+                0
+            );
+            c.disconnect().unwrap();
+        }
+    }
+}
+
+#[test]
 fn a_wider_window_is_faster_over_a_delayed_path() {
     let export = tempfile::tempdir().unwrap();
     std::fs::write(export.path().join("f"), data(1 << 20, 3)).unwrap();

@@ -33,13 +33,16 @@ pub fn resolve(to: &str, default_port: u16) -> Result<SocketAddr, ExperimentErro
         format!("{to}:{default_port}")
     };
     let mut addrs = with_port.to_socket_addrs().map_err(|e| {
-        ExperimentError::Failed(format!(
+        ExperimentError::invalid_parameter(
+            "to",
+            format!(
             "cannot resolve '{to}': {e} (expected HOST or HOST:PORT, e.g. 192.0.2.7:{default_port})"
-        ))
+        ),
+        )
     })?;
-    addrs
-        .next()
-        .ok_or_else(|| ExperimentError::Failed(format!("'{to}' resolves to no address")))
+    addrs.next().ok_or_else(|| {
+        ExperimentError::invalid_parameter("to", format!("'{to}' resolves to no address"))
+    })
 }
 
 /// The IPv4 address of the host `to` names (the port, if any, aside), as
@@ -50,7 +53,7 @@ pub fn middlebox_destination(to: &str) -> Result<Ipv4Addr, ExperimentError> {
     let addr = resolve(to, 1)?;
     // The middlebox's own messages name --to already.
     let plain = |e: crate::LinkError| match e {
-        crate::LinkError::Invalid(message) => ExperimentError::Failed(message),
+        crate::LinkError::Invalid(message) => ExperimentError::invalid_parameter("to", message),
         other => other.into(),
     };
     let host = crate::middlebox::check_destination(addr.ip()).map_err(plain)?;

@@ -169,7 +169,9 @@ impl Client {
         Ok(n)
     }
 
-    /// Read at `offset` without moving the file's offset.
+    /// Read at `offset` without moving the file's offset. The data is
+    /// received straight into `buf` where it can be, so bytes of `buf`
+    /// past the count returned may have been written too.
     pub fn read_at(&mut self, fd: Fd, offset: u64, buf: &mut [u8]) -> Result<usize, ClientError> {
         let f = self.fd_entry(fd)?;
         if !f.mode.reads() {
@@ -469,5 +471,32 @@ impl Job for ReadInto<'_> {
                 error,
             )),
         }
+    }
+
+    /// Each request's own part of the caller's buffer (tags are positions
+    /// in it, increasing in the order requests go out).
+    fn places<'s>(&'s mut self, tags: &[u64], out: &mut Vec<&'s mut [u8]>) {
+        let mut rest: &'s mut [u8] = &mut *self.buf;
+        let mut at = 0; // where `rest` starts in the buffer
+        for &tag in tags {
+            let Some(&len) = self.asked.get(&tag) else {
+                return;
+            };
+            let pos = tag as usize;
+            if pos < at || pos + len > at + rest.len() {
+                return;
+            }
+            let (_, from) = std::mem::take(&mut rest).split_at_mut(pos - at);
+            let (place, after) = from.split_at_mut(len);
+            out.push(place);
+            rest = after;
+            at = pos + len;
+        }
+    }
+
+    fn placed(&mut self, tag: u64, _size: u64, _eof: bool) -> Result<(), ClientError> {
+        // Whole: nothing cut short.
+        self.asked.remove(&tag);
+        Ok(())
     }
 }

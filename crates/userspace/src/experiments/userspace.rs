@@ -316,6 +316,35 @@ fn measurements(
             outcome.notes.join("; ")
         )));
     }
+    let round_trip = config.path.delay * 2;
+    let clock_words = match (params.text("stack"), config.clock) {
+        (Some("kernel"), _) => "the kernel's own clock".to_string(),
+        (_, ClockMode::Fine) => "the fine clock (CLOCK_MONOTONIC)".to_string(),
+        (_, tick) => format!("clock {tick}"),
+    };
+    let mut out = vec![throughput(params, config, outcome)?];
+    out.extend(end_figures(params, outcome, &clock_words, round_trip)?);
+    // Every measurement says which stack and clock it was and what the
+    // path's round trip was configured to be, whatever a reader looks at.
+    let context = format!(
+        "{} with cc={} on {clock_words}; the path's configured round trip {} ms",
+        params.text("stack").unwrap_or("smoltcp"),
+        config.cc,
+        round_trip.as_millis()
+    );
+    for m in &mut out {
+        m.notes.insert(0, context.clone());
+    }
+    Ok(out)
+}
+
+/// The throughput per interval after the ramp-up (the whole transfer's
+/// rate when there is no sample), with how it was taken.
+fn throughput(
+    params: &Params,
+    config: &TransferConfig,
+    outcome: &TransferOutcome,
+) -> Result<Measurement, ExperimentError> {
     let skip = (omitted(config).as_nanos() / config.interval.as_nanos()) as usize;
     let samples: Vec<f64> = outcome.throughput_bps.iter().skip(skip).copied().collect();
     let samples = if samples.is_empty() {
@@ -324,29 +353,18 @@ fn measurements(
         samples
     };
     let whole = outcome.bytes as f64 * 8.0 / outcome.elapsed.as_secs_f64().max(1e-9);
-    let round_trip = config.path.delay * 2;
-    let clock_words = match (params.text("stack"), config.clock) {
-        (Some("kernel"), _) => "the kernel's own clock".to_string(),
-        (_, ClockMode::Fine) => "the fine clock (CLOCK_MONOTONIC)".to_string(),
-        (_, tick) => format!("clock {tick}"),
-    };
-    let mut throughput = if samples.is_empty() {
-        value_measurement(
-            ID,
-            "throughput",
-            params.clone(),
-            Unit::BitsPerSecond,
-            &[whole],
-        )?
+    let values: &[f64] = if samples.is_empty() {
+        &[whole]
     } else {
-        value_measurement(
-            ID,
-            "throughput",
-            params.clone(),
-            Unit::BitsPerSecond,
-            &samples,
-        )?
+        &samples
     };
+    let mut throughput = value_measurement(
+        ID,
+        "throughput",
+        params.clone(),
+        Unit::BitsPerSecond,
+        values,
+    )?;
     throughput.notes.push(format!(
         "samples: acknowledged bytes per {} ms interval after the first {} ms; whole transfer {:.1} Mbit/s ({} B in {:.2} s, from the handshake to the last byte acknowledged), verified by the receiver's xxh3",
         config.interval.as_millis(),
@@ -356,7 +374,18 @@ fn measurements(
         outcome.elapsed.as_secs_f64()
     ));
     throughput.notes.extend(outcome.notes.iter().cloned());
-    let mut out = vec![throughput];
+    Ok(throughput)
+}
+
+/// The figures read once at the end: the RTTs the stack saw, the
+/// retransmits and the CPU time per byte.
+fn end_figures(
+    params: &Params,
+    outcome: &TransferOutcome,
+    clock_words: &str,
+    round_trip: Duration,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    let mut out = Vec::new();
     let one = |metric: &str,
                unit: Unit,
                value: f64,
@@ -405,17 +434,6 @@ fn measurements(
                 outcome.bytes
             ),
         )?);
-    }
-    // Every measurement says which stack and clock it was and what the
-    // path's round trip was configured to be, whatever a reader looks at.
-    let context = format!(
-        "{} with cc={} on {clock_words}; the path's configured round trip {} ms",
-        params.text("stack").unwrap_or("smoltcp"),
-        config.cc,
-        round_trip.as_millis()
-    );
-    for m in &mut out {
-        m.notes.insert(0, context.clone());
     }
     Ok(out)
 }
