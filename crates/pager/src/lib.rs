@@ -16,17 +16,20 @@
 //! - [`uffd`]: userfaultfd through raw system calls;
 //! - [`table`]: the page table with regions, the frame table;
 //! - [`swap`]: swap backends (a local file, the remote file service) and
-//!   the swap map;
+//!   the swap map; `swap_ahead`: the next run of a sequential swap-in
+//!   read on a thread of its own;
 //! - [`pager`]: the live pager, its handler thread and counters.
 
 pub mod error;
 pub mod experiments;
 pub mod outcome;
+mod page_buffer;
 pub mod pager;
 pub mod policy;
 pub mod processes;
 pub mod simulate;
 pub mod swap;
+mod swap_ahead;
 pub mod table;
 pub mod trace;
 pub mod uffd;

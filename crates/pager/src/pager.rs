@@ -48,8 +48,10 @@
 //!   page it did not write.
 
 use crate::error::FaultError;
+use crate::page_buffer::PageBuffer;
 use crate::policy::{FrameId, Policy, ReferenceBits};
 use crate::swap::{SwapBackend, SwapError, SwapMap, Verified};
+use crate::swap_ahead::{Fetched, Prefetcher, SharedSwap};
 use crate::table::{Frame, FrameTable, PageState, PageTable, Region};
 use crate::uffd::{Fault, OpenError, Userfaultfd, PAGEFAULT_FLAG_WRITE};
 use std::io;
@@ -150,6 +152,7 @@ struct Counters {
     bytes_out: AtomicU64,
     failures: AtomicU64,
     read_around_pages: AtomicU64,
+    read_ahead_pages: AtomicU64,
 }
 
 /// A snapshot of the counters. `faults` counts every fault the handler
@@ -175,6 +178,9 @@ pub struct PagerCounters {
     /// Pages brought in by read-around beside the faulting one (in
     /// `bytes_in`, not in `swap_ins`: no fault asked for them).
     pub read_around_pages: u64,
+    /// Pages (faulting ones and read-around alike) mapped from a run
+    /// read ahead, while the application used the run before it.
+    pub read_ahead_pages: u64,
 }
 
 impl Counters {
@@ -193,6 +199,7 @@ impl Counters {
             bytes_out: get(&self.bytes_out),
             failures: get(&self.failures),
             read_around_pages: get(&self.read_around_pages),
+            read_ahead_pages: get(&self.read_ahead_pages),
         }
     }
 }
@@ -304,27 +311,7 @@ impl Pager {
     /// Build the region and start the handler thread.
     pub fn start(config: PagerConfig) -> Result<Pager, PagerError> {
         let page_size = page_size();
-        if config.frames == 0 {
-            return Err(PagerError::Config("frames must be at least 1".into()));
-        }
-        if config.pages == 0 {
-            return Err(PagerError::Config("pages must be at least 1".into()));
-        }
-        for (name, value) in [
-            ("read-around", config.read_around),
-            ("eviction batch", config.evict_batch),
-        ] {
-            if value == 0 || value > config.frames {
-                return Err(PagerError::Config(format!(
-                    "{name} of {value} pages: expected 1 to the {} frames",
-                    config.frames
-                )));
-            }
-        }
-        let len = (config.pages as usize)
-            .checked_mul(page_size)
-            .filter(|l| *l <= 1 << 40)
-            .ok_or_else(|| PagerError::Config(format!("{} pages is too many", config.pages)))?;
+        let len = check_config(&config, page_size)?;
         let uffd = Userfaultfd::open()?;
         let memfd = memfd(len)?;
         let app = Mapping::shared(&memfd, len)?;
@@ -332,50 +319,7 @@ impl Pager {
         uffd.register(app.addr as u64, len as u64)
             .map_err(io_error("registering the region with userfaultfd"))?;
 
-        let mut table = PageTable::new(config.pages);
-        let mut first_writable = 0;
-        let mut read_only = config.read_only.clone();
-        read_only.sort_by_key(|r| r.1);
-        for (name, first_page, pages) in &read_only {
-            if *first_page > first_writable {
-                table.add_region(Region {
-                    name: "data".into(),
-                    first_page: first_writable,
-                    pages: first_page - first_writable,
-                    writable: true,
-                })?;
-            }
-            table.add_region(Region {
-                name: name.clone(),
-                first_page: *first_page,
-                pages: *pages,
-                writable: false,
-            })?;
-            // The MMU enforces it: a write is a segmentation fault
-            // before it ever reaches the handler.
-            // SAFETY: a range inside our own mapping (checked by add_region).
-            let rc = unsafe {
-                libc::mprotect(
-                    app.addr.add(*first_page as usize * page_size).cast(),
-                    *pages as usize * page_size,
-                    libc::PROT_READ,
-                )
-            };
-            if rc != 0 {
-                return Err(io_error(format!("protecting region '{name}'"))(
-                    io::Error::last_os_error(),
-                ));
-            }
-            first_writable = first_page + pages;
-        }
-        if first_writable < config.pages {
-            table.add_region(Region {
-                name: "data".into(),
-                first_page: first_writable,
-                pages: config.pages - first_writable,
-                writable: true,
-            })?;
-        }
+        let table = page_table(&config, &app, page_size)?;
 
         let counters = Arc::new(Counters::default());
         let last_error = Arc::new(Mutex::new(None));
@@ -384,6 +328,7 @@ impl Pager {
         let policy_name = config.policy.name();
         let swap_description = config.swap.describe();
         let frames = config.frames;
+        let (swap, ahead) = swap_with_ahead(config.swap, page_size, config.read_around)?;
         let handler = Handler {
             uffd,
             memfd,
@@ -395,7 +340,8 @@ impl Pager {
             swap_map: SwapMap::new(config.swap_slots.unwrap_or(config.pages)),
             // Every page read back from swap is checked against what was
             // written: corruption ends the access with SIGBUS and the reason.
-            swap: Verified::new(config.swap),
+            swap,
+            ahead,
             policy: config.policy,
             counters: counters.clone(),
             last_error: last_error.clone(),
@@ -553,6 +499,103 @@ pub fn exit_on_sigbus() {
     }
 }
 
+/// The configuration's sizes, checked; the region's length in bytes.
+fn check_config(config: &PagerConfig, page_size: usize) -> Result<usize, PagerError> {
+    if config.frames == 0 {
+        return Err(PagerError::Config("frames must be at least 1".into()));
+    }
+    if config.pages == 0 {
+        return Err(PagerError::Config("pages must be at least 1".into()));
+    }
+    for (name, value) in [
+        ("read-around", config.read_around),
+        ("eviction batch", config.evict_batch),
+    ] {
+        if value == 0 || value > config.frames {
+            return Err(PagerError::Config(format!(
+                "{name} of {value} pages: expected 1 to the {} frames",
+                config.frames
+            )));
+        }
+    }
+    let len = (config.pages as usize)
+        .checked_mul(page_size)
+        .filter(|l| *l <= 1 << 40)
+        .ok_or_else(|| PagerError::Config(format!("{} pages is too many", config.pages)))?;
+    Ok(len)
+}
+
+/// The page table: the read-only regions (write-protected in the
+/// application's mapping `app`) and the writable "data" around them.
+fn page_table(
+    config: &PagerConfig,
+    app: &Mapping,
+    page_size: usize,
+) -> Result<PageTable, PagerError> {
+    let mut table = PageTable::new(config.pages);
+    let mut first_writable = 0;
+    let mut read_only = config.read_only.clone();
+    read_only.sort_by_key(|r| r.1);
+    for (name, first_page, pages) in &read_only {
+        if *first_page > first_writable {
+            table.add_region(Region {
+                name: "data".into(),
+                first_page: first_writable,
+                pages: first_page - first_writable,
+                writable: true,
+            })?;
+        }
+        table.add_region(Region {
+            name: name.clone(),
+            first_page: *first_page,
+            pages: *pages,
+            writable: false,
+        })?;
+        // The MMU enforces it: a write is a segmentation fault
+        // before it ever reaches the handler.
+        // SAFETY: a range inside our own mapping (checked by add_region).
+        let rc = unsafe {
+            libc::mprotect(
+                app.addr.add(*first_page as usize * page_size).cast(),
+                *pages as usize * page_size,
+                libc::PROT_READ,
+            )
+        };
+        if rc != 0 {
+            return Err(io_error(format!("protecting region '{name}'"))(
+                io::Error::last_os_error(),
+            ));
+        }
+        first_writable = first_page + pages;
+    }
+    if first_writable < config.pages {
+        table.add_region(Region {
+            name: "data".into(),
+            first_page: first_writable,
+            pages: config.pages - first_writable,
+            writable: true,
+        })?;
+    }
+    Ok(table)
+}
+
+/// The swap backend, checked on the way back ([`Verified`]), and with
+/// read-around on, the thread that reads the next run ahead on the same
+/// backend.
+fn swap_with_ahead(
+    backend: Box<dyn SwapBackend>,
+    page_size: usize,
+    read_around: usize,
+) -> Result<(Verified, Option<Prefetcher>), PagerError> {
+    if read_around <= 1 {
+        return Ok((Verified::new(backend), None));
+    }
+    let shared = SharedSwap::new(backend);
+    let ahead = Prefetcher::start(shared.clone(), page_size, read_around)
+        .map_err(io_error("starting the swap read-ahead thread"))?;
+    Ok((Verified::new(Box::new(shared)), Some(ahead)))
+}
+
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -578,49 +621,6 @@ pub(crate) fn memfd(len: usize) -> Result<OwnedFd, PagerError> {
     Ok(fd)
 }
 
-/// A page-aligned buffer for UFFDIO_COPY's source (one page, or a
-/// read-around's worth).
-struct PageBuffer {
-    ptr: *mut u8,
-    len: usize,
-    align: usize,
-}
-
-// SAFETY: owned heap memory.
-unsafe impl Send for PageBuffer {}
-
-impl PageBuffer {
-    fn new(page_size: usize, pages: usize) -> PageBuffer {
-        let len = page_size * pages.max(1);
-        let layout = std::alloc::Layout::from_size_align(len, page_size).expect("page layout");
-        // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        PageBuffer {
-            ptr,
-            len,
-            align: page_size,
-        }
-    }
-
-    /// The first `len` bytes (at most the whole buffer).
-    fn bytes(&mut self, len: usize) -> &mut [u8] {
-        // SAFETY: our allocation of self.len bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, len.min(self.len)) }
-    }
-}
-
-impl Drop for PageBuffer {
-    fn drop(&mut self) {
-        let layout =
-            std::alloc::Layout::from_size_align(self.len, self.align).expect("page layout");
-        // SAFETY: allocated with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, layout) };
-    }
-}
-
 /// Everything the handler thread owns.
 struct Handler {
     uffd: Userfaultfd,
@@ -632,6 +632,8 @@ struct Handler {
     frames: FrameTable,
     swap_map: SwapMap,
     swap: Verified,
+    /// Reads the next run of a sequential swap-in ahead (read-around on).
+    ahead: Option<Prefetcher>,
     policy: Box<dyn Policy>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<Option<String>>>,
@@ -689,6 +691,15 @@ fn drop_mapping(addr: u64, len: usize) {
     // SAFETY: a page of the registered mapping; MADV_DONTNEED on a shared
     // mapping only unmaps.
     unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+}
+
+/// A page on its way out: its frame, its state once out, and the slot
+/// and hash it is written with if it changed.
+struct Leaving {
+    frame: FrameId,
+    page: u64,
+    new_state: PageState,
+    write: Option<(u64, u128)>,
 }
 
 /// How one fault was served, for the counters and service times.
@@ -850,47 +861,131 @@ impl Handler {
                 self.install(page, frame, self.zero_hash);
                 Ok(Served::ZeroFill)
             }
-            PageState::Swapped(slot) => {
-                let (frame, eviction_ns) = self.obtain_frame()?;
-                let mut frames = vec![frame];
-                if self.next_sequential == Some(page) {
-                    for _ in 0..self.read_around_run(page, slot) {
-                        // Best effort: a frame that cannot be had (a victim
-                        // that cannot be saved) only shortens the read.
-                        match self.obtain_frame() {
-                            Ok((f, _)) => frames.push(f),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                if frames.len() > 1 {
-                    if let Some(served) = self.swap_in_run(page, slot, &frames, eviction_ns) {
-                        return Ok(served);
-                    }
-                    // The run failed: the faulting page alone, as usual.
-                    for f in frames.drain(1..) {
-                        self.frames.release(f);
-                    }
-                }
-                let read = self.swap.read_page(slot, self.buffer.bytes(self.page_size));
-                if let Err(e) = read {
-                    // Nothing installed yet: the frame goes back unused.
-                    self.frames.release(frame);
-                    return Err(FaultError::SwapIn { page, source: e });
-                }
-                // Checked against this hash by the read: no need to hash again.
-                let hash = self.swap.written_hash(slot).unwrap_or(0);
-                let served = Served::SwapIn { eviction_ns };
-                self.count(&served);
-                if let Err(e) = self.uffd.copy(addr, self.buffer.ptr, page_bytes) {
-                    self.uncount(&served);
-                    self.frames.release(frame);
-                    return self.install_failed(page, addr, "UFFDIO_COPY", e);
-                }
-                self.install(page, frame, hash);
-                self.next_sequential = Some(page + 1);
-                Ok(served)
+            PageState::Swapped(slot) => self.swap_in(page, slot),
+        }
+    }
+
+    /// A swap-in: from the run read ahead when the fault goes on with a
+    /// sequential scan and that run starts at its slot; else a
+    /// read-around (sequential) or the page alone. A read-around starts
+    /// the next run's read ahead.
+    fn swap_in(&mut self, page: u64, slot: u64) -> Result<Served, FaultError> {
+        let page_bytes = self.page_size as u64;
+        let addr = self.page_addr(page);
+        let (frame, eviction_ns) = self.obtain_frame()?;
+        let sequential = self.next_sequential == Some(page);
+        if sequential {
+            if let Some(served) = self.swap_in_ahead(page, slot, frame, eviction_ns) {
+                return Ok(served);
             }
+        }
+        let mut frames = vec![frame];
+        if sequential {
+            for _ in 0..self.read_around_run(page, slot) {
+                // Best effort: a frame that cannot be had (a victim
+                // that cannot be saved) only shortens the read.
+                match self.obtain_frame() {
+                    Ok((f, _)) => frames.push(f),
+                    Err(_) => break,
+                }
+            }
+        }
+        if frames.len() > 1 {
+            if let Some(served) = self.swap_in_run(page, slot, &frames, eviction_ns) {
+                if let Some(next) = self.next_sequential {
+                    self.read_ahead_from(next);
+                }
+                return Ok(served);
+            }
+            // The run failed: the faulting page alone, as usual.
+            for f in frames.drain(1..) {
+                self.frames.release(f);
+            }
+        }
+        let read = self.swap.read_page(slot, self.buffer.bytes(self.page_size));
+        if let Err(e) = read {
+            // Nothing installed yet: the frame goes back unused.
+            self.frames.release(frame);
+            return Err(FaultError::SwapIn { page, source: e });
+        }
+        // Checked against this hash by the read: no need to hash again.
+        let hash = self.swap.written_hash(slot).unwrap_or(0);
+        let served = Served::SwapIn { eviction_ns };
+        self.count(&served);
+        if let Err(e) = self.uffd.copy(addr, self.buffer.ptr(), page_bytes) {
+            self.uncount(&served);
+            self.frames.release(frame);
+            return self.install_failed(page, addr, "UFFDIO_COPY", e);
+        }
+        self.install(page, frame, hash);
+        self.next_sequential = Some(page + 1);
+        Ok(served)
+    }
+
+    /// Serve a sequential fault from the run read ahead, when it starts
+    /// at `slot` and came back intact: the next run's read starts at
+    /// once, then the pages still swapped to the slots read are mapped.
+    /// None (the frame still the caller's) when there is no such run.
+    fn swap_in_ahead(
+        &mut self,
+        page: u64,
+        slot: u64,
+        frame: FrameId,
+        eviction_ns: Option<f64>,
+    ) -> Option<Served> {
+        let Fetched {
+            pages,
+            buffer,
+            hashes,
+            ..
+        } = self.ahead.as_mut()?.take(slot)?;
+        // A fault served meanwhile may have brought some of them in.
+        let count = (1 + self.read_around_run(page, slot)).min(pages);
+        let intact = hashes
+            .as_ref()
+            .is_ok_and(|h| self.swap.check_hashes(slot, &h[..count]).is_ok());
+        if !intact {
+            // The ordinary read says what is wrong, if it still is.
+            self.give_back(buffer);
+            return None;
+        }
+        self.read_ahead_from(page + count as u64);
+        let mut frames = vec![frame];
+        while frames.len() < count {
+            match self.obtain_frame() {
+                Ok((f, _)) => frames.push(f),
+                Err(_) => break,
+            }
+        }
+        let served = self.map_run(page, slot, &frames, buffer.ptr(), eviction_ns);
+        if let Some(next) = self
+            .next_sequential
+            .filter(|_| matches!(served, Served::SwapIn { .. }))
+        {
+            bump(&self.counters.read_ahead_pages, next.saturating_sub(page));
+        }
+        self.give_back(buffer);
+        Some(served)
+    }
+
+    /// Ask for the run that starts at `page` to be read ahead, if the page
+    /// is in swap.
+    fn read_ahead_from(&mut self, page: u64) {
+        if self.ahead.is_none() || self.table.region_of(page).is_none() {
+            return;
+        }
+        let PageState::Swapped(slot) = self.table.get(page).state else {
+            return;
+        };
+        let run = 1 + self.read_around_run(page, slot);
+        if let Some(ahead) = self.ahead.as_mut() {
+            ahead.ask(slot, run);
+        }
+    }
+
+    fn give_back(&mut self, buffer: PageBuffer) {
+        if let Some(ahead) = self.ahead.as_mut() {
+            ahead.give_back(buffer);
         }
     }
 
@@ -916,7 +1011,7 @@ impl Handler {
     }
 
     /// Read `frames.len()` pages from `slot` on with one backend read and
-    /// map them from `page` on with one UFFDIO_COPY. None when the read
+    /// map them from `page` on ([`Handler::map_run`]). None when the read
     /// failed (nothing installed; the caller serves the page alone and
     /// the frames are still the caller's).
     fn swap_in_run(
@@ -935,10 +1030,27 @@ impl Handler {
         {
             return None;
         }
+        let src = self.buffer.ptr();
+        Some(self.map_run(page, slot, frames, src, eviction_ns))
+    }
+
+    /// Map `frames.len()` pages read from `slot` on (at `src`, checked)
+    /// from `page` on with one UFFDIO_COPY, into those frames; the frames
+    /// of pages not mapped go back.
+    fn map_run(
+        &mut self,
+        page: u64,
+        slot: u64,
+        frames: &[FrameId],
+        src: *const u8,
+        eviction_ns: Option<f64>,
+    ) -> Served {
+        let count = frames.len();
+        let len = count * self.page_size;
         let served = Served::SwapIn { eviction_ns };
         self.count(&served);
         let addr = self.page_addr(page);
-        let (copied, result) = self.uffd.copy_pages(addr, self.buffer.ptr, len as u64);
+        let (copied, result) = self.uffd.copy_pages(addr, src, len as u64);
         // Pages the kernel stopped before go back; it stops only at a page
         // already present, which the eviction order rules out.
         let installed = (copied as usize / self.page_size).min(count);
@@ -950,10 +1062,9 @@ impl Handler {
             let e = result
                 .err()
                 .unwrap_or_else(|| io::Error::other("nothing copied"));
-            return Some(
-                self.install_failed(page, addr, "UFFDIO_COPY", e)
-                    .unwrap_or(Served::Duplicate),
-            );
+            return self
+                .install_failed(page, addr, "UFFDIO_COPY", e)
+                .unwrap_or(Served::Duplicate);
         }
         for (i, frame) in frames.iter().enumerate() {
             if i >= installed {
@@ -973,7 +1084,7 @@ impl Handler {
             ));
         }
         self.next_sequential = Some(page + installed as u64);
-        Some(served)
+        served
     }
 
     /// EEXIST from ZEROPAGE/COPY means the page table and the page cache
@@ -1074,13 +1185,19 @@ impl Handler {
     /// and intact (their mappings are restored by the next fault on them);
     /// frames already emptied go back to the free list.
     fn evict(&mut self, victims: &[FrameId]) -> Result<(), FaultError> {
-        /// A page on its way out.
-        struct Leaving {
-            frame: FrameId,
-            page: u64,
-            new_state: PageState,
-            write: Option<(u64, u128)>,
+        let resident = self.take_away(victims)?;
+        let mut leaving = Vec::with_capacity(resident.len());
+        for (frame, f) in resident {
+            leaving.push(self.leaving(frame, f)?);
         }
+        self.write_behind(&leaving)?;
+        self.punch_out(leaving)
+    }
+
+    /// The pages in `victims`, taken away from the application first (one
+    /// madvise per run of consecutive pages): from here on it cannot
+    /// change them.
+    fn take_away(&mut self, victims: &[FrameId]) -> Result<Vec<(FrameId, Frame)>, FaultError> {
         let mut resident = Vec::with_capacity(victims.len());
         for &frame in victims {
             let Some(f) = self.frames.get(frame).copied() else {
@@ -1088,8 +1205,6 @@ impl Handler {
             };
             resident.push((frame, f));
         }
-        // Take the pages away from the application first (one madvise per
-        // run of consecutive pages): from here on it cannot change them.
         let mut mapped: Vec<u64> = resident
             .iter()
             .filter(|(_, f)| f.referenced)
@@ -1099,38 +1214,45 @@ impl Handler {
         for (first, count) in page_runs(&mapped) {
             drop_mapping(self.page_addr(first), count as usize * self.page_size);
         }
-        let mut leaving = Vec::with_capacity(resident.len());
-        for (frame, f) in resident {
-            if let Some(f) = self.frames.get_mut(frame) {
-                f.referenced = false;
-            }
-            let page = f.page;
-            let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
-            let entry = *self.table.entry(page);
-            let (new_state, write) = if hash != f.loaded_hash {
-                let slot = match entry.slot {
-                    Some(slot) => slot,
-                    None => self.swap_map.allocate().ok_or_else(|| SwapError::Full {
-                        slots: self.swap_map.capacity(),
-                        bytes: self.swap_map.capacity() * self.page_size as u64,
-                    })?,
-                };
-                self.table.entry(page).slot = Some(slot);
-                (PageState::Swapped(slot), Some((slot, hash)))
-            } else {
-                match entry.slot {
-                    Some(slot) => (PageState::Swapped(slot), None),
-                    // Loaded as zeros and still zeros.
-                    None => (PageState::Untouched, None),
-                }
-            };
-            leaving.push(Leaving {
-                frame,
-                page,
-                new_state,
-                write,
-            });
+        Ok(resident)
+    }
+
+    /// Where the page in `frame` goes: hashed, a changed page gets its
+    /// slot (allocated on its first write) and is to be written there.
+    fn leaving(&mut self, frame: FrameId, f: Frame) -> Result<Leaving, FaultError> {
+        if let Some(f) = self.frames.get_mut(frame) {
+            f.referenced = false;
         }
+        let page = f.page;
+        let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
+        let entry = *self.table.entry(page);
+        let (new_state, write) = if hash != f.loaded_hash {
+            let slot = match entry.slot {
+                Some(slot) => slot,
+                None => self.swap_map.allocate().ok_or_else(|| SwapError::Full {
+                    slots: self.swap_map.capacity(),
+                    bytes: self.swap_map.capacity() * self.page_size as u64,
+                })?,
+            };
+            self.table.entry(page).slot = Some(slot);
+            (PageState::Swapped(slot), Some((slot, hash)))
+        } else {
+            match entry.slot {
+                Some(slot) => (PageState::Swapped(slot), None),
+                // Loaded as zeros and still zeros.
+                None => (PageState::Untouched, None),
+            }
+        };
+        Ok(Leaving {
+            frame,
+            page,
+            new_state,
+            write,
+        })
+    }
+
+    /// Write the changed pages of `leaving` in one batch.
+    fn write_behind(&mut self, leaving: &[Leaving]) -> Result<(), FaultError> {
         let (own, page_size) = (&self.own, self.page_size);
         let (writes, hashes): (Vec<(u64, &[u8])>, Vec<u128>) = leaving
             .iter()
@@ -1139,22 +1261,35 @@ impl Handler {
                     .map(|(slot, hash)| ((slot, own.page(l.page, page_size)), hash))
             })
             .unzip();
-        if !writes.is_empty() {
-            let first = leaving.iter().find(|l| l.write.is_some()).map(|l| l.page);
-            if let Err(e) = self.swap.write_pages_hashed(&writes, &hashes) {
-                return Err(FaultError::WriteBack {
-                    count: writes.len(),
-                    first: first.unwrap_or(0),
-                    source: e,
-                });
-            }
-            bump(&self.counters.write_backs, writes.len() as u64);
-            bump(
-                &self.counters.bytes_out,
-                (writes.len() * self.page_size) as u64,
-            );
+        if writes.is_empty() {
+            return Ok(());
         }
-        // Only now may the pages leave memory: one hole per run.
+        // A run read ahead that covers a slot written now would bring
+        // back what it held before.
+        if let Some(ahead) = self.ahead.as_mut() {
+            for (slot, _) in &writes {
+                ahead.written(*slot);
+            }
+        }
+        let first = leaving.iter().find(|l| l.write.is_some()).map(|l| l.page);
+        if let Err(e) = self.swap.write_pages_hashed(&writes, &hashes) {
+            return Err(FaultError::WriteBack {
+                count: writes.len(),
+                first: first.unwrap_or(0),
+                source: e,
+            });
+        }
+        bump(&self.counters.write_backs, writes.len() as u64);
+        bump(
+            &self.counters.bytes_out,
+            (writes.len() * self.page_size) as u64,
+        );
+        Ok(())
+    }
+
+    /// Only now may the pages leave memory: one hole per run. On error
+    /// the frames already emptied go back to the free list.
+    fn punch_out(&mut self, mut leaving: Vec<Leaving>) -> Result<(), FaultError> {
         leaving.sort_unstable_by_key(|l| l.page);
         let pages: Vec<u64> = leaving.iter().map(|l| l.page).collect();
         let mut done = 0;

@@ -259,6 +259,24 @@ impl Verified {
             })
     }
 
+    /// Pages read from `first` on by someone else (the prefetch thread),
+    /// given by their hashes: each must be what was written to its slot.
+    pub fn check_hashes(&self, first: u64, hashes: &[u128]) -> Result<(), SwapError> {
+        for (i, &got) in hashes.iter().enumerate() {
+            let slot = first + i as u64;
+            let written = self.written_hash(slot)?;
+            if got != written {
+                return Err(SwapError::Corrupt {
+                    backend: self.describe(),
+                    slot,
+                    written,
+                    got,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The index of `slot` in `written`, grown to hold it.
     fn slot_index(&mut self, slot: u64) -> Result<usize, SwapError> {
         let at = usize::try_from(slot).map_err(|_| SwapError::Io {
@@ -570,6 +588,24 @@ mod tests {
         let e = swap.read_pages(10, &mut back, 4096).unwrap_err();
         assert!(matches!(e, SwapError::Corrupt { slot: 11, .. }), "{e}");
         assert!(back.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn hashes_of_pages_read_elsewhere_are_checked_against_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut swap = Verified::new(Box::new(FileSwap::temporary(dir.path()).unwrap()));
+        let (a, b) = (vec![1u8; 4096], vec![2u8; 4096]);
+        swap.write_pages(&[(4, &a[..]), (5, &b[..])]).unwrap();
+        let hash = xxhash_rust::xxh3::xxh3_128;
+        swap.check_hashes(4, &[hash(&a), hash(&b)]).unwrap();
+        assert!(matches!(
+            swap.check_hashes(4, &[hash(&a), hash(&a)]),
+            Err(SwapError::Corrupt { slot: 5, .. })
+        ));
+        assert!(matches!(
+            swap.check_hashes(5, &[hash(&b), hash(&b)]),
+            Err(SwapError::NeverWritten { slot: 6, .. })
+        ));
     }
 
     #[test]

@@ -170,8 +170,40 @@ fn read_around_fetches_several_pages_per_fault() {
         swap_ins + around >= 192 && swap_ins < 64,
         "{swap_ins} swap-ins and {around} pages read around: {after:?}"
     );
+    // Each run after the first was read while the one before was used.
+    let ahead = after.read_ahead_pages - before.read_ahead_pages;
+    assert!(ahead >= 128, "{ahead} pages read ahead: {after:?}");
     let (c, _) = pager.finish();
     assert_counters_add_up(&c);
+}
+
+#[test]
+fn pages_changed_while_their_run_is_read_ahead_come_back_changed() {
+    if !pager_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let swap = Box::new(FileSwap::temporary(dir.path()).unwrap());
+    let mut pager = start(256, 64, "fifo", swap, 16, 16);
+    let all: Vec<usize> = (0..256).collect();
+    write_all(&mut pager, &all, 1);
+    for cut in [40, 100, 170] {
+        // A sequential scan up to `cut` asks for the run after it ahead;
+        // those pages are then changed (faulted in out of order),
+        // pushed out by a scan elsewhere (written back) and read again.
+        let before: Vec<usize> = (0..cut).collect();
+        check_all(&mut pager, &before, 1, "scan up to the cut");
+        let next: Vec<usize> = (cut..cut + 24).rev().collect();
+        write_all(&mut pager, &next, 2);
+        let far: Vec<usize> = (0..256).filter(|p| *p < cut || *p >= cut + 24).collect();
+        check_all(&mut pager, &far, 1, "elsewhere");
+        let again: Vec<usize> = (cut..cut + 24).collect();
+        check_all(&mut pager, &again, 2, "the changed run");
+        write_all(&mut pager, &again, 1);
+    }
+    let (c, _) = pager.finish();
+    assert_counters_add_up(&c);
+    assert!(c.write_backs > 0 && c.read_ahead_pages > 0, "{c:?}");
 }
 
 #[test]
@@ -278,5 +310,6 @@ fn read_around_and_write_behind_keep_data_on_rfs_swap() {
         let pager = start(160, 32, "clock", Box::new(swap), 16, 16);
         let c = exercise(pager, &format!("rfs over {transport}"));
         assert!(c.read_around_pages > 0, "{c:?}");
+        assert!(c.read_ahead_pages > 0, "{c:?}");
     }
 }

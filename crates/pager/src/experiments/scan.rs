@@ -317,8 +317,9 @@ fn marker(page: usize) -> u8 {
 fn counters_note(before: &PagerCounters, after: &PagerCounters, passes: usize) -> String {
     let faults = after.swap_ins - before.swap_ins;
     let around = after.read_around_pages - before.read_around_pages;
+    let ahead = after.read_ahead_pages - before.read_ahead_pages;
     format!(
-        "in the {passes} timed passes: {faults} swap-in faults brought {} pages ({around} by read-around), {} evictions, {} write-backs",
+        "in the {passes} timed passes: {faults} swap-in faults brought {} pages ({around} by read-around; {ahead} from runs read ahead while the run before was used), {} evictions, {} write-backs",
         faults + around,
         after.evictions - before.evictions,
         after.write_backs - before.write_backs
