@@ -843,15 +843,19 @@ impl FrameBuffer {
     }
 
     /// Put `bytes` in front of what is buffered (bytes that came off the
-    /// stream before it). The caller leaves room: buffered plus `bytes`
-    /// within the capacity.
-    pub(crate) fn prepend(&mut self, bytes: &[u8]) {
+    /// stream before it); false, changing nothing, if buffered plus
+    /// `bytes` exceed the capacity.
+    #[must_use]
+    pub(crate) fn prepend(&mut self, bytes: &[u8]) -> bool {
         let held = self.end - self.start;
-        assert!(bytes.len() + held <= self.buf.len(), "no room to prepend");
+        if bytes.len() + held > self.buf.len() {
+            return false;
+        }
         self.buf.copy_within(self.start..self.end, bytes.len());
         self.buf[..bytes.len()].copy_from_slice(bytes);
         self.start = 0;
         self.end = bytes.len() + held;
+        true
     }
 
     /// The next complete frame's body, None if more bytes are needed,
