@@ -289,8 +289,11 @@ def print_table(meta, tolerance, rows):
         ])
     print(f"osprobe vs iperf3, qperf and sockperf over loopback 127.0.0.1: {meta.get('runs')} "
           f"round(s), alternating; medians of per-run figures")
-    print(f"{meta.get('iperf3_version')}; qperf {meta.get('qperf_version')} "
-          f"({meta.get('qperf_where')}); {meta.get('sockperf_version')}")
+    if meta.get("qperf_version") is None:  # BW_ONLY: iperf3 alone
+        print(f"{meta.get('iperf3_version')}")
+    else:
+        print(f"{meta.get('iperf3_version')}; qperf {meta.get('qperf_version')} "
+              f"({meta.get('qperf_where')}); {meta.get('sockperf_version')}")
     print(f"osprobe {meta.get('osprobe_version')}; kernel {meta.get('kernel')}; "
           f"{meta.get('cpus')} CPU(s); bandwidth placement: iperf3 -A "
           f"{meta.get('bw_affinity', '0')} (1: as osprobe's pin=auto); round trips unpinned"

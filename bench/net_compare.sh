@@ -56,6 +56,10 @@ RTT_TOLERANCE_PCT="${RTT_TOLERANCE_PCT:-10}"
 TRANSFER_TARGET="${TRANSFER_TARGET:-0.9}"
 # 1: a second pass with every process of both tools pinned to one CPU.
 PINNED="${PINNED:-0}"
+# 1: the bandwidth comparisons only (bw.single, bw.multi): no qperf,
+# sockperf, osprobe serve or file to transfer; the quick loop while working
+# on net.bandwidth.
+BW_ONLY="${BW_ONLY:-0}"
 # 1 (default): iperf3's bandwidth runs get -A SENDER,RECEIVER, the CPUs
 # osprobe net.bandwidth's pin=auto puts its sender and receiver on (the
 # second and the first allowed CPU), so both tools measure the same
@@ -81,7 +85,7 @@ QPERF_NETNS=0
 
 usage() {
     cat <<EOF
-Usage: $(basename "$0") [--runs N] [--pinned] [--json] [--no-build] [--help]
+Usage: $(basename "$0") [--runs N] [--pinned] [--bw-only] [--json] [--no-build] [--help]
 
 Run iperf3 (1 and ${MULTI_STREAMS} streams), qperf tcp_lat and sockperf ping-pong beside
 osprobe net.bandwidth and net.rtt over 127.0.0.1, and osprobe send of a
@@ -89,6 +93,7 @@ ${TRANSFER_MIB} MiB file beside osprobe's memory-to-memory rate; print ratios.
 
   --runs N     rounds (default 5; env RUNS or ROUNDS)
   --pinned     a second pass with both ends of every tool on one CPU (PINNED=1)
+  --bw-only    only the bandwidth comparisons against iperf3 (BW_ONLY=1)
   --json       print a JSON object instead of the table
   --no-build   do not run cargo build; use \$OSPROBE or target/release/osprobe
 
@@ -96,7 +101,7 @@ Environment: RUNS/ROUNDS, WRITE_SIZE ($WRITE_SIZE), DURATION_S ($DURATION_S),
 MULTI_STREAMS ($MULTI_STREAMS), RTT_SIZE ($RTT_SIZE), RTT_S ($RTT_S),
 TRANSFER_MIB ($TRANSFER_MIB), BW_TARGET ($BW_TARGET), MULTI_TARGET ($MULTI_TARGET),
 RTT_TOLERANCE_PCT ($RTT_TOLERANCE_PCT), TRANSFER_TARGET ($TRANSFER_TARGET),
-PINNED ($PINNED), BW_AFFINITY ($BW_AFFINITY: iperf3 -A as osprobe's pin=auto), TIMEOUT_S ($TIMEOUT_S), BENCH_DIR (not tmpfs), IPERF3, QPERF,
+PINNED ($PINNED), BW_ONLY ($BW_ONLY), BW_AFFINITY ($BW_AFFINITY: iperf3 -A as osprobe's pin=auto), TIMEOUT_S ($TIMEOUT_S), BENCH_DIR (not tmpfs), IPERF3, QPERF,
 SOCKPERF (binaries), OSPROBE (osprobe binary), PYTHON (python3).
 EOF
 }
@@ -115,6 +120,7 @@ check_settings() {
     # optional K or M, binary in both.
     [[ "$WRITE_SIZE" =~ ^[1-9][0-9]*[KM]?$ ]] || die 2 "WRITE_SIZE must look like 128K (K or M), got '$WRITE_SIZE'"
     [[ "$PINNED" =~ ^[01]$ ]] || die 2 "PINNED must be 0 or 1, got '$PINNED'"
+    [[ "$BW_ONLY" =~ ^[01]$ ]] || die 2 "BW_ONLY must be 0 or 1, got '$BW_ONLY'"
     [[ "$BW_AFFINITY" =~ ^[01]$ ]] || die 2 "BW_AFFINITY must be 0 or 1, got '$BW_AFFINITY'"
     ((DURATION_S * 2 + 30 <= TIMEOUT_S)) || die 2 "TIMEOUT_S ($TIMEOUT_S) is too short for DURATION_S=$DURATION_S"
     ((RTT_S * 2 + 30 <= TIMEOUT_S)) || die 2 "TIMEOUT_S ($TIMEOUT_S) is too short for RTT_S=$RTT_S"
@@ -123,8 +129,9 @@ check_settings() {
 # Find the three peers; install the missing ones from Debian's packages
 # (one apt-get for all), which needs root and apt-get.
 find_peers() {
-    local missing=() var name
-    for var in IPERF3:iperf3 QPERF:qperf SOCKPERF:sockperf; do
+    local missing=() var name peers=(IPERF3:iperf3)
+    if ((!BW_ONLY)); then peers+=(QPERF:qperf SOCKPERF:sockperf); fi
+    for var in "${peers[@]}"; do
         name="${var#*:}"
         var="${var%%:*}"
         if [[ -z "${!var}" ]] && ! command -v "$name" >/dev/null; then
@@ -142,7 +149,7 @@ find_peers() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2 ||
             die 2 "apt-get install -y ${missing[*]} failed"
     fi
-    for var in IPERF3:iperf3 QPERF:qperf SOCKPERF:sockperf; do
+    for var in "${peers[@]}"; do
         name="${var#*:}"
         var="${var%%:*}"
         local path="${!var}"
@@ -295,15 +302,21 @@ start_servers() {
     QPERF_PORT="${ports[2]}"
     SERVE_PORT="${ports[3]}"
     start_server iperf3 "$IPERF3_PORT" ""
+    if ((PINNED)); then
+        IPERF3_PIN_PORT="${ports[4]}"
+        start_server iperf3 "$IPERF3_PIN_PORT" "$CPU"
+    fi
+    if ((BW_ONLY)); then
+        log "servers on 127.0.0.1: iperf3 :$IPERF3_PORT (bandwidth only)"
+        return
+    fi
     start_server sockperf "$SOCKPERF_PORT" ""
     start_server qperf "$QPERF_PORT" ""
     QPERF_PID="$STARTED_PID"
     start_server osprobe "$SERVE_PORT" ""
     if ((PINNED)); then
-        IPERF3_PIN_PORT="${ports[4]}"
         SOCKPERF_PIN_PORT="${ports[5]}"
         QPERF_PIN_PORT="${ports[6]}"
-        start_server iperf3 "$IPERF3_PIN_PORT" "$CPU"
         start_server sockperf "$SOCKPERF_PIN_PORT" "$CPU"
         start_server qperf "$QPERF_PIN_PORT" "$CPU"
         QPERF_PIN_PID="$STARTED_PID"
@@ -493,24 +506,28 @@ write_meta() {
     record meta bw_affinity "$BW_AFFINITY${BW_CPUS:+ (iperf3 -A $BW_CPUS)}"
     record meta cpu "$CPU"
     record meta cpus "$(nproc)"
-    record meta scratch_dir "$SCRATCH"
-    record meta scratch_fs "$SCRATCH_FS"
     record meta iperf3_version "$("$IPERF3" --version 2>&1 | head -n1)"
-    record meta qperf_version "$("$QPERF" --version 2>&1 | head -n1 | sed 's/^qperf //')"
-    record meta qperf_where "$( ((QPERF_NETNS)) && echo "server in a private netns" || echo "server on all addresses")"
-    record meta sockperf_version "$("$SOCKPERF" --version 2>&1 | head -n1)"
     record meta osprobe_binary "$OSPROBE"
     record meta osprobe_version "$("$OSPROBE" --version 2>/dev/null | head -n1)"
     record meta kernel "$(uname -r)"
     record meta started "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    record meta bw_only "$BW_ONLY"
     record pair bw.single "$(iperf3_cmd 1)" "$(osprobe_bw_cmd 1)"
     record pair bw.multi "$(iperf3_cmd "$MULTI_STREAMS")" "$(osprobe_bw_cmd "$MULTI_STREAMS")"
+    if ((PINNED)); then
+        record pair bw.single+pin "$(iperf3_cmd 1 pin)" "$(osprobe_bw_cmd 1 pin)"
+        record pair bw.multi+pin "$(iperf3_cmd "$MULTI_STREAMS" pin)" "$(osprobe_bw_cmd "$MULTI_STREAMS" pin)"
+    fi
+    if ((BW_ONLY)); then return; fi
+    record meta scratch_dir "$SCRATCH"
+    record meta scratch_fs "$SCRATCH_FS"
+    record meta qperf_version "$("$QPERF" --version 2>&1 | head -n1 | sed 's/^qperf //')"
+    record meta qperf_where "$( ((QPERF_NETNS)) && echo "server in a private netns" || echo "server on all addresses")"
+    record meta sockperf_version "$("$SOCKPERF" --version 2>&1 | head -n1)"
     record pair rtt.qperf "$(qperf_cmd)" "$(osprobe_rtt_cmd)"
     record pair rtt.sockperf "$(sockperf_cmd)" "$(osprobe_rtt_cmd)"
     record pair transfer "$(osprobe_bw_cmd 1) (bw.single's osprobe run; and $(dd_cmd))" "$(send_cmd)"
     if ((PINNED)); then
-        record pair bw.single+pin "$(iperf3_cmd 1 pin)" "$(osprobe_bw_cmd 1 pin)"
-        record pair bw.multi+pin "$(iperf3_cmd "$MULTI_STREAMS" pin)" "$(osprobe_bw_cmd "$MULTI_STREAMS" pin)"
         record pair rtt.qperf+pin "$(qperf_cmd pin)" "$(osprobe_rtt_cmd pin)"
         record pair rtt.sockperf+pin "$(sockperf_cmd pin)" "$(osprobe_rtt_cmd pin)"
     fi
@@ -533,6 +550,10 @@ measure() {
     local run group tool out name what value order groups=(bw.single bw.multi rtt transfer)
     local memory iperf3_single
     if ((PINNED)); then groups+=(bw.single+pin bw.multi+pin rtt+pin); fi
+    if ((BW_ONLY)); then
+        groups=(bw.single bw.multi)
+        if ((PINNED)); then groups+=(bw.single+pin bw.multi+pin); fi
+    fi
     for ((run = 1; run <= RUNS; run++)); do
         if ((run % 2)); then order="osprobe peer"; else order="peer osprobe"; fi
         for group in "${groups[@]}"; do
@@ -571,7 +592,11 @@ main() {
     local args=() arg
     # --pinned is this script's own flag; lib.sh's parse_args takes the rest.
     for arg in "$@"; do
-        if [[ "$arg" == --pinned ]]; then PINNED=1; else args+=("$arg"); fi
+        case "$arg" in
+        --pinned) PINNED=1 ;;
+        --bw-only) BW_ONLY=1 ;;
+        *) args+=("$arg") ;;
+        esac
     done
     parse_args "${args[@]}"
     check_settings
@@ -584,13 +609,15 @@ main() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     RECORDS="$WORK/records.tsv"
-    make_scratch
+    if ((!BW_ONLY)); then make_scratch; fi
     build_osprobe
     check_osprobe
     find_cpu
     find_bw_cpus
-    find_qperf_netns
-    make_file
+    if ((!BW_ONLY)); then
+        find_qperf_netns
+        make_file
+    fi
     start_servers
     write_meta
     measure

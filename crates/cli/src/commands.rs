@@ -85,7 +85,7 @@ fn history(db: Option<PathBuf>, args: HistoryArgs) -> Result<ExitCode> {
         None => Vec::new(),
     };
     let stored = runs.len();
-    let filter = crate::labels::Filter {
+    let filter = osprobe_core::labels::Filter {
         host: args.host,
         labels: args.labels,
     };

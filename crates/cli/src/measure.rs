@@ -181,7 +181,8 @@ fn measure(request: Request) -> Result<ExitCode> {
     })?;
     let plan = Plan::new(request.selected, profile, request.overrides)
         .map_err(|e| UsageError(format!("--param: {e}")))?;
-    let labels = crate::labels::collect(&opts.labels).map_err(UsageError)?;
+    let labels =
+        osprobe_core::labels::collect(&opts.labels).map_err(|e| UsageError(e.to_string()))?;
     // Open the store before measuring: a bad --db fails in a millisecond,
     // not after a minute of work.
     let store = if opts.no_store {

@@ -6,7 +6,7 @@
 //! (osprobe-rfs).
 
 use crate::error::UsageError;
-use osprobe_core::locator::ServiceLocator;
+use osprobe_core::locator::{LocateError, ServiceLocator};
 use osprobe_net::client::Peer;
 use osprobe_rfs::{Server, ServerEvent, ServerOptions, Transports};
 use std::net::SocketAddr;
@@ -21,17 +21,25 @@ pub fn locator(token: Option<String>) -> Arc<dyn ServiceLocator> {
     Arc::new(move |to: &str, service: &str| locate(to, service, token.clone()))
 }
 
-fn locate(to: &str, service: &str, token: Option<String>) -> Result<SocketAddr, String> {
+fn locate(to: &str, service: &str, token: Option<String>) -> Result<SocketAddr, LocateError> {
     if service != "rfs" {
-        return Err(format!("osprobe serve offers no '{service}' service"));
+        return Err(LocateError::UnknownService(service.to_string()));
     }
-    let addr = osprobe_net::path::resolve(to).map_err(|e| format!("--to {to}: {e}"))?;
+    let addr = osprobe_net::path::resolve(to).map_err(|e| LocateError::Unreachable {
+        context: format!("--to {to}"),
+        source: e.into(),
+    })?;
     match Peer::new(addr, token).file_service() {
         Ok(Some(rfs)) => Ok(rfs),
-        Ok(None) => Err(format!(
-            "the osprobe serve at {to} offers no file service: start it with `osprobe serve --export DIR --export-writable` for rfs.throughput, fs.remote_read and pager.fault"
-        )),
-        Err(e) => Err(format!("asking {to} for its file service: {e}")),
+        Ok(None) => Err(LocateError::NotOffered {
+            to: to.to_string(),
+            what: "file service",
+            how: "start it with `osprobe serve --export DIR --export-writable` for rfs.throughput, fs.remote_read and pager.fault",
+        }),
+        Err(e) => Err(LocateError::Unreachable {
+            context: format!("asking {to} for its file service"),
+            source: e.into(),
+        }),
     }
 }
 

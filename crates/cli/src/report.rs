@@ -39,19 +39,20 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
 
 /// `report --fleet ID`: load every run of the fleet and write its page.
 fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Result<ExitCode> {
-    let fleet = crate::fleetref::resolve(&store.list_runs()?, reference).map_err(UsageError)?;
+    let fleet = osprobe_store::fleetref::resolve(&store.list_runs()?, reference)
+        .map_err(|e| UsageError(e.to_string()))?;
     let mut runs = Vec::with_capacity(fleet.runs.len());
     for id in &fleet.runs {
         let run = crate::store::load_run(store, id)?;
         readable_schema(&run)?;
         runs.push(run);
     }
-    let out = out.unwrap_or_else(|| PathBuf::from(crate::fleetref::file_name(&fleet.id)));
+    let out = out.unwrap_or_else(|| PathBuf::from(fleet_file_name(&fleet.id)));
     if out.is_dir() {
         return Err(UsageError(format!(
             "--out {}: is a directory; give a file name, e.g. {}",
             out.display(),
-            out.join(crate::fleetref::file_name(&fleet.id)).display()
+            out.join(fleet_file_name(&fleet.id)).display()
         ))
         .into());
     }
@@ -82,7 +83,8 @@ fn readable_schema(run: &Run) -> Result<()> {
 
 /// Render `run` into `path`; the number of bytes written.
 pub fn write(run: &Run, path: &Path) -> Result<usize> {
-    let mut report = Report::new(run);
+    // Each experiment's preferred plots (what the generic rule cannot guess).
+    let mut report = Report::new(run).plot_views(crate::registry::registry().plot_views());
     // The reference figures are built in; if they ever failed to load the
     // report still renders, without that section.
     if let Ok(references) = osprobe_report::reproduce::references() {
@@ -102,4 +104,31 @@ pub fn write_beside_store(run: &Run, store: &osprobe_store::Location) -> Result<
     let path = dir.join(format!("{}.html", run.id));
     write(run, &path)?;
     Ok(path)
+}
+
+/// A file name made of the fleet id: anything but letters, digits, `.`,
+/// `_` and `-` becomes `_` (a label may hold `/`).
+fn fleet_file_name(id: &str) -> String {
+    let safe: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("osprobe-fleet-{}.html", safe.trim_start_matches('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_keep_only_safe_characters() {
+        assert_eq!(fleet_file_name("01JAAA"), "osprobe-fleet-01JAAA.html");
+        assert_eq!(fleet_file_name("../x y/z"), "osprobe-fleet-_x_y_z.html");
+    }
 }

@@ -5,7 +5,7 @@
 use crate::error::UsageError;
 use anyhow::Result;
 use osprobe_core::Run;
-use osprobe_store::{Access, Location, RunStore, StoreError};
+use osprobe_store::{hostref, Access, Location, RunStore, StoreError};
 use std::path::PathBuf;
 
 /// The store `--db` names, else the default one. A malformed URL is the
@@ -52,11 +52,13 @@ pub fn open_if_exists(location: &Location) -> Result<Option<Box<dyn RunStore>>> 
 
 /// Load a run; an unknown, ambiguous or absent id is a usage error.
 /// `HOST:REF` (e.g. `web-1:latest`) counts among that host's runs
-/// ([`crate::hostref`]); a note on stderr says when the hostname stood in
+/// (`osprobe_store::hostref`); a note on stderr says when the hostname stood in
 /// for a `host` label.
 pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
-    let resolved = match crate::hostref::split(id) {
-        Some(_) => crate::hostref::resolve(&store.list_runs()?, id).map_err(UsageError)?,
+    let resolved = match hostref::split(id) {
+        Some(_) => {
+            hostref::resolve(&store.list_runs()?, id).map_err(|e| UsageError(e.to_string()))?
+        }
         None => None,
     };
     let id = match &resolved {

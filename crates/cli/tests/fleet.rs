@@ -44,6 +44,7 @@ fn fleet_run(fleet: &Fleet, inventory: &str, extra: &[&str]) -> (Output, Value) 
             String::from_utf8_lossy(&out.stderr)
         )
     });
+    common::assert_follows("fleet-run.schema.json", &summary);
     (out, summary)
 }
 
@@ -360,6 +361,7 @@ fn a_fleet_run_with_a_pair_and_an_unreachable_host_into_postgresql() {
         .output()
         .unwrap();
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    common::assert_follows("fleet-run.schema.json", &summary);
     assert_eq!(out.status.code(), Some(1), "{summary}");
     assert_eq!(host(&summary, "gone")["ok"], false);
     assert_eq!(host(&summary, "h1")["ok"], true, "{summary}");

@@ -83,3 +83,65 @@ pub enum MountError {
     #[error("the server '{0}' resolves to no address")]
     NoAddress(String),
 }
+
+/// Why a checked parameter's text is refused, in the check's own words
+/// ([`crate::ParamKind::Checked`]): any error, kept as the source.
+pub type CheckError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a `--param name=value` is refused: each variant names the parameter
+/// and the value, and says what is accepted instead.
+#[derive(Debug, thiserror::Error)]
+pub enum ParamError {
+    #[error(
+        "invalid value '{raw}' for parameter '{name}': expected an integer from {min} to {max}"
+    )]
+    Int {
+        name: &'static str,
+        raw: String,
+        min: i64,
+        max: i64,
+    },
+    /// `min` and `max` as `format_bytes` writes them.
+    #[error("invalid value '{raw}' for parameter '{name}': expected a size from {min} to {max} (e.g. 4096, 64K, 1M, 2G)")]
+    Bytes {
+        name: &'static str,
+        raw: String,
+        min: String,
+        max: String,
+    },
+    #[error("parameter '{name}' needs a path")]
+    NoPath { name: &'static str },
+    #[error("parameter '{name}' needs a value: {what}")]
+    NoText {
+        name: &'static str,
+        what: &'static str,
+    },
+    #[error("invalid value '{raw}' for parameter '{name}': {source} (expected {form})")]
+    Checked {
+        name: &'static str,
+        raw: String,
+        form: &'static str,
+        #[source]
+        source: CheckError,
+    },
+    #[error("invalid value '{raw}' for parameter '{name}': expected one of {}", .words.join(", "))]
+    Choice {
+        name: &'static str,
+        raw: String,
+        words: &'static [&'static str],
+    },
+    #[error("invalid list '{raw}' for parameter '{name}': an empty item; write values separated by commas, e.g. {name}=1,3,5")]
+    EmptyItem { name: &'static str, raw: String },
+    #[error("{experiment} takes no parameters (got '{name}')")]
+    NoParameters {
+        experiment: &'static str,
+        name: String,
+    },
+    /// `accepted`: each parameter as `name=what it accepts`.
+    #[error("unknown parameter '{name}' for {experiment}: accepted {}", .accepted.join(", "))]
+    Unknown {
+        experiment: &'static str,
+        name: String,
+        accepted: Vec<String>,
+    },
+}

@@ -3,6 +3,7 @@
 
 use crate::clock::Clock;
 use crate::environment::Environment;
+use crate::error::{CheckError, ParamError};
 use crate::model::{Measurement, ParamValue, Params, Profile};
 use std::fmt;
 
@@ -29,6 +30,12 @@ pub trait Experiment: Send + Sync {
     /// The parameters a user may set with `--param`, with what is accepted.
     fn params(&self) -> &'static [ParamSpec] {
         &[]
+    }
+    /// How the report should plot this experiment where its generic rule
+    /// (lines against the parameter that varies most) is not the best
+    /// view: the default leaves it generic.
+    fn plot_view(&self) -> crate::plot_view::PlotView {
+        crate::plot_view::PlotView::default()
     }
     /// The points measured by a profile. Must not be empty.
     fn grid(&self, profile: Profile) -> Vec<Params>;
@@ -272,62 +279,56 @@ pub enum ParamKind {
     /// names the form, and stored as given.
     Checked {
         form: &'static str,
-        check: fn(&str) -> Result<(), String>,
+        check: fn(&str) -> Result<(), CheckError>,
     },
 }
 
 impl ParamSpec {
     /// Parse a value given on the command line, or say what is accepted.
-    pub fn parse(&self, raw: &str) -> Result<ParamValue, String> {
+    pub fn parse(&self, raw: &str) -> Result<ParamValue, ParamError> {
+        let name = self.name;
         match self.kind {
             ParamKind::Int { min, max } => match raw.trim().replace('_', "").parse::<i64>() {
                 Ok(v) if (min..=max).contains(&v) => Ok(ParamValue::Int(v)),
-                _ => Err(format!(
-                    "invalid value '{raw}' for parameter '{}': expected an integer from {min} to {max}",
-                    self.name
-                )),
+                _ => Err(ParamError::Int {
+                    name,
+                    raw: raw.to_string(),
+                    min,
+                    max,
+                }),
             },
             ParamKind::Bytes { min, max } => match parse_bytes(raw) {
                 Some(v) if (min..=max).contains(&v) => Ok(ParamValue::Int(v as i64)),
-                _ => Err(format!(
-                    "invalid value '{raw}' for parameter '{}': expected a size from {} to {} (e.g. 4096, 64K, 1M, 2G)",
-                    self.name,
-                    format_bytes(min),
-                    format_bytes(max)
-                )),
+                _ => Err(ParamError::Bytes {
+                    name,
+                    raw: raw.to_string(),
+                    min: format_bytes(min),
+                    max: format_bytes(max),
+                }),
             },
-            ParamKind::Path => {
-                if raw.is_empty() {
-                    Err(format!("parameter '{}' needs a path", self.name))
-                } else {
-                    Ok(ParamValue::Text(raw.to_string()))
-                }
+            ParamKind::Path if raw.is_empty() => Err(ParamError::NoPath { name }),
+            ParamKind::Path => Ok(ParamValue::Text(raw.to_string())),
+            ParamKind::Text(what) if raw.trim().is_empty() => {
+                Err(ParamError::NoText { name, what })
             }
-            ParamKind::Text(what) => {
-                if raw.trim().is_empty() {
-                    Err(format!("parameter '{}' needs a value: {what}", self.name))
-                } else {
-                    Ok(ParamValue::Text(raw.trim().to_string()))
-                }
-            }
+            ParamKind::Text(_) => Ok(ParamValue::Text(raw.trim().to_string())),
             ParamKind::Checked { form, check } => match check(raw.trim()) {
                 Ok(()) => Ok(ParamValue::Text(raw.trim().to_string())),
-                Err(why) => Err(format!(
-                    "invalid value '{raw}' for parameter '{}': {why} (expected {form})",
-                    self.name
-                )),
+                Err(source) => Err(ParamError::Checked {
+                    name,
+                    raw: raw.to_string(),
+                    form,
+                    source,
+                }),
             },
-            ParamKind::Choice(words) => {
-                if words.contains(&raw) {
-                    Ok(ParamValue::Text(raw.to_string()))
-                } else {
-                    Err(format!(
-                        "invalid value '{raw}' for parameter '{}': expected one of {}",
-                        self.name,
-                        words.join(", ")
-                    ))
-                }
+            ParamKind::Choice(words) if words.contains(&raw) => {
+                Ok(ParamValue::Text(raw.to_string()))
             }
+            ParamKind::Choice(words) => Err(ParamError::Choice {
+                name,
+                raw: raw.to_string(),
+                words,
+            }),
         }
     }
 
@@ -386,7 +387,7 @@ pub fn grid_with_overrides(
     exp: &dyn Experiment,
     profile: Profile,
     overrides: &[(String, String)],
-) -> Result<Vec<Params>, String> {
+) -> Result<Vec<Params>, ParamError> {
     // Each named parameter with its values, in the order first given.
     let mut swept: Vec<(String, Vec<ParamValue>)> = Vec::new();
     for (name, raw) in overrides {
@@ -430,28 +431,31 @@ pub fn grid_with_overrides(
 }
 
 /// The spec of parameter `name` of `exp`, or what it accepts instead.
-fn find_param<'e>(exp: &'e dyn Experiment, name: &str) -> Result<&'e ParamSpec, String> {
+fn find_param<'e>(exp: &'e dyn Experiment, name: &str) -> Result<&'e ParamSpec, ParamError> {
     exp.params().iter().find(|s| s.name == name).ok_or_else(|| {
-        let known: Vec<String> = exp
+        let accepted: Vec<String> = exp
             .params()
             .iter()
             .map(|s| format!("{}={}", s.name, s.accepted()))
             .collect();
-        if known.is_empty() {
-            format!("{} takes no parameters (got '{name}')", exp.id())
+        if accepted.is_empty() {
+            ParamError::NoParameters {
+                experiment: exp.id(),
+                name: name.to_string(),
+            }
         } else {
-            format!(
-                "unknown parameter '{name}' for {}: accepted {}",
-                exp.id(),
-                known.join(", ")
-            )
+            ParamError::Unknown {
+                experiment: exp.id(),
+                name: name.to_string(),
+                accepted,
+            }
         }
     })
 }
 
 /// The values in one `--param` value: a comma-separated list for kinds
 /// whose values cannot contain a comma, the whole text otherwise.
-fn list_items<'r>(spec: &ParamSpec, raw: &'r str) -> Result<Vec<&'r str>, String> {
+fn list_items<'r>(spec: &ParamSpec, raw: &'r str) -> Result<Vec<&'r str>, ParamError> {
     let splits = matches!(
         spec.kind,
         ParamKind::Int { .. } | ParamKind::Bytes { .. } | ParamKind::Choice(_)
@@ -461,10 +465,10 @@ fn list_items<'r>(spec: &ParamSpec, raw: &'r str) -> Result<Vec<&'r str>, String
     }
     let items: Vec<&str> = raw.split(',').map(str::trim).collect();
     if items.iter().any(|i| i.is_empty()) {
-        return Err(format!(
-            "invalid list '{raw}' for parameter '{}': an empty item; write values separated by commas, e.g. {}=1,3,5",
-            spec.name, spec.name
-        ));
+        return Err(ParamError::EmptyItem {
+            name: spec.name,
+            raw: raw.to_string(),
+        });
     }
     Ok(items)
 }
@@ -582,6 +586,15 @@ impl Registry {
 
     pub fn get(&self, id: &str) -> Option<&dyn Experiment> {
         self.all().find(|e| e.id() == id)
+    }
+
+    /// Every experiment's plot view, for the report.
+    pub fn plot_views(&self) -> crate::plot_view::PlotViews {
+        let mut views = crate::plot_view::PlotViews::default();
+        for exp in &self.experiments {
+            views.insert(exp.id(), exp.plot_view());
+        }
+        views
     }
 
     pub fn ids(&self) -> Vec<&'static str> {
@@ -743,7 +756,7 @@ mod tests {
         assert!(pts.iter().all(|p| p.text("kind") == Some("b")));
     }
 
-    fn sweep(overrides: &[(&str, &str)]) -> Result<Vec<Params>, String> {
+    fn sweep(overrides: &[(&str, &str)]) -> Result<Vec<Params>, ParamError> {
         let overrides: Vec<(String, String)> = overrides
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -782,9 +795,9 @@ mod tests {
 
     #[test]
     fn bad_items_of_a_list_are_named() {
-        let e = sweep(&[("args", "1,9")]).unwrap_err();
+        let e = sweep(&[("args", "1,9")]).unwrap_err().to_string();
         assert!(e.contains("'9'") && e.contains("0 to 7"), "{e}");
-        let e = sweep(&[("args", "1,,2")]).unwrap_err();
+        let e = sweep(&[("args", "1,,2")]).unwrap_err().to_string();
         assert!(e.contains("'1,,2'") && e.contains("empty item"), "{e}");
     }
 
@@ -836,14 +849,17 @@ mod tests {
 
     #[test]
     fn bad_overrides_say_what_is_accepted() {
-        let e =
-            grid_with_overrides(&Fake, Profile::Smoke, &[("args".into(), "9".into())]).unwrap_err();
+        let e = grid_with_overrides(&Fake, Profile::Smoke, &[("args".into(), "9".into())])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'9'") && e.contains("0 to 7"), "{e}");
-        let e =
-            grid_with_overrides(&Fake, Profile::Smoke, &[("kind".into(), "c".into())]).unwrap_err();
+        let e = grid_with_overrides(&Fake, Profile::Smoke, &[("kind".into(), "c".into())])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a, b"), "{e}");
-        let e =
-            grid_with_overrides(&Fake, Profile::Smoke, &[("nope".into(), "1".into())]).unwrap_err();
+        let e = grid_with_overrides(&Fake, Profile::Smoke, &[("nope".into(), "1".into())])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("unknown parameter 'nope'") && e.contains("args=0..7"),
             "{e}"
@@ -861,12 +877,12 @@ mod tests {
                     raw.strip_suffix("ms")
                         .and_then(|n| n.parse::<u32>().ok())
                         .map(|_| ())
-                        .ok_or_else(|| "not a number of ms".to_string())
+                        .ok_or_else(|| "not a number of ms".into())
                 },
             },
         };
         assert!(matches!(spec.parse(" 50ms "), Ok(ParamValue::Text(t)) if t == "50ms"));
-        let e = spec.parse("fast").unwrap_err();
+        let e = spec.parse("fast").unwrap_err().to_string();
         assert!(
             e.contains("'fast'") && e.contains("not a number") && e.contains("e.g. 50ms"),
             "{e}"
@@ -895,8 +911,8 @@ mod tests {
                 max: 1 << 30,
             },
         };
-        assert_eq!(spec.parse("8K"), Ok(ParamValue::Int(8192)));
-        let e = spec.parse("2G").unwrap_err();
+        assert_eq!(spec.parse("8K").unwrap(), ParamValue::Int(8192));
+        let e = spec.parse("2G").unwrap_err().to_string();
         assert!(e.contains("4K to 1G"), "{e}");
     }
 

@@ -8,16 +8,40 @@ use std::net::SocketAddr;
 
 /// Finds a service the `osprobe serve` at `to` (HOST[:PORT], as given)
 /// offers beside its own port, by name ("rfs": the file service of
-/// `serve --export`): its address, or one line saying why not.
+/// `serve --export`): its address, or why not.
 pub trait ServiceLocator: Send + Sync {
-    fn locate(&self, to: &str, service: &str) -> Result<SocketAddr, String>;
+    fn locate(&self, to: &str, service: &str) -> Result<SocketAddr, LocateError>;
 }
 
 impl<F> ServiceLocator for F
 where
-    F: Fn(&str, &str) -> Result<SocketAddr, String> + Send + Sync,
+    F: Fn(&str, &str) -> Result<SocketAddr, LocateError> + Send + Sync,
 {
-    fn locate(&self, to: &str, service: &str) -> Result<SocketAddr, String> {
+    fn locate(&self, to: &str, service: &str) -> Result<SocketAddr, LocateError> {
         self(to, service)
     }
+}
+
+/// Why a service beside a remote serve was not found.
+#[derive(Debug, thiserror::Error)]
+pub enum LocateError {
+    /// No `osprobe serve` offers a service of this name.
+    #[error("osprobe serve offers no '{0}' service")]
+    UnknownService(String),
+    /// The serve could not be found or asked (its name, the connection,
+    /// its answer); `context` says what was being done.
+    #[error("{context}: {source}")]
+    Unreachable {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The serve at `to` answered, without the service `what`; `how`
+    /// says how to start a serve that offers it.
+    #[error("the osprobe serve at {to} offers no {what}: {how}")]
+    NotOffered {
+        to: String,
+        what: &'static str,
+        how: &'static str,
+    },
 }

@@ -3,6 +3,7 @@
 //! terminals or stores; progress goes to an [`Observer`].
 
 use crate::environment::BuildInfo;
+use crate::error::ParamError;
 use crate::experiment::{grid_with_overrides, Context, Disposition, Experiment, ExperimentError};
 use crate::far_end::FarEnd;
 use crate::model::{Measurement, Params, Profile, Run, Skipped, SCHEMA_VERSION};
@@ -21,7 +22,7 @@ impl<'r> Plan<'r> {
         experiments: Vec<&'r dyn Experiment>,
         profile: Profile,
         overrides: &[(String, String)],
-    ) -> Result<Plan<'r>, String> {
+    ) -> Result<Plan<'r>, ParamError> {
         let mut items = Vec::with_capacity(experiments.len());
         for e in experiments {
             items.push((e, grid_with_overrides(e, profile, overrides)?));

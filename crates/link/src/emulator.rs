@@ -42,6 +42,7 @@
 //! by a veth pair with the /30s' `.3` addresses: the same two namespaces
 //! without the emulator, for comparing throughput in one run.
 
+use crate::error::Unavailable;
 use crate::forwarder::{Counters, Forwarder, ForwarderResult};
 use crate::histogram::LogHistogram;
 use crate::impairment::{DirectionConfig, Impairments};
@@ -82,9 +83,11 @@ pub enum LinkError {
         "the link emulator cannot run here: {0} (it needs root, /dev/net/tun, \
          network namespaces and iproute2's `ip`)"
     )]
-    Unavailable(String),
+    Unavailable(#[source] Unavailable),
     #[error("invalid link configuration: {0}")]
     Invalid(String),
+    #[error("invalid link configuration: {0}")]
+    Direction(#[from] crate::impairment::InvalidDirection),
     #[error("building the emulated link: {0}")]
     Netns(#[from] NetnsError),
     #[error("building the emulated link: {0}")]
@@ -109,9 +112,25 @@ impl From<LinkError> for osprobe_core::ExperimentError {
             LinkError::Io { context, source } => {
                 osprobe_core::ExperimentError::Io { context, source }
             }
-            other => osprobe_core::ExperimentError::Failed(other.to_string()),
+            LinkError::Netns(source) => setup(source),
+            LinkError::Command(source) => setup(source),
+            LinkError::Forwarding(source) => setup(source),
+            LinkError::Direction(source) => {
+                osprobe_core::ExperimentError::failed("invalid link configuration", source)
+            }
+            // Checks with no underlying error: the words are the whole story.
+            LinkError::Invalid(_) | LinkError::Setup(_) => {
+                osprobe_core::ExperimentError::Failed(e.to_string())
+            }
         }
     }
+}
+
+/// A step of building the link failed because of `source`.
+fn setup(
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> osprobe_core::ExperimentError {
+    osprobe_core::ExperimentError::setup("building the emulated link", source)
 }
 
 /// What to build. Uplink is A -> B (from a command run in A towards its
@@ -165,10 +184,8 @@ impl LinkConfig {
     }
 
     pub fn validate(&self) -> Result<(), LinkError> {
-        self.uplink.validate("uplink").map_err(LinkError::Invalid)?;
-        self.downlink
-            .validate("downlink")
-            .map_err(LinkError::Invalid)?;
+        self.uplink.validate("uplink")?;
+        self.downlink.validate("downlink")?;
         if !(576..=65_535).contains(&self.mtu) {
             return Err(LinkError::Invalid(format!(
                 "MTU {}: accepted 576..65535",
@@ -298,12 +315,16 @@ pub struct Link {
 /// Check, once and up front, everything the link needs: root, namespaces,
 /// `ip`, /dev/net/tun. The error says what is missing.
 pub fn check_requirements() -> Result<(), LinkError> {
-    netns::available().map_err(LinkError::Unavailable)?;
-    crate::tun::available().map_err(LinkError::Unavailable)?;
+    requirements().map_err(LinkError::Unavailable)
+}
+
+/// [`check_requirements`]'s reason alone, for callers that word it
+/// themselves (the testbed's `PathKind::available`).
+pub(crate) fn requirements() -> Result<(), Unavailable> {
+    netns::available()?;
+    crate::tun::available()?;
     if ip_program().is_none() {
-        return Err(LinkError::Unavailable(
-            "the `ip` command was not found (install iproute2)".into(),
-        ));
+        return Err(Unavailable::IpMissing);
     }
     Ok(())
 }

@@ -36,6 +36,32 @@ pub struct DirectionConfig {
     pub queue: QueueLimit,
 }
 
+/// A direction whose impairments do not go together.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{direction}: {problem}")]
+pub struct InvalidDirection {
+    /// uplink or downlink.
+    pub direction: String,
+    pub problem: DirectionProblem,
+}
+
+/// What is wrong with one direction's impairments.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DirectionProblem {
+    #[error("delay {delay:?} / jitter {jitter:?}: at most {} s each", MAX_DELAY.as_secs())]
+    DelayTooLong { delay: Duration, jitter: Duration },
+    #[error("a rate and a trace both set the link's capacity: give one of them")]
+    RateAndTrace,
+    #[error("a queue bound ({0}) needs a rate or a trace to drain it")]
+    QueueWithoutBottleneck(QueueLimit),
+    #[error("loss probabilities must be within 0%..100% ({0:?})")]
+    LossOutOfRange(LossSpec),
+    #[error("Gilbert-Elliott with p = r = 0 never changes state")]
+    GilbertElliottStuck,
+    #[error("a rate must be above 0")]
+    ZeroRate,
+}
+
 impl DirectionConfig {
     /// A delay and nothing else.
     pub fn delay(delay: Duration) -> DirectionConfig {
@@ -46,25 +72,28 @@ impl DirectionConfig {
     }
 
     /// Check the combination; `name` (uplink, downlink) prefixes the error.
-    pub fn validate(&self, name: &str) -> Result<(), String> {
+    pub fn validate(&self, name: &str) -> Result<(), InvalidDirection> {
+        self.problem().map_or(Ok(()), |problem| {
+            Err(InvalidDirection {
+                direction: name.to_string(),
+                problem,
+            })
+        })
+    }
+
+    /// What is wrong with the combination, if anything.
+    fn problem(&self) -> Option<DirectionProblem> {
         if self.delay > MAX_DELAY || self.jitter > MAX_DELAY {
-            return Err(format!(
-                "{name}: delay {:?} / jitter {:?}: at most {} s each",
-                self.delay,
-                self.jitter,
-                MAX_DELAY.as_secs()
-            ));
+            return Some(DirectionProblem::DelayTooLong {
+                delay: self.delay,
+                jitter: self.jitter,
+            });
         }
         if self.rate_bps.is_some() && self.trace.is_some() {
-            return Err(format!(
-                "{name}: a rate and a trace both set the link's capacity: give one of them"
-            ));
+            return Some(DirectionProblem::RateAndTrace);
         }
         if self.queue != QueueLimit::Unlimited && !self.has_bottleneck() {
-            return Err(format!(
-                "{name}: a queue bound ({}) needs a rate or a trace to drain it",
-                self.queue
-            ));
+            return Some(DirectionProblem::QueueWithoutBottleneck(self.queue));
         }
         let probabilities = match self.loss {
             LossSpec::None => vec![],
@@ -80,22 +109,17 @@ impl DirectionConfig {
             .iter()
             .any(|p| !(0.0..=1.0).contains(p) || p.is_nan())
         {
-            return Err(format!(
-                "{name}: loss probabilities must be within 0%..100% ({:?})",
-                self.loss
-            ));
+            return Some(DirectionProblem::LossOutOfRange(self.loss));
         }
         if let LossSpec::GilbertElliott { p, r, .. } = self.loss {
             if p + r == 0.0 {
-                return Err(format!(
-                    "{name}: Gilbert-Elliott with p = r = 0 never changes state"
-                ));
+                return Some(DirectionProblem::GilbertElliottStuck);
             }
         }
         if self.rate_bps == Some(0) {
-            return Err(format!("{name}: a rate must be above 0"));
+            return Some(DirectionProblem::ZeroRate);
         }
-        Ok(())
+        None
     }
 
     pub fn has_bottleneck(&self) -> bool {
@@ -267,7 +291,11 @@ mod tests {
             trace: Some(trace),
             ..DirectionConfig::default()
         };
-        assert!(both.validate("uplink").unwrap_err().contains("uplink"));
+        assert!(both
+            .validate("uplink")
+            .unwrap_err()
+            .to_string()
+            .contains("uplink"));
         let queue_alone = DirectionConfig {
             queue: QueueLimit::Packets(10),
             ..DirectionConfig::default()
@@ -275,11 +303,13 @@ mod tests {
         assert!(queue_alone
             .validate("downlink")
             .unwrap_err()
+            .to_string()
             .contains("needs a rate or a trace"));
         let long = DirectionConfig::delay(Duration::from_secs(61));
         assert!(long
             .validate("uplink")
             .unwrap_err()
+            .to_string()
             .contains("at most 60 s"));
         let bad_p = DirectionConfig {
             loss: LossSpec::Bernoulli(1.5),

@@ -38,6 +38,7 @@
 use crate::emulator::{
     Link, LinkConfig, LinkError, LinkReport, Side, ENV_MAHIMAHI_BASE, ENV_PEER, TUN_IFNAME,
 };
+use crate::error::Unavailable;
 use crate::forwarding::{self, ForwardingClaim};
 use crate::iproute::ip_here;
 use crate::masquerade::{self, Masquerade};
@@ -124,8 +125,13 @@ pub fn check_destination(to: IpAddr) -> Result<Ipv4Addr, LinkError> {
 
 /// Everything [`Middlebox::start`] needs, checked up front.
 pub fn check_requirements() -> Result<(), LinkError> {
-    crate::emulator::check_requirements()?;
-    masquerade::nft_program().map_err(|e| LinkError::Unavailable(e.to_string()))?;
+    requirements().map_err(LinkError::Unavailable)
+}
+
+/// [`check_requirements`]'s reason alone, for the testbed.
+pub(crate) fn requirements() -> Result<(), Unavailable> {
+    crate::emulator::requirements()?;
+    masquerade::nft_program().map_err(Unavailable::Nft)?;
     Ok(())
 }
 

@@ -93,6 +93,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::error::Unavailable;
+
 /// Every namespace and link this module creates starts with this.
 pub const NAME_PREFIX: &str = "osprobe-";
 /// The name of the peer end inside every namespace.
@@ -163,7 +165,7 @@ impl From<NetnsError> for osprobe_core::ExperimentError {
             NetnsError::Io { context, source } => {
                 osprobe_core::ExperimentError::Io { context, source }
             }
-            other => osprobe_core::ExperimentError::Failed(other.to_string()),
+            other => osprobe_core::ExperimentError::setup("building a network namespace", other),
         }
     }
 }
@@ -499,40 +501,31 @@ impl Drop for NetnsPair {
 }
 
 /// Whether this machine can build network namespaces here, or why not.
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), Unavailable> {
     let euid = osprobe_core::sys::geteuid();
     if euid != 0 {
-        return Err(format!(
-            "network namespaces need root (running as uid {euid}); run as root or with sudo"
-        ));
+        return Err(Unavailable::NotRoot { euid });
     }
-    if let Err(e) = ip_program() {
-        return Err(e.to_string());
-    }
+    ip_program().map_err(|_| Unavailable::IpMissing)?;
     if !Path::new("/proc/self/ns/net").exists() {
-        return Err(
-            "this kernel has no network namespaces (/proc/self/ns/net is missing; \
-             it needs CONFIG_NET_NS)"
-                .into(),
-        );
+        return Err(Unavailable::NoNetworkNamespaces);
     }
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| format!("cannot read /proc/self/status to check capabilities: {e}"))?;
-    let effective = parse_cap_eff(&status)
-        .ok_or("no CapEff line in /proc/self/status: cannot check capabilities")?;
+    let status = std::fs::read_to_string("/proc/self/status").map_err(Unavailable::ProcStatus)?;
+    let effective = parse_cap_eff(&status).ok_or(Unavailable::NoCapEff)?;
     for (bit, name) in [
         (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
         (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
     ] {
         if effective & (1u64 << bit) == 0 {
-            return Err(format!(
-                "{name} is missing from the effective capabilities \
-                 (a container without --privileged?)"
-            ));
+            return Err(Unavailable::MissingCapability(name));
         }
     }
-    // The real test: a throw-away namespace on a throw-away thread (a
-    // container's seccomp policy may forbid it despite the capabilities).
+    try_unshare()
+}
+
+/// The real test: a throw-away namespace on a throw-away thread (a
+/// container's seccomp policy may forbid it despite the capabilities).
+fn try_unshare() -> Result<(), Unavailable> {
     let trial = std::thread::Builder::new()
         .name("netns-probe".into())
         .spawn(|| {
@@ -544,14 +537,11 @@ pub fn available() -> Result<(), String> {
                 Err(io::Error::last_os_error())
             }
         })
-        .map_err(|e| format!("cannot start a thread to test unshare(CLONE_NEWNET): {e}"))?;
+        .map_err(Unavailable::ProbeThread)?;
     match trial.join() {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!(
-            "unshare(CLONE_NEWNET) failed: {e} (a container or seccomp policy \
-             forbids new network namespaces)"
-        )),
-        Err(_) => Err("the thread testing unshare(CLONE_NEWNET) panicked".into()),
+        Ok(Err(e)) => Err(Unavailable::UnshareRefused(e)),
+        Err(_) => Err(Unavailable::ProbePanicked),
     }
 }
 
@@ -1650,7 +1640,7 @@ mod tests {
         if osprobe_core::sys::is_root() {
             can_build();
         } else {
-            assert!(available().unwrap_err().contains("root"));
+            assert!(available().unwrap_err().to_string().contains("root"));
         }
     }
 }

@@ -16,6 +16,10 @@ use std::time::Duration;
 /// What a serving thread runs; a spawner starts it where the server lives.
 pub type ServeBody = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
+/// Why a server could not start (bind, listen ...): its own error, whatever
+/// the server's type, kept as the source of the experiment's error.
+pub type StartError = Box<dyn std::error::Error + Send + Sync>;
+
 /// How long a server may take to bind before the start is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -38,7 +42,7 @@ impl ServingThread {
     ) -> Result<(ServingThread, SocketAddr), ExperimentError>
     where
         S: FnOnce(ServeBody) -> io::Result<JoinHandle<io::Result<()>>>,
-        F: FnOnce(Arc<AtomicBool>, Sender<Result<SocketAddr, String>>) -> io::Result<()>
+        F: FnOnce(Arc<AtomicBool>, Sender<Result<SocketAddr, StartError>>) -> io::Result<()>
             + Send
             + 'static,
     {
@@ -56,7 +60,7 @@ impl ServingThread {
         let addr = addr
             .recv_timeout(START_TIMEOUT)
             .map_err(|_| ExperimentError::Failed(format!("the {what} did not start")))?
-            .map_err(|e| ExperimentError::Failed(format!("starting the {what}: {e}")))?;
+            .map_err(|e| ExperimentError::setup(format!("starting the {what}"), e))?;
         Ok((serving, addr))
     }
 
@@ -92,7 +96,7 @@ mod tests {
             move |stop, ready| {
                 let listener = TcpListener::bind("127.0.0.1:0")?;
                 listener.set_nonblocking(true)?;
-                let _ = ready.send(listener.local_addr().map_err(|e| e.to_string()));
+                let _ = ready.send(listener.local_addr().map_err(StartError::from));
                 while !stop.load(Ordering::SeqCst) {
                     let _ = listener.accept();
                     std::thread::sleep(Duration::from_millis(5));

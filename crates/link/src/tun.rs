@@ -75,10 +75,10 @@ pub fn create(name: &str, offload: bool) -> io::Result<OwnedFd> {
 }
 
 /// Whether /dev/net/tun can be opened here (opening creates no device).
-pub fn available() -> Result<(), String> {
-    open(c"/dev/net/tun").map(drop).map_err(|e| {
-        format!("cannot open /dev/net/tun ({e}): load the tun module (modprobe tun) or run as root")
-    })
+pub fn available() -> Result<(), crate::error::Unavailable> {
+    open(c"/dev/net/tun")
+        .map(drop)
+        .map_err(crate::error::Unavailable::NoTun)
 }
 
 fn open(path: &CStr) -> io::Result<OwnedFd> {

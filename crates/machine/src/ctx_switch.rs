@@ -9,6 +9,7 @@
 //! too (it is what `perf bench sched pipe` prints).
 
 use crate::coroutine::PingPong;
+use crate::error::WorkerError;
 use osprobe_core::affinity::PinGuard;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -241,9 +242,10 @@ impl Experiment for ContextSwitch {
         let raw = ctx.harness().per_op(|n| ok &= pair.round_trips(n))?;
         drop(pair);
         if !ok {
-            return Err(ExperimentError::Failed(format!(
-                "the {kind} ping-pong peer stopped answering"
-            )));
+            return Err(ExperimentError::failed(
+                format!("the {kind} ping-pong peer"),
+                WorkerError::StoppedAnswering,
+            ));
         }
         let pinned = format!("both tasks pinned to CPU {}", pin.cpu);
         let mut switch = raw

@@ -90,3 +90,48 @@ pub struct NoLineStep {
     /// The latency per load by offset, in words.
     pub curve: String,
 }
+
+/// Parameter `name` has a value this experiment does not take: names the
+/// value and what is accepted (the user's to change).
+pub(crate) fn bad_value(
+    name: &'static str,
+    value: impl std::fmt::Display,
+    accepted: impl std::fmt::Display,
+) -> osprobe_core::ExperimentError {
+    osprobe_core::ExperimentError::invalid_parameter(
+        name,
+        format!("invalid value '{value}' for parameter '{name}': expected {accepted}"),
+    )
+}
+
+/// Why a helper process or thread of an experiment gave no result (the
+/// point fails; `who` is said by the caller as the error's context).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    #[error("did not exit cleanly (wait status {0:#x})")]
+    Exit(i32),
+    #[error("panicked")]
+    Panicked,
+    /// Stopped before it started, because another could not start.
+    #[error("was stopped before it started")]
+    Aborted,
+    /// It ended before doing what the caller waited for (`what`).
+    #[error("exited before {0}")]
+    ExitedEarly(&'static str),
+    #[error("sent no report")]
+    NoReport,
+    #[error("stopped answering")]
+    StoppedAnswering,
+}
+
+/// Why the memory's theoretical peak is unknown (DMI type 17).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DmiError {
+    #[error("memory configuration not exposed (DMI type 17 absent)")]
+    Absent,
+    #[error("DMI type 17 lists no installed memory device")]
+    NoDevice,
+    /// The number of installed devices, some without speed or width.
+    #[error("DMI type 17 lists {0} memory device(s) without speed or data width")]
+    Incomplete(usize),
+}

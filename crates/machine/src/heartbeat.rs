@@ -151,6 +151,30 @@ fn trace(fired_ns: &[u64], due_ns: &[u64], period_ns: u64) -> Trace {
     out
 }
 
+/// What the timers of one point recorded.
+struct Recorded {
+    /// Every recorded tick's lateness against its own deadline.
+    late: Vec<f64>,
+    /// One per timer whose ticks were all recorded: tick K's drift.
+    drift: Vec<f64>,
+    recorded: usize,
+    expected: usize,
+    /// Callbacks that panicked.
+    panicked: u64,
+    /// Whether every timer recorded all its ticks in the time allowed.
+    all_done: bool,
+}
+
+/// One point being turned into measurements.
+struct Point<'a> {
+    experiment: &'a str,
+    params: &'a Params,
+    hb: Heartbeat,
+    ticks_per_timer: usize,
+    /// How the timers were set up, for every measurement's notes.
+    setup: String,
+}
+
 /// Run one point; `params` are stored with the measurements.
 pub fn measure(
     ctx: &Context,
@@ -158,7 +182,6 @@ pub fn measure(
     experiment: &str,
     hb: Heartbeat,
 ) -> Result<Vec<Measurement>, ExperimentError> {
-    let period_ns = u64::try_from(hb.period.as_nanos()).unwrap_or(u64::MAX);
     let ticks_per_timer = usize::try_from(hb.periods)
         .ok()
         .and_then(|k| k.checked_add(1))
@@ -168,6 +191,33 @@ pub fn measure(
                 format!("periods={} is too many", hb.periods),
             )
         })?;
+    let rec = run_timers(ctx, hb, ticks_per_timer)?;
+    let point = Point {
+        experiment,
+        params,
+        hb,
+        ticks_per_timer,
+        setup: setup_note(hb),
+    };
+    let mut out = Vec::new();
+    out.extend(point.drift(&rec));
+    out.extend(point.late(&rec));
+    out.push(point.fired(&rec)?);
+    Ok(out)
+}
+
+fn period_ns(hb: Heartbeat) -> u64 {
+    u64::try_from(hb.period.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Register the timers, wait for their ticks (bounded), stop the service
+/// and read what was recorded.
+fn run_timers(
+    ctx: &Context,
+    hb: Heartbeat,
+    ticks_per_timer: usize,
+) -> Result<Recorded, ExperimentError> {
+    let period_ns = period_ns(hb);
     let ticks = Arc::new(Ticks::new(hb.timers, ticks_per_timer));
     let service = TimerService::with_strategy(hb.timers, hb.strategy)
         .map_err(|e| ExperimentError::io("starting the timer service thread", e))?;
@@ -202,10 +252,25 @@ pub fn measure(
     let panicked = service.panicked();
     service.shutdown();
     let all_done = waited?;
+    Ok(collect(&ticks, hb, ticks_per_timer, panicked, all_done))
+}
 
-    let mut late = Vec::new();
-    let mut drift = Vec::new();
-    let mut recorded = 0usize;
+/// Each timer's trace, pooled.
+fn collect(
+    ticks: &Ticks,
+    hb: Heartbeat,
+    ticks_per_timer: usize,
+    panicked: u64,
+    all_done: bool,
+) -> Recorded {
+    let mut rec = Recorded {
+        late: Vec::new(),
+        drift: Vec::new(),
+        recorded: 0,
+        expected: hb.timers * ticks_per_timer,
+        panicked,
+        all_done,
+    };
     for i in 0..hb.timers {
         let range = i * ticks_per_timer..(i + 1) * ticks_per_timer;
         let fired: Vec<u64> = ticks.fired_ns[range.clone()]
@@ -216,13 +281,17 @@ pub fn measure(
             .iter()
             .map(|a| a.load(Ordering::Relaxed))
             .collect();
-        let t = trace(&fired, &due, period_ns);
-        recorded += t.late_ns.len();
-        late.extend(t.late_ns);
-        drift.extend(t.drift_end_ns);
+        let t = trace(&fired, &due, period_ns(hb));
+        rec.recorded += t.late_ns.len();
+        rec.late.extend(t.late_ns);
+        rec.drift.extend(t.drift_end_ns);
     }
-    let expected = hb.timers * ticks_per_timer;
-    let setup = format!(
+    rec
+}
+
+/// How the timers were set up, in one note.
+fn setup_note(hb: Heartbeat) -> String {
+    format!(
         "{} periodic timer(s) every {} us, re-armed {}, first ticks spread over one period; drift taken at tick K = {} (the grid point is the first deadline + K periods)",
         hb.timers,
         hb.period.as_micros(),
@@ -231,42 +300,43 @@ pub fn measure(
             Rearm::FromFired => "from the firing (next = fired + period)",
         },
         hb.periods
-    );
+    )
+}
 
-    let mut out = Vec::new();
-    let late_mean = Summary::of(&late).map(|s| s.mean);
-    let late_max = Summary::of(&late).map(|s| s.max);
-    if let Some(summary) = Summary::of(&drift) {
-        let mut m = Measurement::new(
-            experiment,
-            "drift",
-            params.clone(),
-            Unit::Nanoseconds,
-            summary,
-        );
-        m.histogram = Histogram::log_spaced(&drift, HISTOGRAM_BINS);
+impl Point<'_> {
+    fn measurement(&self, metric: &str, unit: Unit, summary: Summary) -> Measurement {
+        Measurement::new(self.experiment, metric, self.params.clone(), unit, summary)
+    }
+
+    /// Tick K's drift, one sample per timer, with what it should be.
+    fn drift(&self, rec: &Recorded) -> Option<Measurement> {
+        let (hb, ticks_per_timer) = (self.hb, self.ticks_per_timer);
+        let mut m = self.measurement("drift", Unit::Nanoseconds, Summary::of(&rec.drift)?);
+        m.histogram = Histogram::log_spaced(&rec.drift, HISTOGRAM_BINS);
         m.notes.push(format!(
             "how far each timer's tick K fired behind its grid point; one sample per timer whose {} ticks were all recorded ({} of {})",
             ticks_per_timer,
-            drift.len(),
+            rec.drift.len(),
             hb.timers
         ));
-        m.notes.push(setup.clone());
+        m.notes.push(self.setup.clone());
         m.notes.push(format!(
             "drift per period: {:.0} ns (drift / K, at the median)",
             m.summary.p50 / hb.periods as f64
         ));
+        let late = Summary::of(&rec.late);
         m.prediction = match hb.rearm {
             // Tick K's drift is its own lateness: at most the latest tick's.
-            Rearm::Absolute => late_max.map(|max| {
+            Rearm::Absolute => late.map(|s| {
                 Prediction::bound(
-                    max,
+                    s.max,
                     "at most the lateness of the latest tick (absolute deadlines do not accumulate it)",
                 )
                 .within(0.01)
             }),
             // Tick K's drift is the sum of the K + 1 ticks' lateness.
-            Rearm::FromFired => late_mean.map(|mean| {
+            Rearm::FromFired => late.map(|s| {
+                let mean = s.mean;
                 Prediction::new(
                     mean * ticks_per_timer as f64,
                     format!("(K + 1) x the mean lateness of one tick = {ticks_per_timer} x {mean:.0} ns (each re-arm carries the lateness forward)"),
@@ -274,36 +344,42 @@ pub fn measure(
                 .within(0.5)
             }),
         };
-        out.push(m);
+        Some(m)
     }
-    if let Some(summary) = Summary::of(&late) {
-        let mut m = Measurement::new(
-            experiment,
-            "late",
-            params.clone(),
-            Unit::Nanoseconds,
-            summary,
-        );
-        m.histogram = Histogram::log_spaced(&late, HISTOGRAM_BINS);
+
+    /// Every tick's lateness against its own deadline.
+    fn late(&self, rec: &Recorded) -> Option<Measurement> {
+        let mut m = self.measurement("late", Unit::Nanoseconds, Summary::of(&rec.late)?);
+        m.histogram = Histogram::log_spaced(&rec.late, HISTOGRAM_BINS);
         m.notes.push(format!(
-            "lateness of each tick against its own deadline: the clock just before the callback minus the deadline; {recorded} of {expected} ticks recorded"
+            "lateness of each tick against its own deadline: the clock just before the callback minus the deadline; {} of {} ticks recorded",
+            rec.recorded, rec.expected
         ));
-        m.notes.push(setup);
-        if panicked > 0 {
-            m.notes.push(format!("{panicked} callbacks panicked"));
+        m.notes.push(self.setup.clone());
+        if rec.panicked > 0 {
+            m.notes.push(format!("{} callbacks panicked", rec.panicked));
         }
-        out.push(m);
+        Some(m)
     }
-    let share = recorded as f64 / expected.max(1) as f64;
-    let summary = Summary::of(&[share])
-        .ok_or_else(|| ExperimentError::Failed("time.timers: no tick recorded".into()))?;
-    let mut m = Measurement::new(experiment, "fired", params.clone(), Unit::Ratio, summary);
-    m.notes.push(format!(
-        "share of the ticks 0..=K of every timer that fired in the time allowed ({recorded} of {expected}){}",
-        if all_done { "" } else { "; the service fell behind" }
-    ));
-    out.push(m);
-    Ok(out)
+
+    /// The share of the ticks that fired in the time allowed.
+    fn fired(&self, rec: &Recorded) -> Result<Measurement, ExperimentError> {
+        let share = rec.recorded as f64 / rec.expected.max(1) as f64;
+        let summary = Summary::of(&[share])
+            .ok_or_else(|| ExperimentError::Failed("time.timers: no tick recorded".into()))?;
+        let mut m = self.measurement("fired", Unit::Ratio, summary);
+        m.notes.push(format!(
+            "share of the ticks 0..=K of every timer that fired in the time allowed ({} of {}){}",
+            rec.recorded,
+            rec.expected,
+            if rec.all_done {
+                ""
+            } else {
+                "; the service fell behind"
+            }
+        ));
+        Ok(m)
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! `proc.spawn binary=rfs` loads the program over the file service
 //! ([`crate::rfs_exec`]).
 
+use crate::error::{bad_value, WorkerError};
 use crate::rfs_exec::{RemoteProgram, REMOTE_NAME};
 use crate::tiny_elf::StaticTrue;
 use osprobe_core::{
@@ -27,9 +28,7 @@ pub(crate) fn reap(pid: libc::pid_t, what: &str) -> Result<(), ExperimentError> 
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
         Ok(())
     } else {
-        Err(ExperimentError::Failed(format!(
-            "{what} did not exit cleanly (wait status {status:#x})"
-        )))
+        Err(ExperimentError::failed(what, WorkerError::Exit(status)))
     }
 }
 
@@ -175,9 +174,7 @@ impl Experiment for Spawn {
                     ))
                 })?
         };
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
-            ExperimentError::Failed(format!("path {} contains NUL", path.display()))
-        })?;
+        let c_path = crate::os::fd::c_path(&path)?;
         // argv and an empty environment, prepared before any fork: the child
         // of fork may not allocate.
         let argv: [*mut libc::c_char; 2] = [c_path.as_ptr() as *mut _, std::ptr::null_mut()];
@@ -213,10 +210,7 @@ fn spawn_over_rfs(
     params: &Params,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if !SPAWN_METHODS.contains(&method) {
-        return Err(ExperimentError::Failed(format!(
-            "invalid value '{method}' for parameter 'method': expected {}",
-            SPAWN_METHODS.join(", ")
-        )));
+        return Err(bad_value("method", method, SPAWN_METHODS.join(", ")));
     }
     let image = crate::tiny_elf::image().ok_or_else(|| {
         ExperimentError::Unsupported(format!(
@@ -351,7 +345,7 @@ impl Experiment for ThreadCreate {
                     .spawn(|| {})
                     .map_err(|e| ExperimentError::io("std::thread::spawn", e))?
                     .join()
-                    .map_err(|_| ExperimentError::Failed("thread panicked".into()));
+                    .map_err(|_| ExperimentError::failed("a thread", WorkerError::Panicked));
             }
             // SAFETY: thread is written by pthread_create before being joined;
             // the body touches nothing.

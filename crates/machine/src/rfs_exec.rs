@@ -94,9 +94,10 @@ impl RemoteProgram {
         let bytes = read_remote(&mut self.client, &self.remote)?;
         let what = format!("rfs://{}/{}", self.client.server(), self.remote);
         check_elf(&bytes).map_err(|why| {
-            ExperimentError::Failed(format!(
-                "{what} is not an ELF executable for this machine: {why}"
-            ))
+            ExperimentError::failed(
+                format!("{what} is not an ELF executable for this machine"),
+                why,
+            )
         })?;
         LoadedProgram::from_bytes(&bytes, &what)
     }
@@ -106,7 +107,7 @@ impl RemoteProgram {
 /// close).
 fn read_remote(client: &mut Client, remote: &str) -> Result<Vec<u8>, ExperimentError> {
     let failed = |what: &str, e: osprobe_rfs::ClientError| {
-        ExperimentError::Failed(format!("{what} \"{remote}\" over rfs: {e}"))
+        ExperimentError::failed(format!("{what} \"{remote}\" over rfs"), e)
     };
     let fd = client
         .open(remote, OpenMode::Read)

@@ -64,6 +64,37 @@ pub enum NetError {
     },
 }
 
+/// A network error as an experiment's: the cause kept as the source where
+/// there is one, the words unchanged. A congestion control the kernel
+/// refuses is the `cc` parameter's fault (`net.cc` skips it).
+impl From<NetError> for osprobe_core::ExperimentError {
+    fn from(e: NetError) -> Self {
+        match e {
+            NetError::Io { context, source } => {
+                osprobe_core::ExperimentError::Io { context, source }
+            }
+            NetError::Protocol {
+                addr,
+                context,
+                source,
+            } => osprobe_core::ExperimentError::failed(format!("{addr} while {context}"), source),
+            NetError::CongestionControl { .. } => {
+                osprobe_core::ExperimentError::invalid_parameter("cc", e.to_string())
+            }
+            // The far end's answer (busy, refused, an unexpected message, a
+            // token wanted) is the whole story; an unreachable one's hint
+            // follows its cause in the words.
+            NetError::Unreachable { .. }
+            | NetError::Busy { .. }
+            | NetError::Refused { .. }
+            | NetError::Unexpected { .. }
+            | NetError::TokenRequired { .. } => {
+                osprobe_core::ExperimentError::Failed(e.to_string())
+            }
+        }
+    }
+}
+
 impl NetError {
     pub fn io(context: impl Into<String>, source: io::Error) -> NetError {
         NetError::Io {

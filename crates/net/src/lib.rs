@@ -29,8 +29,10 @@ pub mod protocol;
 pub mod reverse;
 pub mod send;
 pub mod server;
+pub mod sink;
 pub mod sock;
 pub mod space;
+pub mod stream_error;
 pub mod tcp_info;
 pub mod transfer;
 

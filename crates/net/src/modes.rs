@@ -18,6 +18,7 @@
 //! sequence number (8) and the sender's send time in ns (8), big-endian.
 
 use crate::protocol::{StreamReport, UdpCounts};
+use crate::stream_error::RoleError;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -98,10 +99,10 @@ impl UdpCounter {
 }
 
 /// Write the session-scoped port on stream 0.
-fn announce(mut stream: &TcpStream, port: u16) -> Result<(), String> {
+fn announce(mut stream: &TcpStream, port: u16) -> Result<(), RoleError> {
     stream
         .write_all(&port.to_be_bytes())
-        .map_err(|e| format!("announcing the port: {e}"))
+        .map_err(|e| RoleError::io("announcing the port", e))
 }
 
 /// Read the port the server announced on stream 0 (client side).
@@ -165,7 +166,7 @@ pub fn source(
     duration: Duration,
     cpu: Option<u32>,
     closed: &AtomicBool,
-) -> Result<StreamReport, String> {
+) -> Result<StreamReport, RoleError> {
     if let Some(cpu) = cpu {
         // A CPU this process may not use is ignored, as for the sink.
         let allowed = osprobe_core::affinity::allowed_cpus().unwrap_or_default();
@@ -201,7 +202,7 @@ pub fn source(
             {
                 break
             }
-            Err(e) => return Err(format!("sending: {e}")),
+            Err(e) => return Err(RoleError::io("sending", e)),
         }
     }
     report.elapsed_ns = started.elapsed().as_nanos() as u64;
@@ -222,12 +223,12 @@ pub fn udp_sink(
     client: IpAddr,
     size: usize,
     closed: &AtomicBool,
-) -> Result<StreamReport, String> {
+) -> Result<StreamReport, RoleError> {
     let local = stream
         .local_addr()
-        .map_err(|e| format!("local address: {e}"))?;
+        .map_err(|e| RoleError::io("local address", e))?;
     let socket = UdpSocket::bind(SocketAddr::new(local.ip(), 0))
-        .map_err(|e| format!("binding the session's UDP port: {e}"))?;
+        .map_err(|e| RoleError::io("binding the session's UDP port", e))?;
     let _ = crate::sock::set_int(
         socket.as_raw_fd(),
         libc::SOL_SOCKET,
@@ -236,10 +237,10 @@ pub fn udp_sink(
     );
     socket
         .set_nonblocking(true)
-        .map_err(|e| format!("UDP socket: {e}"))?;
+        .map_err(|e| RoleError::io("UDP socket", e))?;
     let port = socket
         .local_addr()
-        .map_err(|e| format!("UDP port: {e}"))?
+        .map_err(|e| RoleError::io("UDP port", e))?
         .port();
     announce_then_poll(stream, port)?;
     let epoch = Instant::now();
@@ -248,10 +249,10 @@ pub fn udp_sink(
     let (mut first, mut last) = (None, None);
     loop {
         if closed.load(Ordering::Relaxed) {
-            return Err("session ended".into());
+            return Err(RoleError::SessionEnded);
         }
         let ready = poll_in(&[socket.as_raw_fd(), stream.as_raw_fd()], POLL)
-            .map_err(|e| format!("poll: {e}"))?;
+            .map_err(|e| RoleError::io("poll", e))?;
         if ready[0] {
             loop {
                 match socket.recv_from(&mut buf) {
@@ -293,11 +294,11 @@ pub fn udp_sink(
 
 /// Announce the port, then make stream 0 non-blocking: from here it is
 /// only watched for its end.
-fn announce_then_poll(stream: &TcpStream, port: u16) -> Result<(), String> {
+fn announce_then_poll(stream: &TcpStream, port: u16) -> Result<(), RoleError> {
     announce(stream, port)?;
     stream
         .set_nonblocking(true)
-        .map_err(|e| format!("stream 0: {e}"))
+        .map_err(|e| RoleError::io("stream 0", e))
 }
 
 /// The crr role on stream 0: a listener of this session on the stream's
@@ -311,18 +312,18 @@ pub fn crr(
     size: usize,
     idle: Duration,
     closed: &AtomicBool,
-) -> Result<StreamReport, String> {
+) -> Result<StreamReport, RoleError> {
     let local = stream
         .local_addr()
-        .map_err(|e| format!("local address: {e}"))?;
+        .map_err(|e| RoleError::io("local address", e))?;
     let listener = TcpListener::bind(SocketAddr::new(local.ip(), 0))
-        .map_err(|e| format!("binding the session's listener: {e}"))?;
+        .map_err(|e| RoleError::io("binding the session's listener", e))?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| format!("listener: {e}"))?;
+        .map_err(|e| RoleError::io("listener", e))?;
     let port = listener
         .local_addr()
-        .map_err(|e| format!("listener port: {e}"))?
+        .map_err(|e| RoleError::io("listener port", e))?
         .port();
     announce_then_poll(stream, port)?;
     let mut report = StreamReport::default();
@@ -330,10 +331,10 @@ pub fn crr(
     let (mut first, mut last) = (None, None);
     loop {
         if closed.load(Ordering::Relaxed) {
-            return Err("session ended".into());
+            return Err(RoleError::SessionEnded);
         }
         let ready = poll_in(&[listener.as_raw_fd(), stream.as_raw_fd()], POLL)
-            .map_err(|e| format!("poll: {e}"))?;
+            .map_err(|e| RoleError::io("poll", e))?;
         if ready[0] {
             loop {
                 let (conn, from) = match listener.accept() {

@@ -42,11 +42,12 @@ impl Servers for NetServer {
             let server = match Server::bind(bind, local_config(), Arc::new(|_| {})) {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = ready.send(Err(e.to_string()));
-                    return Err(e);
+                    // Reported once, on the channel the start waits on.
+                    let _ = ready.send(Err(e.into()));
+                    return Ok(());
                 }
             };
-            let _ = ready.send(server.local_addr().map_err(|e| e.to_string()));
+            let _ = ready.send(server.local_addr().map_err(Into::into));
             server.serve(&stop)
         })?;
         Ok(Peer::new(addr, None))

@@ -16,26 +16,52 @@ const MAX_PEER_ITEMS: usize = 256;
 /// The deepest nesting (the environment is four levels deep).
 const MAX_PEER_DEPTH: usize = 8;
 
+/// Why a value a peer sent was refused; `path` names where in it.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerValueError {
+    #[error("{path}: nested too deeply")]
+    TooDeep { path: String },
+    /// A list (`what` = "items") or map ("fields") too long.
+    #[error("{path}: {count} {what}, at most {MAX_PEER_ITEMS}")]
+    TooMany {
+        path: String,
+        what: &'static str,
+        count: usize,
+    },
+    #[error("{path}: text of {len} bytes, at most {MAX_PEER_TEXT}")]
+    TextTooLong { path: String, len: usize },
+    /// `shown` is the text escaped and capped.
+    #[error("{path}: control characters in '{shown}'")]
+    ControlCharacters { path: String, shown: String },
+    /// `key` is escaped and capped.
+    #[error("unknown field `{key}` in {path}")]
+    UnknownField { path: String, key: String },
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+}
+
 /// Limits on text from a peer, checked on the JSON of what it sent: every
 /// string short and free of control and bidi characters (what
 /// [`peer_text::escape`] would change), every list and map small, the
 /// nesting shallow.
-pub fn check_peer_value(what: &str, value: &Value) -> Result<(), String> {
+pub fn check_peer_value(what: &str, value: &Value) -> Result<(), PeerValueError> {
     check_value(what, value, 0)
 }
 
-fn check_value(path: &str, value: &Value, depth: usize) -> Result<(), String> {
+fn check_value(path: &str, value: &Value, depth: usize) -> Result<(), PeerValueError> {
     if depth > MAX_PEER_DEPTH {
-        return Err(format!("{path}: nested too deeply"));
+        return Err(PeerValueError::TooDeep { path: path.into() });
     }
+    let too_many = |what, count| PeerValueError::TooMany {
+        path: path.into(),
+        what,
+        count,
+    };
     match value {
         Value::String(s) => check_text(path, s),
         Value::Array(items) => {
             if items.len() > MAX_PEER_ITEMS {
-                return Err(format!(
-                    "{path}: {} items, at most {MAX_PEER_ITEMS}",
-                    items.len()
-                ));
+                return Err(too_many("items", items.len()));
             }
             for (i, item) in items.iter().enumerate() {
                 check_value(&format!("{path}[{i}]"), item, depth + 1)?;
@@ -44,10 +70,7 @@ fn check_value(path: &str, value: &Value, depth: usize) -> Result<(), String> {
         }
         Value::Object(map) => {
             if map.len() > MAX_PEER_ITEMS {
-                return Err(format!(
-                    "{path}: {} fields, at most {MAX_PEER_ITEMS}",
-                    map.len()
-                ));
+                return Err(too_many("fields", map.len()));
             }
             for (key, item) in map {
                 check_text(&format!("{path} key"), key)?;
@@ -59,18 +82,18 @@ fn check_value(path: &str, value: &Value, depth: usize) -> Result<(), String> {
     }
 }
 
-fn check_text(path: &str, s: &str) -> Result<(), String> {
+fn check_text(path: &str, s: &str) -> Result<(), PeerValueError> {
     if s.len() > MAX_PEER_TEXT {
-        return Err(format!(
-            "{path}: text of {} bytes, at most {MAX_PEER_TEXT}",
-            s.len()
-        ));
+        return Err(PeerValueError::TextTooLong {
+            path: path.into(),
+            len: s.len(),
+        });
     }
     if peer_text::escape(s, MAX_PEER_TEXT) != s {
-        return Err(format!(
-            "{path}: control characters in '{}'",
-            peer_text::escape(s, 64)
-        ));
+        return Err(PeerValueError::ControlCharacters {
+            path: path.into(),
+            shown: peer_text::escape(s, 64),
+        });
     }
     Ok(())
 }
@@ -82,32 +105,27 @@ pub fn refuse_unknown_fields(
     body: &[u8],
     environment: &Environment,
     nic: &Option<Box<NicInfo>>,
-) -> Result<(), String> {
-    let sent: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let typed = |v: Result<Value, serde_json::Error>| v.map_err(|e| e.to_string());
+) -> Result<(), PeerValueError> {
+    let sent: Value = serde_json::from_slice(body)?;
     if let Some(env) = sent.get("environment") {
-        only_known_keys(
-            "environment",
-            env,
-            &typed(serde_json::to_value(environment))?,
-        )?;
+        only_known_keys("environment", env, &serde_json::to_value(environment)?)?;
     }
     if let Some(n) = sent.get("nic") {
-        only_known_keys("nic", n, &typed(serde_json::to_value(nic))?)?;
+        only_known_keys("nic", n, &serde_json::to_value(nic)?)?;
     }
     Ok(())
 }
 
 /// Every object key in `sent` exists at the same place in `known`.
-fn only_known_keys(path: &str, sent: &Value, known: &Value) -> Result<(), String> {
+fn only_known_keys(path: &str, sent: &Value, known: &Value) -> Result<(), PeerValueError> {
     match (sent, known) {
         (Value::Object(s), Value::Object(k)) => {
             for (key, value) in s {
                 let Some(known_value) = k.get(key) else {
-                    return Err(format!(
-                        "unknown field `{}` in {path}",
-                        peer_text::escape(key, 64)
-                    ));
+                    return Err(PeerValueError::UnknownField {
+                        path: path.into(),
+                        key: peer_text::escape(key, 64),
+                    });
                 };
                 only_known_keys(&format!("{path}.{key}"), value, known_value)?;
             }

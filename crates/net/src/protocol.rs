@@ -285,7 +285,7 @@ pub enum FrameError {
     #[error("malformed message: {0}")]
     Malformed(String),
     #[error("invalid message: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidMessage),
     #[error("timed out waiting for the peer")]
     TimedOut,
     #[error("{0}")]
@@ -339,7 +339,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, FrameError> {
         // only ever added); from a peer, a field this build does not know
         // is refused like any other unknown field.
         crate::peer_check::refuse_unknown_fields(body, environment, nic)
-            .map_err(FrameError::Malformed)?;
+            .map_err(|e| FrameError::Malformed(e.to_string()))?;
     }
     Ok(msg)
 }
@@ -427,53 +427,83 @@ const PROOF_HEX_LEN: usize = 64;
 const HASH_HEX_LEN: usize = 32;
 const MAX_TEXT: usize = 1024;
 
-fn check_hex(what: &str, s: &str, len: usize) -> Result<(), String> {
+/// Why a message a peer sent is refused though it parsed: a value out of
+/// its range (checked so handlers can trust it).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidMessage {
+    #[error("{what} must be {len} hex digits")]
+    NotHex { what: &'static str, len: usize },
+    #[error("{what} {value} out of range {min}..={max}")]
+    OutOfRange {
+        what: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
+    /// `protocol` is escaped and capped.
+    #[error("not an osprobe peer (protocol '{protocol}')")]
+    NotOsprobe { protocol: String },
+    #[error("{0} too long")]
+    TextTooLong(&'static str),
+    #[error("UDP jitter must be a finite number >= 0")]
+    BadJitter,
+    #[error("{0}")]
+    PeerValue(#[from] crate::peer_check::PeerValueError),
+}
+
+fn check_hex(what: &'static str, s: &str, len: usize) -> Result<(), InvalidMessage> {
     if s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(())
     } else {
-        Err(format!("{what} must be {len} hex digits"))
+        Err(InvalidMessage::NotHex { what, len })
     }
 }
 
-fn check_range(what: &str, v: u64, min: u64, max: u64) -> Result<(), String> {
-    if (min..=max).contains(&v) {
+fn check_range(what: &'static str, value: u64, min: u64, max: u64) -> Result<(), InvalidMessage> {
+    if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(format!("{what} {v} out of range {min}..={max}"))
+        Err(InvalidMessage::OutOfRange {
+            what,
+            value,
+            min,
+            max,
+        })
     }
+}
+
+fn check_proof(proof: &Option<String>) -> Result<(), InvalidMessage> {
+    match proof {
+        Some(p) => check_hex("proof", p, PROOF_HEX_LEN),
+        None => Ok(()),
+    }
+}
+
+fn check_text_len(what: &'static str, text: Option<&str>) -> Result<(), InvalidMessage> {
+    if text.is_some_and(|t| t.len() > MAX_TEXT) {
+        return Err(InvalidMessage::TextTooLong(what));
+    }
+    Ok(())
 }
 
 impl Message {
     /// Range checks on everything a peer may send, so handlers can trust
     /// the values (no huge allocations, no zero divisors).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidMessage> {
         match self {
             Message::Hello {
                 protocol,
                 nonce,
                 rfs_port,
                 ..
-            } => {
-                if *rfs_port == Some(0) {
-                    return Err("rfs_port 0 out of range 1..=65535".into());
-                }
-                if protocol != PROTOCOL_NAME {
-                    return Err(format!(
-                        "not an osprobe peer (protocol '{}')",
-                        peer_text::escape(protocol, 64)
-                    ));
-                }
-                check_hex("nonce", nonce, NONCE_HEX_LEN)
-            }
+            } => validate_hello(protocol, nonce, *rfs_port),
             Message::Open {
                 proof,
                 duration_s,
                 test,
                 ..
             } => {
-                if let Some(p) = proof {
-                    check_hex("proof", p, PROOF_HEX_LEN)?;
-                }
+                check_proof(proof)?;
                 check_range("duration_s", *duration_s as u64, 1, 24 * 3600)?;
                 test.validate()
             }
@@ -485,10 +515,7 @@ impl Message {
             } => {
                 check_hex("session", session, SESSION_HEX_LEN)?;
                 check_range("stream", *stream as u64, 0, MAX_STREAMS as u64 - 1)?;
-                if let Some(p) = proof {
-                    check_hex("proof", p, PROOF_HEX_LEN)?;
-                }
-                Ok(())
+                check_proof(proof)
             }
             Message::Attached {} => Ok(()),
             Message::Finish { hashes } => {
@@ -498,45 +525,18 @@ impl Message {
                 }
                 Ok(())
             }
-            Message::Report { streams } => {
-                check_range("streams", streams.len() as u64, 0, MAX_STREAMS as u64)?;
-                for s in streams {
-                    if let Some(h) = &s.hash {
-                        check_hex("hash", h, HASH_HEX_LEN)?;
-                    }
-                    if s.error.as_ref().is_some_and(|e| e.len() > MAX_TEXT) {
-                        return Err("stream error text too long".into());
-                    }
-                    if s.udp
-                        .is_some_and(|u| !u.jitter_ns.is_finite() || u.jitter_ns < 0.0)
-                    {
-                        return Err("UDP jitter must be a finite number >= 0".into());
-                    }
-                }
-                Ok(())
-            }
-            Message::Error { message, .. } => {
-                if message.len() > MAX_TEXT {
-                    Err("error text too long".into())
-                } else {
-                    Ok(())
-                }
-            }
-            Message::Describe { proof, .. } => {
-                if let Some(p) = proof {
-                    check_hex("proof", p, PROOF_HEX_LEN)?;
-                }
-                Ok(())
-            }
+            Message::Report { streams } => validate_report(streams),
+            Message::Error { message, .. } => check_text_len("error text", Some(message)),
+            Message::Describe { proof, .. } => check_proof(proof),
             Message::Described { environment, nic } => {
                 crate::peer_check::check_peer_value(
                     "environment",
                     &serde_json::to_value(environment).unwrap_or_default(),
                 )?;
-                crate::peer_check::check_peer_value(
+                Ok(crate::peer_check::check_peer_value(
                     "nic",
                     &serde_json::to_value(nic).unwrap_or_default(),
-                )
+                )?)
             }
         }
     }
@@ -558,9 +558,46 @@ impl Message {
     }
 }
 
+fn validate_hello(
+    protocol: &str,
+    nonce: &str,
+    rfs_port: Option<u16>,
+) -> Result<(), InvalidMessage> {
+    if rfs_port == Some(0) {
+        return Err(InvalidMessage::OutOfRange {
+            what: "rfs_port",
+            value: 0,
+            min: 1,
+            max: 65535,
+        });
+    }
+    if protocol != PROTOCOL_NAME {
+        return Err(InvalidMessage::NotOsprobe {
+            protocol: peer_text::escape(protocol, 64),
+        });
+    }
+    check_hex("nonce", nonce, NONCE_HEX_LEN)
+}
+
+fn validate_report(streams: &[StreamReport]) -> Result<(), InvalidMessage> {
+    check_range("streams", streams.len() as u64, 0, MAX_STREAMS as u64)?;
+    for s in streams {
+        if let Some(h) = &s.hash {
+            check_hex("hash", h, HASH_HEX_LEN)?;
+        }
+        check_text_len("stream error text", s.error.as_deref())?;
+        if s.udp
+            .is_some_and(|u| !u.jitter_ns.is_finite() || u.jitter_ns < 0.0)
+        {
+            return Err(InvalidMessage::BadJitter);
+        }
+    }
+    Ok(())
+}
+
 impl TestSpec {
     /// Range checks of a test request.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidMessage> {
         match self {
             TestSpec::Echo { streams, size } => {
                 check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
@@ -582,10 +619,7 @@ impl TestSpec {
                 check_range("streams", *streams as u64, 1, MAX_STREAMS as u64)?;
                 check_range("bytes", *bytes, 0, MAX_FILE_BYTES)?;
                 check_range("packet", *packet as u64, 1, MAX_IO_SIZE as u64)?;
-                if name.as_ref().is_some_and(|n| n.len() > MAX_TEXT) {
-                    return Err("file name too long".into());
-                }
-                Ok(())
+                check_text_len("file name", name.as_deref())
             }
             TestSpec::AckStall { segment, .. } => {
                 check_range("segment", *segment as u64, 1, MAX_ECHO_SIZE as u64)

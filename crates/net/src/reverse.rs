@@ -8,6 +8,7 @@ use crate::bulk::BulkConfig;
 use crate::client::Peer;
 use crate::protocol::{StreamReport, TestSpec};
 use crate::sock;
+use crate::stream_error::StreamError;
 use osprobe_core::ExperimentError;
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -89,7 +90,6 @@ pub fn run(
     config: &BulkConfig,
     stop: &AtomicBool,
 ) -> Result<ReverseResult, ExperimentError> {
-    let fail = |e: crate::client::NetError| ExperimentError::Failed(e.to_string());
     let spec = TestSpec::Source {
         streams: config.streams,
         write_size: config.write_size.min(u32::MAX as usize) as u32,
@@ -98,10 +98,14 @@ pub fn run(
     };
     let session = peer
         .open(spec, config.duration + Duration::from_secs(30))
-        .map_err(fail)?;
+        .map_err(ExperimentError::from)?;
     let mut streams = Vec::with_capacity(config.streams as usize);
     for i in 0..config.streams {
-        streams.push(session.attach(i, &config.options).map_err(fail)?);
+        streams.push(
+            session
+                .attach(i, &config.options)
+                .map_err(ExperimentError::from)?,
+        );
     }
     let counters: Vec<AtomicU64> = (0..config.streams).map(|_| AtomicU64::new(0)).collect();
     let started = Instant::now();
@@ -114,8 +118,13 @@ pub fn run(
                 let cpu = config.receiver_cpu;
                 scope.spawn(move || {
                     if let Some(cpu) = cpu {
-                        osprobe_core::affinity::pin_current_thread(cpu as usize)
-                            .map_err(|e| format!("pinning the receiver to CPU {cpu}: {e}"))?;
+                        osprobe_core::affinity::pin_current_thread(cpu as usize).map_err(
+                            |source| StreamError::Pin {
+                                role: "receiver",
+                                cpu,
+                                source,
+                            },
+                        )?;
                     }
                     receive_until_eof(stream, config.write_size, counter, stop)
                 })
@@ -126,7 +135,7 @@ pub fn run(
             .into_iter()
             .map(|w| {
                 w.join()
-                    .unwrap_or_else(|_| Err("receiver thread panicked".into()))
+                    .unwrap_or(Err(StreamError::Panicked { role: "receiver" }))
             })
             .collect();
         (outcomes, rates)
@@ -138,13 +147,13 @@ pub fn run(
     let mut received = Vec::new();
     let mut receiver_cpu = Duration::ZERO;
     for (i, outcome) in outcomes.into_iter().enumerate() {
-        let (rx, cpu) = outcome.map_err(|e| ExperimentError::Failed(format!("stream {i}: {e}")))?;
+        let (rx, cpu) = outcome.map_err(|e| ExperimentError::failed(format!("stream {i}"), e))?;
         received.push(rx);
         receiver_cpu += cpu;
     }
     let reports = session
         .finish(Vec::new(), Duration::from_secs(30))
-        .map_err(fail)?;
+        .map_err(ExperimentError::from)?;
     Ok(ReverseResult {
         interval_rates,
         streams: received,
@@ -154,17 +163,20 @@ pub fn run(
     })
 }
 
+/// How long a stream may stay silent: the server ends each stream at the
+/// duration, so a silent one is dead.
+const SILENCE: Duration = Duration::from_secs(2);
+
 /// Read until the server closes its half, counting bytes.
 fn receive_until_eof(
     mut stream: &std::net::TcpStream,
     read_size: usize,
     counter: &AtomicU64,
     stop: &AtomicBool,
-) -> Result<(Received, Duration), String> {
+) -> Result<(Received, Duration), StreamError> {
     let cpu_start = sock::thread_cpu_time();
     let mut buf = sock::PageAligned::zeroed(read_size.max(1));
-    // The server ends each stream at the duration; a silent one is dead.
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_read_timeout(Some(SILENCE));
     let mut rx = Received::default();
     let (mut first, mut last) = (None, None);
     loop {
@@ -189,12 +201,12 @@ fn receive_until_eof(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(format!(
-                    "the server sent nothing for 2 s (fd {})",
-                    stream.as_raw_fd()
-                ))
+                return Err(StreamError::Silent {
+                    silence: SILENCE,
+                    fd: stream.as_raw_fd(),
+                })
             }
-            Err(e) => return Err(format!("receive failed: {e}")),
+            Err(e) => return Err(StreamError::Receive(e)),
         }
     }
     if let (Some(f), Some(l)) = (first, last) {

@@ -6,7 +6,7 @@
 
 use crate::client::{NetError, Peer};
 use crate::diagnosis::{diagnose_with_sysctls, DiagnosisInput};
-use crate::protocol::TestSpec;
+use crate::protocol::{StreamReport, TestSpec};
 use crate::sock::ConnectOptions;
 use crate::tcp_info;
 use crate::transfer::{self, SendMethod, TxReport};
@@ -55,6 +55,12 @@ pub enum SendError {
     Transfer(#[from] transfer::TransferError),
     #[error("{file}: {why}")]
     BadFile { file: PathBuf, why: String },
+    #[error("{file}: {source}")]
+    Unreadable {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the server did not keep the file: {0}")]
     NotStored(String),
 }
@@ -79,21 +85,7 @@ pub fn send(
     stop: &AtomicBool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SendOutcome, SendError> {
-    let meta = std::fs::metadata(&request.file).map_err(|e| SendError::BadFile {
-        file: request.file.clone(),
-        why: e.to_string(),
-    })?;
-    if !meta.is_file() {
-        return Err(SendError::BadFile {
-            file: request.file.clone(),
-            why: "not a regular file".into(),
-        });
-    }
-    let name = match &request.name {
-        Some(n) => n.clone(),
-        None => file_name(&request.file)?,
-    };
-    let total = meta.len();
+    let (name, total) = name_and_size(request)?;
     let spec = TestSpec::File {
         streams: 1,
         bytes: total,
@@ -117,15 +109,7 @@ pub fn send(
     let send_buffer = tcp_info::send_buffer(stream.as_raw_fd()).ok();
     let _ = stream.shutdown(Shutdown::Write);
     let reports = session.finish(vec![Some(tx.hash.clone())], expected)?;
-    let report = reports
-        .into_iter()
-        .next()
-        .ok_or_else(|| SendError::NotStored("the server sent no report".into()))?;
-    if report.stored != Some(true) {
-        return Err(SendError::NotStored(
-            report.error.unwrap_or_else(|| "no reason given".into()),
-        ));
-    }
+    let report = stored_report(reports)?;
     let rx_seconds = report.elapsed_ns as f64 / 1e9;
     let diagnosis = diagnose_with_sysctls(
         &DiagnosisInput {
@@ -156,4 +140,37 @@ pub fn send(
         verified: report.hash.is_some(),
         diagnosis: diagnosis.line(),
     })
+}
+
+/// The name to store the file under, and its size: a regular file only.
+fn name_and_size(request: &SendRequest) -> Result<(String, u64), SendError> {
+    let meta = std::fs::metadata(&request.file).map_err(|source| SendError::Unreadable {
+        file: request.file.clone(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(SendError::BadFile {
+            file: request.file.clone(),
+            why: "not a regular file".into(),
+        });
+    }
+    let name = match &request.name {
+        Some(n) => n.clone(),
+        None => file_name(&request.file)?,
+    };
+    Ok((name, meta.len()))
+}
+
+/// The server's report of the one stream, if it says the file was stored.
+fn stored_report(reports: Vec<StreamReport>) -> Result<StreamReport, SendError> {
+    let report = reports
+        .into_iter()
+        .next()
+        .ok_or_else(|| SendError::NotStored("the server sent no report".into()))?;
+    if report.stored != Some(true) {
+        return Err(SendError::NotStored(
+            report.error.unwrap_or_else(|| "no reason given".into()),
+        ));
+    }
+    Ok(report)
 }

@@ -28,6 +28,7 @@ use crate::protocol::{
     PROTOCOL_VERSION,
 };
 use crate::space::{self, Ledger, Reservation};
+use crate::stream_error::RoleError;
 use crate::transfer;
 use osprobe_core::scratch::ScratchDir;
 use std::collections::HashMap;
@@ -407,12 +408,33 @@ fn is_transient_accept_error(e: &io::Error) -> bool {
     )
 }
 
-/// A refusal: the code for the client and a sentence for both sides.
-struct Refusal(ErrorCode, String);
+/// A refusal: the code for the client and a sentence for both sides; the
+/// last field says whether the client is gone (no use telling it).
+struct Refusal(ErrorCode, String, PeerGone);
+
+/// Whether the client closed its connection: a refusal is then only logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PeerGone(bool);
 
 impl Refusal {
     fn new(code: ErrorCode, message: impl Into<String>) -> Refusal {
-        Refusal(code, message.into())
+        Refusal(code, message.into(), PeerGone(false))
+    }
+
+    /// The client closed the connection (`message` says when).
+    fn gone(message: impl Into<String>) -> Refusal {
+        Refusal(ErrorCode::Protocol, message.into(), PeerGone(true))
+    }
+
+    /// Reading the client's Finish failed with `e`.
+    fn reading_finish(e: FrameError) -> Refusal {
+        match e {
+            FrameError::Closed => {
+                Refusal::gone("client closed the control connection before finishing")
+            }
+            FrameError::Truncated => Refusal::gone(format!("reading finish: {e}")),
+            other => Refusal::new(ErrorCode::Protocol, format!("reading finish: {other}")),
+        }
     }
 }
 
@@ -489,47 +511,11 @@ impl Shared {
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_nodelay(true);
         let _ = stream.set_write_timeout(Some(self.config.handshake_timeout));
-        let nonce = match random_bytes::<32>() {
-            Ok(bytes) => hex(&bytes),
-            Err(e) => {
-                self.emit(ServerEvent::Failed {
-                    peer,
-                    error: format!("no random nonce: {e}"),
-                });
-                return;
-            }
+        let Some(nonce) = self.say_hello(&mut stream, peer) else {
+            return;
         };
-        let hello = Message::Hello {
-            protocol: PROTOCOL_NAME.into(),
-            version: PROTOCOL_VERSION,
-            nonce: nonce.clone(),
-            auth_required: self.config.token.is_some(),
-            max_duration_s: self.config.max_duration.as_secs().min(u32::MAX as u64) as u32,
-            rfs_port: self.config.rfs_port,
-        };
-        if protocol::write_message(&mut stream, &hello).is_err() {
-            return; // gone already, e.g. a net.connect probe
-        }
-        // Before the peer has proved anything: one small frame, within a
-        // total deadline from accept.
-        let deadline = accepted + self.config.handshake_timeout;
-        let mut reader = protocol::DeadlineReader::new(&stream, deadline);
-        let first = match protocol::read_message_limited(&mut reader, protocol::MAX_FIRST_FRAME) {
-            Ok(msg) => msg,
-            Err(_) if ticket.evicted() => {
-                self.refuse_busy(&stream, "too many connections waiting to authenticate");
-                return;
-            }
-            // Connecting and closing is what net.connect does: not an error.
-            Err(FrameError::Closed) => return,
-            Err(e) => {
-                let code = match e {
-                    FrameError::TimedOut => ErrorCode::Timeout,
-                    _ => ErrorCode::Protocol,
-                };
-                self.refuse(&stream, peer, code, &format!("first message: {e}"));
-                return;
-            }
+        let Some(first) = self.read_first(&stream, peer, accepted, &ticket) else {
+            return;
         };
         let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
         ticket.ready();
@@ -544,6 +530,76 @@ impl Shared {
             self.refuse_busy(&stream, "too many connections waiting to authenticate");
             return;
         }
+        self.answer_first(stream, peer, &nonce, first, ticket)
+    }
+
+    /// Send the hello with a fresh nonce; the nonce, or None when the
+    /// connection is over (no randomness, or the peer gone already).
+    fn say_hello(&self, stream: &mut TcpStream, peer: SocketAddr) -> Option<String> {
+        let nonce = match random_bytes::<32>() {
+            Ok(bytes) => hex(&bytes),
+            Err(e) => {
+                self.emit(ServerEvent::Failed {
+                    peer,
+                    error: format!("no random nonce: {e}"),
+                });
+                return None;
+            }
+        };
+        let hello = Message::Hello {
+            protocol: PROTOCOL_NAME.into(),
+            version: PROTOCOL_VERSION,
+            nonce: nonce.clone(),
+            auth_required: self.config.token.is_some(),
+            max_duration_s: self.config.max_duration.as_secs().min(u32::MAX as u64) as u32,
+            rfs_port: self.config.rfs_port,
+        };
+        // An error: gone already, e.g. a net.connect probe.
+        protocol::write_message(stream, &hello).ok()?;
+        Some(nonce)
+    }
+
+    /// The peer's first message: before it has proved anything, one small
+    /// frame, within a total deadline from accept. None when the
+    /// connection is over (refused, or closed as net.connect does).
+    fn read_first(
+        &self,
+        stream: &TcpStream,
+        peer: SocketAddr,
+        accepted: Instant,
+        ticket: &Ticket,
+    ) -> Option<Message> {
+        let deadline = accepted + self.config.handshake_timeout;
+        let mut reader = protocol::DeadlineReader::new(stream, deadline);
+        match protocol::read_message_limited(&mut reader, protocol::MAX_FIRST_FRAME) {
+            Ok(msg) => Some(msg),
+            Err(_) if ticket.evicted() => {
+                self.refuse_busy(stream, "too many connections waiting to authenticate");
+                None
+            }
+            // Connecting and closing is what net.connect does: not an error.
+            Err(FrameError::Closed) => None,
+            Err(e) => {
+                let code = match e {
+                    FrameError::TimedOut => ErrorCode::Timeout,
+                    _ => ErrorCode::Protocol,
+                };
+                self.refuse(stream, peer, code, &format!("first message: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Go on as the first message asks: a session, a stream of one, or a
+    /// description of this machine.
+    fn answer_first(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        nonce: &str,
+        first: Message,
+        ticket: Ticket,
+    ) {
         match first {
             Message::Open {
                 version,
@@ -557,7 +613,7 @@ impl Shared {
                     duration_s,
                     test,
                 };
-                self.control(stream, peer, &nonce, request, ticket)
+                self.control(stream, peer, nonce, request, ticket)
             }
             Message::Attach {
                 session,
@@ -569,10 +625,10 @@ impl Shared {
                     index,
                     proof,
                 };
-                self.data(stream, peer, &nonce, request, ticket)
+                self.data(stream, peer, nonce, request, ticket)
             }
             Message::Describe { version, proof } => {
-                self.describe(stream, peer, &nonce, version, proof.as_deref())
+                self.describe(stream, peer, nonce, version, proof.as_deref())
             }
             other => self.refuse(
                 &stream,
@@ -599,7 +655,8 @@ impl Shared {
             );
             return self.refuse(&stream, peer, ErrorCode::Version, &message);
         }
-        if let Err(Refusal(code, message)) = self.check_proof(peer, nonce, Purpose::Describe, proof)
+        if let Err(Refusal(code, message, _)) =
+            self.check_proof(peer, nonce, Purpose::Describe, proof)
         {
             return self.refuse(&stream, peer, code, &message);
         }
@@ -785,7 +842,7 @@ impl Shared {
         drop(ticket); // authenticated, or about to close
         let session = match opened {
             Ok(s) => s,
-            Err(Refusal(code, message)) => {
+            Err(Refusal(code, message, _)) => {
                 self.refuse(&stream, peer, code, &message);
                 return;
             }
@@ -807,8 +864,8 @@ impl Shared {
                 bytes,
                 seconds: started.elapsed().as_secs_f64(),
             }),
-            Err(Refusal(code, message)) => {
-                if code != ErrorCode::Protocol || !message.contains("closed") {
+            Err(Refusal(code, message, PeerGone(gone))) => {
+                if !gone {
                     let _ = protocol::write_message(
                         &mut stream,
                         &Message::Error {
@@ -854,18 +911,7 @@ impl Shared {
                     ))
                 }
                 Err(FrameError::TimedOut) => continue,
-                Err(FrameError::Closed) => {
-                    return Err(Refusal::new(
-                        ErrorCode::Protocol,
-                        "client closed the control connection before finishing",
-                    ))
-                }
-                Err(e) => {
-                    return Err(Refusal::new(
-                        ErrorCode::Protocol,
-                        format!("reading finish: {e}"),
-                    ))
-                }
+                Err(e) => return Err(Refusal::reading_finish(e)),
             }
         };
         let mut reports = self.wait_for_streams(session);
@@ -990,7 +1036,7 @@ impl Shared {
         drop(ticket); // authenticated, or about to close
         let session = match attached {
             Ok(s) => s,
-            Err(Refusal(code, message)) => {
+            Err(Refusal(code, message, _)) => {
                 self.refuse(&stream, peer, code, &message);
                 return;
             }
@@ -1101,7 +1147,11 @@ impl Shared {
     fn run_role(&self, stream: &TcpStream, session: &Session, index: u32) -> StreamReport {
         let result = match &session.spec {
             TestSpec::Echo { size, .. } => echo(stream, *size as usize, &session.closed),
-            TestSpec::Sink { read_size, .. } => sink(stream, *read_size as usize, &session.closed),
+            TestSpec::Sink { read_size, .. } => crate::sink::sink(
+                stream,
+                (*read_size as usize).min(MAX_SERVER_BUFFER),
+                &session.closed,
+            ),
             TestSpec::File {
                 bytes,
                 packet,
@@ -1137,7 +1187,7 @@ impl Shared {
                     *size as usize,
                     &session.closed,
                 ),
-                None => Err("malformed session id".into()),
+                None => Err(RoleError::MalformedSessionId),
             },
             TestSpec::Crr { size } => crate::modes::crr(
                 stream,
@@ -1160,7 +1210,7 @@ impl Shared {
                 error: Some(if session.closed.load(Ordering::SeqCst) {
                     format!("cut off at the session's deadline or end ({error})")
                 } else {
-                    error
+                    error.to_string()
                 }),
                 ..StreamReport::default()
             },
@@ -1175,12 +1225,12 @@ impl Shared {
         bytes: u64,
         how: Receive,
         name: Option<&str>,
-    ) -> Result<StreamReport, String> {
+    ) -> Result<StreamReport, RoleError> {
         let dest = match (name, &self.config.dir) {
-            (Some(name), Some(dir)) => transfer::confine(dir, name).map_err(|e| e.to_string())?,
+            (Some(name), Some(dir)) => transfer::confine(dir, name)?,
             _ => self
                 .scratch_dir()
-                .map_err(|e| e.to_string())?
+                .map_err(RoleError::Scratch)?
                 .join(format!("stream-{}-{index}", session.id)),
         };
         let idle = self.config.idle_timeout;
@@ -1196,8 +1246,7 @@ impl Shared {
             Receive::Spliced => {
                 transfer::receive_file_spliced(stream, &dest, bytes, &session.closed, idle)
             }
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         let report = StreamReport {
             bytes: rx.bytes,
             elapsed_ns: rx.elapsed.as_nanos() as u64,
@@ -1294,7 +1343,11 @@ fn elapsed_ns(first: Option<Instant>, last: Option<Instant>) -> u64 {
 }
 
 /// Echo `size`-byte messages until the client closes.
-fn echo(mut stream: &TcpStream, size: usize, closed: &AtomicBool) -> Result<StreamReport, String> {
+fn echo(
+    mut stream: &TcpStream,
+    size: usize,
+    closed: &AtomicBool,
+) -> Result<StreamReport, RoleError> {
     let mut buf = vec![0u8; size.min(MAX_SERVER_BUFFER)];
     let mut report = StreamReport::default();
     let (mut first, mut last) = (None, None);
@@ -1306,7 +1359,7 @@ fn echo(mut stream: &TcpStream, size: usize, closed: &AtomicBool) -> Result<Stre
                     report.elapsed_ns = elapsed_ns(first, last);
                     return Ok(report);
                 }
-                Ok(0) => return Err("client closed in the middle of a message".into()),
+                Ok(0) => return Err(RoleError::ClosedMidMessage),
                 Ok(n) => {
                     got += n;
                     report.reads += 1;
@@ -1318,54 +1371,24 @@ fn echo(mut stream: &TcpStream, size: usize, closed: &AtomicBool) -> Result<Stre
         }
         stream
             .write_all(&buf)
-            .map_err(|e| format!("echo write: {e}"))?;
+            .map_err(|e| RoleError::io("echo write", e))?;
         report.bytes += buf.len() as u64;
         last = Some(Instant::now());
     }
-}
-
-/// Read and discard until EOF.
-fn sink(
-    mut stream: &TcpStream,
-    read_size: usize,
-    closed: &AtomicBool,
-) -> Result<StreamReport, String> {
-    let mut buf = crate::sock::PageAligned::zeroed(read_size.min(MAX_SERVER_BUFFER));
-    let mut report = StreamReport::default();
-    let (mut first, mut last) = (None, None);
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let now = Instant::now();
-                first.get_or_insert(now);
-                last = Some(now);
-                report.bytes += n as u64;
-                report.reads += 1;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(read_error(e, closed)),
-        }
-    }
-    report.elapsed_ns = elapsed_ns(first, last);
-    report.tcp_info = crate::tcp_info::tcp_info(stream.as_raw_fd())
-        .ok()
-        .and_then(|info| serde_json::to_value(info).ok());
-    Ok(report)
 }
 
 fn ack_stall_receiver(
     stream: &TcpStream,
     quickack: bool,
     session: &Session,
-) -> Result<StreamReport, String> {
+) -> Result<StreamReport, RoleError> {
     let mode = if quickack {
         crate::ack_stall::AckMode::QuickAck
     } else {
         crate::ack_stall::AckMode::Delayed
     };
     let rx = crate::ack_stall::receive(stream, mode, session.deadline, &session.closed)
-        .map_err(|e| format!("receiving: {e}"))?;
+        .map_err(|e| RoleError::io("receiving", e))?;
     let elapsed = match (rx.first_byte, rx.last_byte) {
         (Some(f), Some(l)) => l.saturating_sub(f).as_nanos() as u64,
         _ => 0,
@@ -1378,15 +1401,39 @@ fn ack_stall_receiver(
     })
 }
 
-fn read_error(e: io::Error, closed: &AtomicBool) -> String {
+pub(crate) fn read_error(e: io::Error, closed: &AtomicBool) -> RoleError {
     if closed.load(Ordering::SeqCst) {
-        "session ended".into()
+        RoleError::SessionEnded
     } else if matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
     ) {
-        "peer went silent (idle timeout)".into()
+        RoleError::PeerSilent
     } else {
-        format!("peer vanished: {e}")
+        RoleError::PeerVanished(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server skips its error reply to a client that closed the
+    /// connection, decided by the frame error's kind, not by its words.
+    #[test]
+    fn a_client_that_closed_is_not_told_why() {
+        let gone = |e| Refusal::reading_finish(e).2;
+        assert_eq!(gone(FrameError::Closed), PeerGone(true));
+        assert_eq!(gone(FrameError::Truncated), PeerGone(true));
+        assert_eq!(gone(FrameError::TimedOut), PeerGone(false));
+        // Peer text that says "closed" does not count.
+        let malformed = FrameError::Malformed("connection closed".into());
+        assert_eq!(gone(malformed), PeerGone(false));
+        let Refusal(code, message, _) = Refusal::reading_finish(FrameError::Closed);
+        assert_eq!(code, ErrorCode::Protocol);
+        assert_eq!(
+            message,
+            "client closed the control connection before finishing"
+        );
     }
 }

@@ -50,6 +50,26 @@ pub enum FaultError {
         #[source]
         source: io::Error,
     },
+    /// Shared pager: a process touched its heap's room above the break.
+    #[error("process {pid} touched {address:#x}, page {heap_page} of its heap, past the end of the heap (the break is at {break_pages} pages): an access past the end")]
+    PastTheBreak {
+        pid: i32,
+        address: u64,
+        heap_page: u64,
+        break_pages: u64,
+    },
+    /// Shared pager: an address outside the process's data and heap.
+    #[error("process {pid} touched {address:#x}, outside its regions")]
+    OutsideProcess { pid: i32, address: u64 },
+    /// Shared pager: the faulting process ended meanwhile.
+    #[error("ended")]
+    Ended,
+    /// Shared pager: the process owning the victim frame ended meanwhile.
+    #[error("the victim's process ended")]
+    VictimEnded,
+    /// Shared pager: every round of looking for a frame found none.
+    #[error("no frame could be freed")]
+    NoFrameFreed,
 }
 
 /// `page 7`, or `3 pages (page 7 first)`.

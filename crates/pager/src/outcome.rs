@@ -289,20 +289,10 @@ impl Serialize for ProcessesReport {
     }
 }
 
-impl fmt::Display for ProcessesReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ProcessesReport {
+    /// The table of processes: a header and a row of counters each.
+    fn process_rows(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let o = &self.outcome;
-        writeln!(
-            f,
-            "{} in {} processes of {} pages each, {} frames ({}, {} replacement, {})",
-            self.workload,
-            o.processes.len(),
-            self.pages_each,
-            o.frames,
-            o.policy,
-            o.replacement.name(),
-            o.swap
-        )?;
         writeln!(
             f,
             "  {:>3} {:>8} {:>18} {:>10} {:>9} {:>11} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}",
@@ -341,6 +331,12 @@ impl fmt::Display for ProcessesReport {
                 c.agent_round_trips
             )?;
         }
+        Ok(())
+    }
+
+    /// Each process's verdict (or why it failed) and its heap.
+    fn process_checks(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.outcome;
         for (i, p) in o.processes.iter().enumerate() {
             match &p.verdict {
                 Some((true, text)) if p.verified() => writeln!(f, "  checked {i}       {text}")?,
@@ -354,6 +350,26 @@ impl fmt::Display for ProcessesReport {
                 )?;
             }
         }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ProcessesReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.outcome;
+        writeln!(
+            f,
+            "{} in {} processes of {} pages each, {} frames ({}, {} replacement, {})",
+            self.workload,
+            o.processes.len(),
+            self.pages_each,
+            o.frames,
+            o.policy,
+            o.replacement.name(),
+            o.swap
+        )?;
+        self.process_rows(f)?;
+        self.process_checks(f)?;
         match o.fairness() {
             Some(j) => writeln!(
                 f,

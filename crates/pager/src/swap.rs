@@ -38,6 +38,16 @@ pub enum SwapError {
     NeverWritten { backend: String, slot: u64 },
     #[error("{0}")]
     Open(String),
+    /// The swap file could not be made on the remote file service; the
+    /// client's error says whether the server refused (e.g. read-only).
+    #[error("swap file beside '{near}' on rfs {server}: {source}")]
+    Remote {
+        near: String,
+        server: std::net::SocketAddr,
+        /// Boxed: a swap error travels in every fault's result.
+        #[source]
+        source: Box<osprobe_rfs::ClientError>,
+    },
 }
 
 /// Storage for evicted pages, addressed by slot (slot * page size).
@@ -385,12 +395,13 @@ impl RfsSwap {
     /// A scratch swap file beside the name `near` on the server `client`
     /// talks to (`near` itself is never touched).
     pub fn create(mut client: Client, near: &str) -> Result<RfsSwap, SwapError> {
-        let fd = client.create_scratch(near).map_err(|e| {
-            SwapError::Open(format!(
-                "swap file beside '{near}' on rfs {}: {e}",
-                client.server()
-            ))
-        })?;
+        let fd = client
+            .create_scratch(near)
+            .map_err(|source| SwapError::Remote {
+                near: near.to_string(),
+                server: client.server(),
+                source: Box::new(source),
+            })?;
         Ok(RfsSwap {
             client,
             fd,

@@ -4,6 +4,7 @@
 //! sbrk, and a touch past the break. Real forked processes, real
 //! userfaultfd: they run as root (and must, in CI).
 
+use osprobe_pager::processes::error::{BrkError, WorkloadError};
 use osprobe_pager::processes::workloads::{grow_heap, replay};
 use osprobe_pager::processes::{
     Ending, ProcessMemory, ProcessSpec, Replacement, SharedConfig, SharedOutcome, SharedPager,
@@ -205,7 +206,7 @@ fn a_touch_past_the_break_is_an_error_named_as_such_and_others_go_on() {
         data_pages: 4,
         heap_limit_pages: 64,
     };
-    let workload = |i: usize, m: &mut ProcessMemory| {
+    let workload = |i: usize, m: &mut ProcessMemory| -> Result<String, WorkloadError> {
         m.sbrk(3)?;
         m.heap()[0] = 42;
         if i == 0 {
@@ -216,8 +217,9 @@ fn a_touch_past_the_break_is_an_error_named_as_such_and_others_go_on() {
         }
         // Beyond the limit, brk itself is refused.
         let refused = m.brk(65).unwrap_err();
-        if !refused.contains("may grow to 64 pages") {
-            return Err(format!("brk past the limit: {refused}"));
+        // The pager's refusal, told apart from a broken control socket.
+        if !matches!(&refused, BrkError::Refused(words) if words.contains("may grow to 64 pages")) {
+            return Err(format!("brk past the limit: {refused}").into());
         }
         grow_heap(m, i, 40, 7)
     };

@@ -3,6 +3,7 @@
 //! for sizes) and labels with readable units (`1 KiB`, `10 µs`, `2 Gbit/s`).
 
 use crate::human::scale_for;
+use osprobe_core::plot_view::PlotView;
 use osprobe_core::Unit;
 
 /// A value range mapped onto a pixel range.
@@ -231,10 +232,14 @@ pub fn short_number(v: f64) -> String {
 }
 
 /// What a parameter's numbers mean, from its name: sizes in bytes, times
-/// with their suffix (`duration_ms`, `slack_ns`, time.sleep's `requested` in
-/// µs), else plain counts. Returns the unit and the factor that turns a
-/// parameter value into that unit.
-pub fn param_quantity(experiment: &str, name: &str) -> (Unit, f64) {
+/// with their suffix (`duration_ms`, `slack_ns`), else plain counts, unless
+/// the experiment's view names the unit (time.sleep's `requested` in µs).
+/// Returns the unit and the factor that turns a parameter value into that
+/// unit.
+pub fn param_quantity(view: &PlotView, name: &str) -> (Unit, f64) {
+    if let Some((_, unit, factor)) = view.param_units.iter().find(|(p, _, _)| *p == name) {
+        return (*unit, *factor);
+    }
     const SIZES: &[&str] = &[
         "size",
         "file_size",
@@ -251,7 +256,7 @@ pub fn param_quantity(experiment: &str, name: &str) -> (Unit, f64) {
         (Unit::Bytes, 1.0)
     } else if name.ends_with("_ns") {
         (Unit::Nanoseconds, 1.0)
-    } else if name.ends_with("_us") || (experiment == "time.sleep" && name == "requested") {
+    } else if name.ends_with("_us") {
         (Unit::Nanoseconds, 1e3)
     } else if name.ends_with("_ms") {
         (Unit::Nanoseconds, 1e6)
@@ -342,18 +347,21 @@ mod tests {
 
     #[test]
     fn parameters_have_quantities() {
-        assert_eq!(param_quantity("mem.latency", "size"), (Unit::Bytes, 1.0));
+        let generic = PlotView::default();
+        assert_eq!(param_quantity(&generic, "size"), (Unit::Bytes, 1.0));
+        assert_eq!(param_quantity(&generic, "requested"), (Unit::Count, 1.0));
+        let micros = PlotView {
+            param_units: &[("requested", Unit::Nanoseconds, 1e3)],
+            ..PlotView::default()
+        };
         assert_eq!(
-            param_quantity("time.sleep", "requested"),
+            param_quantity(&micros, "requested"),
             (Unit::Nanoseconds, 1e3)
         );
         assert_eq!(
-            param_quantity("net.cc", "duration_ms"),
+            param_quantity(&generic, "duration_ms"),
             (Unit::Nanoseconds, 1e6)
         );
-        assert_eq!(
-            param_quantity("rfs.throughput", "window"),
-            (Unit::Count, 1.0)
-        );
+        assert_eq!(param_quantity(&generic, "window"), (Unit::Count, 1.0));
     }
 }

@@ -297,53 +297,10 @@ fn bars(svg: &mut Svg, area: Area, plot: &BarPlot) {
         .map(|g| text_width(g, FONT))
         .fold(0.0, f64::max);
     let slanted = widest > group_w - 4.0;
-    for (gi, group) in plot.groups.iter().enumerate() {
+    for gi in 0..plot.groups.len() {
         let centre = LEFT + group_w * (gi as f64 + 0.5);
-        let start = centre - bar_w * k / 2.0;
-        for (si, bar) in plot.values[gi].iter().enumerate() {
-            let Some(b) = bar else { continue };
-            let (colour, _) = series_style(si);
-            let x = start + bar_w * si as f64;
-            let (top, base) = (ys.px(b.y.max(0.0)), ys.px(b.y.min(0.0)));
-            let tip = format!(
-                "{} {}: median {} (95% CI {} .. {})",
-                group,
-                plot.series[si],
-                readable(plot.y.unit, b.y),
-                readable(plot.y.unit, b.lo),
-                readable(plot.y.unit, b.hi)
-            );
-            svg.rect(
-                x + 1.0,
-                top,
-                bar_w - 2.0,
-                base - top,
-                &format!(r#"fill="{colour}""#),
-                Some(&tip),
-            );
-            error_bar(svg, x + bar_w / 2.0, ys.px(b.lo), ys.px(b.hi), "#222");
-        }
-        if let Some(v) = plot.expected.get(gi).copied().flatten() {
-            let y = ys.px(v);
-            svg.line(
-                start - 4.0,
-                y,
-                start + bar_w * k + 4.0,
-                y,
-                r##"stroke="#222" stroke-width="1.5" stroke-dasharray="5,3""##,
-            );
-        }
-        if slanted {
-            let (x, y) = (centre, area.bottom() + 12.0);
-            svg.raw(&format!(
-                r#"<text x="{x}" y="{y}" font-size="{FONT}" text-anchor="end" transform="rotate(-30 {x} {y})">{}</text>"#,
-                crate::svg::escape(group),
-                x = crate::svg::num(x),
-                y = crate::svg::num(y),
-            ));
-        } else {
-            svg.text(centre, area.bottom() + 16.0, FONT, Anchor::Middle, group);
-        }
+        bar_group(svg, &ys, plot, gi, centre - bar_w * k / 2.0, bar_w);
+        group_label(svg, area, centre, &plot.groups[gi], slanted);
     }
     frame(svg, area);
     let drop = if slanted { widest * 0.5 + 8.0 } else { 0.0 };
@@ -357,17 +314,76 @@ fn bars(svg: &mut Svg, area: Area, plot: &BarPlot) {
     svg.grow_to(area.bottom() + 44.0 + drop);
     legend(svg, &plot.series, area.bottom() + 54.0 + drop);
     if plot.expected.iter().any(Option::is_some) {
-        let y = svg.height() + 14.0;
+        expected_legend(svg, &plot.expected_label);
+    }
+}
+
+/// Group `gi`'s bars from `start`, each with its CI as an error bar and a
+/// tooltip, and the dashed line of what the group should read.
+fn bar_group(svg: &mut Svg, ys: &Scale, plot: &BarPlot, gi: usize, start: f64, bar_w: f64) {
+    for (si, bar) in plot.values[gi].iter().enumerate() {
+        let Some(b) = bar else { continue };
+        let (colour, _) = series_style(si);
+        let x = start + bar_w * si as f64;
+        let (top, base) = (ys.px(b.y.max(0.0)), ys.px(b.y.min(0.0)));
+        let tip = format!(
+            "{} {}: median {} (95% CI {} .. {})",
+            plot.groups[gi],
+            plot.series[si],
+            readable(plot.y.unit, b.y),
+            readable(plot.y.unit, b.lo),
+            readable(plot.y.unit, b.hi)
+        );
+        svg.rect(
+            x + 1.0,
+            top,
+            bar_w - 2.0,
+            base - top,
+            &format!(r#"fill="{colour}""#),
+            Some(&tip),
+        );
+        error_bar(svg, x + bar_w / 2.0, ys.px(b.lo), ys.px(b.hi), "#222");
+    }
+    if let Some(v) = plot.expected.get(gi).copied().flatten() {
+        let y = ys.px(v);
+        let k = plot.series.len().max(1) as f64;
         svg.line(
-            LEFT,
-            y - 4.0,
-            LEFT + 20.0,
-            y - 4.0,
+            start - 4.0,
+            y,
+            start + bar_w * k + 4.0,
+            y,
             r##"stroke="#222" stroke-width="1.5" stroke-dasharray="5,3""##,
         );
-        svg.text(LEFT + 26.0, y, FONT, Anchor::Start, &plot.expected_label);
-        svg.grow_to(y + 10.0);
     }
+}
+
+/// A group's name under its bars, slanted when the names do not fit.
+fn group_label(svg: &mut Svg, area: Area, centre: f64, group: &str, slanted: bool) {
+    if slanted {
+        let (x, y) = (centre, area.bottom() + 12.0);
+        svg.raw(&format!(
+            r#"<text x="{x}" y="{y}" font-size="{FONT}" text-anchor="end" transform="rotate(-30 {x} {y})">{}</text>"#,
+            crate::svg::escape(group),
+            x = crate::svg::num(x),
+            y = crate::svg::num(y),
+        ));
+    } else {
+        svg.text(centre, area.bottom() + 16.0, FONT, Anchor::Middle, group);
+    }
+}
+
+/// The dashed line's entry below the legend.
+fn expected_legend(svg: &mut Svg, label: &str) {
+    let y = svg.height() + 14.0;
+    svg.line(
+        LEFT,
+        y - 4.0,
+        LEFT + 20.0,
+        y - 4.0,
+        r##"stroke="#222" stroke-width="1.5" stroke-dasharray="5,3""##,
+    );
+    svg.text(LEFT + 26.0, y, FONT, Anchor::Start, label);
+    svg.grow_to(y + 10.0);
 }
 
 fn histogram(svg: &mut Svg, area: Area, plot: &HistogramPlot) {

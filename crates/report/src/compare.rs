@@ -395,6 +395,30 @@ fn percent(fraction: f64) -> String {
 /// The terminal rendering: header, environment differences, the table,
 /// metrics in one run only, and a summary line.
 pub fn render(c: &Comparison) -> String {
+    let mut out = render_header(c);
+    out.push('\n');
+    if c.pairs.is_empty() {
+        out.push_str("no metric appears in both runs\n");
+    } else {
+        out.push_str(&pairs_table(&c.pairs));
+    }
+    for (label, list) in [("only in A", &c.only_in_a), ("only in B", &c.only_in_b)] {
+        out.push_str(&render_singles(label, list));
+    }
+    out.push_str(&format!(
+        "\n{} compared: {} improved, {} regressed, {} changed, {} unchanged, {} noise\n",
+        c.pairs.len(),
+        c.count(Verdict::Improved),
+        c.count(Verdict::Regressed),
+        c.count(Verdict::Changed),
+        c.count(Verdict::Unchanged),
+        c.count(Verdict::Noise),
+    ));
+    out
+}
+
+/// The two runs, the threshold, and how their machines or set-ups differ.
+fn render_header(c: &Comparison) -> String {
     let mut out = format!(
         "A: {} ({} profile, {}, {})\nB: {} ({} profile, {}, {})\nthreshold {}%; significant = each median outside the other's 95% CI\n",
         c.a.id,
@@ -419,83 +443,77 @@ pub fn render(c: &Comparison) -> String {
             out.push_str(&format!("  {:>width$}: A {}  |  B {}\n", d.what, d.a, d.b));
         }
     }
-    out.push('\n');
-    if c.pairs.is_empty() {
-        out.push_str("no metric appears in both runs\n");
-    } else {
-        let mut table = Table::new(&[
-            ("experiment", Align::Left),
-            ("metric", Align::Left),
-            ("params", Align::Left),
-            ("A", Align::Right),
-            ("B", Align::Right),
-            ("unit", Align::Left),
-            ("change", Align::Right),
-            ("outside CIs", Align::Left),
-            ("verdict", Align::Left),
+    out
+}
+
+/// The metrics in both runs, an experiment named once for its rows.
+fn pairs_table(pairs: &[Pair]) -> String {
+    let mut table = Table::new(&[
+        ("experiment", Align::Left),
+        ("metric", Align::Left),
+        ("params", Align::Left),
+        ("A", Align::Right),
+        ("B", Align::Right),
+        ("unit", Align::Left),
+        ("change", Align::Right),
+        ("outside CIs", Align::Left),
+        ("verdict", Align::Left),
+    ]);
+    let mut previous = "";
+    for p in pairs {
+        let scale = scale_for(p.unit, p.a_p50);
+        let v = |x: f64| number(x / scale.divisor);
+        table.row(vec![
+            if p.experiment == previous {
+                String::new()
+            } else {
+                p.experiment.clone()
+            },
+            p.metric.clone(),
+            p.params.clone(),
+            v(p.a_p50),
+            v(p.b_p50),
+            scale.label.to_string(),
+            change_text(p.change),
+            if p.significant { "yes" } else { "no" }.to_string(),
+            p.verdict.as_str().to_string(),
         ]);
-        let mut previous = "";
-        for p in &c.pairs {
-            let scale = scale_for(p.unit, p.a_p50);
-            let v = |x: f64| number(x / scale.divisor);
-            table.row(vec![
-                if p.experiment == previous {
-                    String::new()
-                } else {
-                    p.experiment.clone()
-                },
-                p.metric.clone(),
-                p.params.clone(),
-                v(p.a_p50),
-                v(p.b_p50),
-                scale.label.to_string(),
-                change_text(p.change),
-                if p.significant { "yes" } else { "no" }.to_string(),
-                p.verdict.as_str().to_string(),
-            ]);
-            previous = &p.experiment;
-        }
-        out.push_str(&table.render());
+        previous = &p.experiment;
     }
-    for (label, list) in [("only in A", &c.only_in_a), ("only in B", &c.only_in_b)] {
-        if list.is_empty() {
-            continue;
-        }
-        out.push_str(&format!("\n{label} ({}):\n", list.len()));
-        if list.len() > 20 {
-            // Many (a full run against a partial one): by experiment.
-            let mut counts: Vec<(&str, usize)> = Vec::new();
-            for s in list.iter() {
-                match counts.iter_mut().find(|(e, _)| *e == s.experiment) {
-                    Some(c) => c.1 += 1,
-                    None => counts.push((&s.experiment, 1)),
-                }
+    table.render()
+}
+
+/// The metrics of one run only (nothing when there are none): each with
+/// its median, or counts by experiment when there are many.
+fn render_singles(label: &str, list: &[Single]) -> String {
+    if list.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\n{label} ({}):\n", list.len());
+    if list.len() > 20 {
+        // Many (a full run against a partial one): by experiment.
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for s in list.iter() {
+            match counts.iter_mut().find(|(e, _)| *e == s.experiment) {
+                Some(c) => c.1 += 1,
+                None => counts.push((&s.experiment, 1)),
             }
-            let line: Vec<String> = counts.iter().map(|(e, n)| format!("{e} ({n})")).collect();
-            out.push_str(&format!("  {}\n", line.join(", ")));
-            continue;
         }
-        for s in list {
-            let scale = scale_for(s.unit, s.p50);
-            out.push_str(&format!(
-                "  {} {} {}  {} {}\n",
-                s.experiment,
-                s.metric,
-                s.params,
-                number(s.p50 / scale.divisor),
-                scale.label
-            ));
-        }
+        let line: Vec<String> = counts.iter().map(|(e, n)| format!("{e} ({n})")).collect();
+        out.push_str(&format!("  {}\n", line.join(", ")));
+        return out;
     }
-    out.push_str(&format!(
-        "\n{} compared: {} improved, {} regressed, {} changed, {} unchanged, {} noise\n",
-        c.pairs.len(),
-        c.count(Verdict::Improved),
-        c.count(Verdict::Regressed),
-        c.count(Verdict::Changed),
-        c.count(Verdict::Unchanged),
-        c.count(Verdict::Noise),
-    ));
+    for s in list {
+        let scale = scale_for(s.unit, s.p50);
+        out.push_str(&format!(
+            "  {} {} {}  {} {}\n",
+            s.experiment,
+            s.metric,
+            s.params,
+            number(s.p50 / scale.divisor),
+            scale.label
+        ));
+    }
     out
 }
 

@@ -35,3 +35,20 @@ pub enum RowError {
     #[error("'{0}' is not an experiment id")]
     NotAnExperimentId(String),
 }
+
+/// Why a matching measurement cannot be put beside a reference figure:
+/// shown in the row as `not comparable: ...`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Incomparable {
+    #[error("the measurement carries no model prediction")]
+    NoPrediction,
+    #[error("the measurements have no numeric '{0}'")]
+    NoNumericParam(String),
+    #[error("unknown unit")]
+    UnknownUnit,
+    #[error("the measurement is in {measured}, the reference in {reference}")]
+    Units {
+        measured: osprobe_core::Unit,
+        reference: String,
+    },
+}

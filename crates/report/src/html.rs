@@ -21,6 +21,7 @@ use crate::plot::{plots, Plot};
 use crate::reproduce::ReproduceRow;
 use crate::studies::study_name;
 pub use crate::svg::escape;
+use osprobe_core::plot_view::PlotViews;
 use osprobe_core::{Measurement, Run, SCHEMA_VERSION};
 use std::fmt::Write as _;
 
@@ -38,6 +39,8 @@ pub struct Report<'a> {
     sections: Vec<Section>,
     /// The reference figures set beside this run (`reproduce`), if any.
     references: Option<Vec<ReproduceRow>>,
+    /// How each experiment wants its plots (the registry's views).
+    views: PlotViews,
 }
 
 impl<'a> Report<'a> {
@@ -46,7 +49,15 @@ impl<'a> Report<'a> {
             run,
             sections: Vec::new(),
             references: None,
+            views: PlotViews::default(),
         }
+    }
+
+    /// Plot each experiment as its view says (`Registry::plot_views`);
+    /// without them every plot takes the generic view.
+    pub fn plot_views(mut self, views: PlotViews) -> Report<'a> {
+        self.views = views;
+        self
     }
 
     /// Compare the run with the reference studies: the overview counts
@@ -74,7 +85,7 @@ impl<'a> Report<'a> {
     /// The whole page.
     pub fn render(&self) -> String {
         let run = self.run;
-        let plots = plots(run);
+        let plots = plots(run, &self.views);
         let mut out = String::with_capacity(64 * 1024 + plots.len() * 8 * 1024);
         let title = format!("osprobe run {}", run.id);
         let _ = write!(

@@ -3,12 +3,14 @@
 //! a group with a numeric parameter that varies becomes a line plot against
 //! the one that varies most (one series per combination of the others), a
 //! group whose varying parameters are all words becomes grouped bars, and
-//! every measurement with a histogram gets its own bar plot. A few
-//! experiments get more on top: mem.latency marks the cache sizes (from
-//! sysfs and from mem.caches), net.cc keeps one bar per algorithm.
+//! every measurement with a histogram gets its own bar plot. What this
+//! rule cannot guess an experiment declares in its [`PlotView`] (the
+//! parameter compared side by side, a log axis, cache-size markers, the
+//! value a bar should read); the report takes the views as data.
 
 use crate::axis::{param_quantity, unit_words};
 use crate::human::params_label;
+use osprobe_core::plot_view::{duration_param_ns, PlotView, PlotViews};
 use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -117,8 +119,9 @@ pub struct Plot {
     pub kind: Kind,
 }
 
-/// Every plot of a run, in the order of the run's measurements.
-pub fn plots(run: &Run) -> Vec<Plot> {
+/// Every plot of a run, in the order of the run's measurements, each
+/// experiment's in the view it declared (`views`).
+pub fn plots(run: &Run, views: &PlotViews) -> Vec<Plot> {
     let mut order: Vec<(&str, &str)> = Vec::new();
     let mut groups: BTreeMap<(&str, &str), Vec<&Measurement>> = BTreeMap::new();
     for m in &run.measurements {
@@ -131,7 +134,7 @@ pub fn plots(run: &Run) -> Vec<Plot> {
     let mut out = Vec::new();
     for key in order {
         let group = &groups[&key];
-        out.extend(group_plots(run, group));
+        out.extend(group_plots(run, group, &views.of(key.0)));
         let with_histogram: Vec<&Measurement> = group
             .iter()
             .copied()
@@ -182,8 +185,8 @@ pub const MAX_SERIES: usize = 8;
 /// The plots of one (experiment, metric) group: one, or when it would have
 /// more than [`MAX_SERIES`] series, one per value of the parameter that
 /// splits them best (pager.policy: one plot per trace).
-pub fn group_plots(run: &Run, group: &[&Measurement]) -> Vec<Plot> {
-    let Some(plot) = group_plot(run, group) else {
+pub fn group_plots(run: &Run, group: &[&Measurement], view: &PlotView) -> Vec<Plot> {
+    let Some(plot) = group_plot(run, group, view) else {
         return Vec::new();
     };
     let series = match &plot.kind {
@@ -201,13 +204,9 @@ pub fn group_plots(run: &Run, group: &[&Measurement]) -> Vec<Plot> {
     let varying = varying_params(group);
     // Of the splits that leave at most MAX_SERIES series in every plot, the
     // one with fewest plots; failing that, the fewest series in the largest.
-    // mem.latency keeps one line per stride, net.cc one bar per algorithm.
-    let keep = match group[0].experiment.as_str() {
-        "mem.latency" => "stride",
-        "net.cc" => "cc",
-        "net.userspace" => "clock",
-        _ => "",
-    };
+    // The view's series parameter (one line per stride, one bar per
+    // algorithm) is never split.
+    let keep = view.series.unwrap_or("");
     let best = varying
         .iter()
         .filter(|p| **p != axis && *p != keep)
@@ -227,7 +226,10 @@ pub fn group_plots(run: &Run, group: &[&Measurement]) -> Vec<Plot> {
             (!fits, first, second, name.clone())
         });
     match best {
-        Some((_, _, _, facets)) => facets.iter().filter_map(|f| group_plot(run, f)).collect(),
+        Some((_, _, _, facets)) => facets
+            .iter()
+            .filter_map(|f| group_plot(run, f, view))
+            .collect(),
         None => vec![plot],
     }
 }
@@ -267,7 +269,7 @@ fn series_count(group: &[&Measurement], axis: &str) -> usize {
 }
 
 /// The plot of one (experiment, metric) group, if a parameter varies.
-pub fn group_plot(run: &Run, group: &[&Measurement]) -> Option<Plot> {
+pub fn group_plot(run: &Run, group: &[&Measurement], view: &PlotView) -> Option<Plot> {
     let first = group.first()?;
     let varying = varying_params(group);
     if varying.is_empty() {
@@ -286,16 +288,15 @@ pub fn group_plot(run: &Run, group: &[&Measurement]) -> Option<Plot> {
         .collect();
     let fixed = fixed_label(&first.params, &varying);
     let (experiment, metric) = (first.experiment.clone(), first.metric.clone());
-    // net.cc: bars per algorithm, even when a numeric condition varies too.
-    let prefer_bars = experiment == "net.cc" && varying.contains("cc");
+    let prefer_bars = view.bars_for_series && view.series.is_some_and(|p| varying.contains(p));
     let kind = match numeric
         .iter()
         .max_by_key(|name| (distinct(group, name), std::cmp::Reverse(name.as_str())))
     {
         Some(x) if !prefer_bars && distinct(group, x) >= 2 => {
-            Kind::Lines(line_plot(run, group, x, &varying))
+            Kind::Lines(line_plot(run, group, x, &varying, view))
         }
-        _ => Kind::Bars(bar_plot(group, &varying)),
+        _ => Kind::Bars(bar_plot(group, &varying, view)),
     };
     let against = match &kind {
         Kind::Lines(l) => format!(" against {}", l.x.title),
@@ -370,9 +371,14 @@ fn y_axis(m: &Measurement, log: bool) -> AxisSpec {
     }
 }
 
-fn line_plot(run: &Run, group: &[&Measurement], x: &str, varying: &BTreeSet<String>) -> LinePlot {
-    let experiment = group[0].experiment.as_str();
-    let (x_unit, factor) = param_quantity(experiment, x);
+fn line_plot(
+    run: &Run,
+    group: &[&Measurement],
+    x: &str,
+    varying: &BTreeSet<String>,
+    view: &PlotView,
+) -> LinePlot {
+    let (x_unit, factor) = param_quantity(view, x);
     let mut by_series: Vec<Series> = Vec::new();
     for m in group {
         let Some(xv) = m.params.get(x).and_then(as_f64) else {
@@ -400,9 +406,9 @@ fn line_plot(run: &Run, group: &[&Measurement], x: &str, varying: &BTreeSet<Stri
     let (xlo, xhi) = min_max(xs);
     let ys = by_series.iter().flat_map(|s| s.points.iter().map(|p| p.y));
     let (ylo, yhi) = min_max(ys);
-    let x_log = crate::axis::wants_log(xlo, xhi) || (experiment == "mem.latency" && xlo > 0.0);
+    let x_log = crate::axis::wants_log(xlo, xhi) || (view.log_x && xlo > 0.0);
     let y_log = crate::axis::wants_log(ylo, yhi);
-    let markers = if experiment == "mem.latency" && x_unit == Unit::Bytes {
+    let markers = if view.cache_markers && x_unit == Unit::Bytes {
         cache_markers(run)
     } else {
         Vec::new()
@@ -469,16 +475,12 @@ pub fn cache_markers(run: &Run) -> Vec<Marker> {
 /// parameter with most distinct values (for net.cc, the other conditions,
 /// so that each algorithm keeps its colour); the bars within a group are
 /// the combinations of the rest.
-fn bar_plot(group: &[&Measurement], varying: &BTreeSet<String>) -> BarPlot {
-    let experiment = group[0].experiment.as_str();
-    // net.cc keeps a colour per algorithm when other conditions vary.
-    // net.userspace keeps a colour per clock (the seed's question: what
-    // the clock does to each stack).
-    let series_param: Option<&str> = match experiment {
-        "net.cc" if varying.len() > 1 && varying.contains("cc") => Some("cc"),
-        "net.userspace" if varying.len() > 1 && varying.contains("clock") => Some("clock"),
-        _ => None,
-    };
+fn bar_plot(group: &[&Measurement], varying: &BTreeSet<String>, view: &PlotView) -> BarPlot {
+    // The view's series parameter keeps a colour per value when other
+    // conditions vary.
+    let series_param: Option<&str> = view
+        .series
+        .filter(|p| varying.len() > 1 && varying.contains(*p));
     let axis_param = varying
         .iter()
         .filter(|n| Some(n.as_str()) != series_param)
@@ -531,7 +533,7 @@ fn bar_plot(group: &[&Measurement], varying: &BTreeSet<String>) -> BarPlot {
         Some(sp) => sp.to_string(),
         None => axis_param.unwrap_or_default(),
     };
-    let (expected, expected_label) = expected_per_group(group, &keys, &groups);
+    let (expected, expected_label) = expected_per_group(group, &keys, &groups, view);
     BarPlot {
         x_title,
         y: y_axis(group[0], false),
@@ -543,48 +545,38 @@ fn bar_plot(group: &[&Measurement], varying: &BTreeSet<String>) -> BarPlot {
     }
 }
 
-/// The value each bar group should read, where the experiment knows one:
-/// a user-space stack's RTT estimate (net.userspace min_rtt, srtt) against
-/// the emulated path's configured round trip, twice its one-way `delay`.
-/// A group whose measurements disagree on the delay gets no line.
+/// The value each bar group should read, where the experiment's view names
+/// one (net.userspace: a stack's RTT estimate against the emulated path's
+/// configured round trip, twice its one-way `delay`). A group whose
+/// measurements disagree on the parameter gets no line.
 fn expected_per_group(
     group: &[&Measurement],
     keys: &[(String, String)],
     groups: &[String],
+    view: &PlotView,
 ) -> (Vec<Option<f64>>, String) {
     let first = group[0];
-    let rtt_metric = matches!(first.metric.as_str(), "min_rtt" | "srtt");
-    if first.experiment != "net.userspace" || !rtt_metric || first.unit != Unit::Nanoseconds {
+    let line = view.expected.as_ref().filter(|line| {
+        line.metrics.contains(&first.metric.as_str()) && first.unit == Unit::Nanoseconds
+    });
+    let Some(line) = line else {
         return (vec![None; groups.len()], String::new());
-    }
+    };
     let expected = groups
         .iter()
         .map(|g| {
-            let mut delays = group
+            let mut values = group
                 .iter()
                 .zip(keys)
                 .filter(|(_, (mg, _))| mg == g)
-                .map(|(m, _)| m.params.text("delay").and_then(delay_ns));
-            let first = delays.next().flatten()?;
-            delays.all(|d| d == Some(first)).then_some(2.0 * first)
+                .map(|(m, _)| m.params.text(line.param).and_then(duration_param_ns));
+            let first = values.next().flatten()?;
+            values
+                .all(|d| d == Some(first))
+                .then_some(line.factor * first)
         })
         .collect();
-    (expected, "configured round trip (2 x delay)".into())
-}
-
-/// A one-way delay parameter (`10ms`, `500us`, `0ms`, `1s`) in ns.
-fn delay_ns(text: &str) -> Option<f64> {
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let scale = match unit {
-        "ns" => 1.0,
-        "us" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        _ => return None,
-    };
-    Some(value * scale)
+    (expected, line.label.to_string())
 }
 
 /// A measurement's histogram as its own plot.

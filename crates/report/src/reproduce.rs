@@ -20,7 +20,7 @@
 //! remote/local, a ratio both paths share.
 
 use crate::compare::Better;
-use crate::error::RowError;
+use crate::error::{Incomparable, RowError};
 use crate::human::number;
 use crate::table::{Align, Table};
 use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
@@ -224,10 +224,29 @@ impl Reference {
         self.field.as_deref().unwrap_or("p50")
     }
 
+    /// Every check of a shipped row, in order; the first failed one is the error.
     fn validate(&self) -> Result<(), RowError> {
         if !SEEDS.contains(&self.seed.as_str()) {
             return Err(RowError::UnknownStudy(self.seed.clone()));
         }
+        self.validate_texts()?;
+        if !self.value.is_finite() || self.value <= 0.0 {
+            return Err(RowError::NotPositive(self.value));
+        }
+        let Some((kind, _)) = unit_kind(&self.unit) else {
+            return Err(RowError::UnknownUnit(self.unit.clone()));
+        };
+        self.validate_field(kind)?;
+        self.validate_relative()?;
+        self.validate_path()?;
+        self.validate_local(kind)?;
+        if kind == Kind::Cycles && !self.clock_ghz.is_some_and(|g| g.is_finite() && g > 0.0) {
+            return Err(RowError::CyclesNeedClock);
+        }
+        self.validate_experiment()
+    }
+
+    fn validate_texts(&self) -> Result<(), RowError> {
         for (name, text) in [
             ("source", &self.source),
             ("table", &self.table),
@@ -238,22 +257,23 @@ impl Reference {
                 return Err(RowError::Empty(name));
             }
         }
-        if !self.value.is_finite() || self.value <= 0.0 {
-            return Err(RowError::NotPositive(self.value));
-        }
-        let Some((kind, _)) = unit_kind(&self.unit) else {
-            return Err(RowError::UnknownUnit(self.unit.clone()));
-        };
+        Ok(())
+    }
+
+    /// The field read fits the unit: a median or prediction of a figure,
+    /// an `argmax:` of a parameter.
+    fn validate_field(&self, kind: Kind) -> Result<(), RowError> {
         match self.field() {
-            "p50" | "prediction" if kind != Kind::Param => {}
-            f if f.starts_with("argmax:") && kind == Kind::Param => {}
-            f => {
-                return Err(RowError::FieldUnit {
-                    field: f.to_string(),
-                    unit: self.unit.clone(),
-                })
-            }
+            "p50" | "prediction" if kind != Kind::Param => Ok(()),
+            f if f.starts_with("argmax:") && kind == Kind::Param => Ok(()),
+            f => Err(RowError::FieldUnit {
+                field: f.to_string(),
+                unit: self.unit.clone(),
+            }),
         }
+    }
+
+    fn validate_relative(&self) -> Result<(), RowError> {
         if let Some(rel) = &self.relative_to {
             if self.unit != "x" || self.field() != "p50" || self.experiment.is_none() {
                 return Err(RowError::RelativeNeedsRatio);
@@ -262,6 +282,10 @@ impl Reference {
                 return Err(RowError::RelativeChangesNothing);
             }
         }
+        Ok(())
+    }
+
+    fn validate_path(&self) -> Result<(), RowError> {
         if let Some(path) = &self.path {
             if !PATH_KINDS.contains(&path.kind.as_str()) {
                 return Err(RowError::PathKind {
@@ -276,26 +300,33 @@ impl Reference {
                 return Err(RowError::PathPinned);
             }
         }
-        if let Some(local) = &self.local {
-            if self.path.is_none() || self.relative_to.is_some() || self.field() != "p50" {
-                return Err(RowError::LocalNeedsPath);
-            }
-            match unit_kind(&local.unit) {
-                Some((k, _)) if k == kind => {}
-                _ => {
-                    return Err(RowError::LocalUnit {
-                        local: local.unit.clone(),
-                        unit: self.unit.clone(),
-                    })
-                }
-            }
-            if !local.value.is_finite() || local.value <= 0.0 {
-                return Err(RowError::LocalNotPositive(local.value));
+        Ok(())
+    }
+
+    /// A local figure goes with a path, in a unit of the row's kind.
+    fn validate_local(&self, kind: Kind) -> Result<(), RowError> {
+        let Some(local) = &self.local else {
+            return Ok(());
+        };
+        if self.path.is_none() || self.relative_to.is_some() || self.field() != "p50" {
+            return Err(RowError::LocalNeedsPath);
+        }
+        match unit_kind(&local.unit) {
+            Some((k, _)) if k == kind => {}
+            _ => {
+                return Err(RowError::LocalUnit {
+                    local: local.unit.clone(),
+                    unit: self.unit.clone(),
+                })
             }
         }
-        if kind == Kind::Cycles && !self.clock_ghz.is_some_and(|g| g.is_finite() && g > 0.0) {
-            return Err(RowError::CyclesNeedClock);
+        if !local.value.is_finite() || local.value <= 0.0 {
+            return Err(RowError::LocalNotPositive(local.value));
         }
+        Ok(())
+    }
+
+    fn validate_experiment(&self) -> Result<(), RowError> {
         if let Some(id) = &self.experiment {
             let ok = id.contains('.')
                 && id
@@ -441,25 +472,7 @@ pub fn reproduce(run: &Run, references: &[Reference], seed: Option<&str>) -> Vec
 }
 
 fn row(run: &Run, r: &Reference) -> ReproduceRow {
-    let mut out = ReproduceRow {
-        seed: r.seed.clone(),
-        table: r.table.clone(),
-        source: r.source.clone(),
-        what: r.what.clone(),
-        experiment: r.experiment.clone(),
-        metric: r.metric.clone(),
-        params: crate::human::params_label(&r.params),
-        measured_params: None,
-        reference: r.value,
-        unit: r.unit.clone(),
-        this: None,
-        ratio: None,
-        reads: None,
-        machine: r.machine.clone(),
-        notes: r.note.iter().cloned().collect(),
-        compared_as: None,
-        status: Status::Measured,
-    };
+    let mut out = ReproduceRow::blank(r);
     let Some(id) = &r.experiment else {
         out.status = Status::NoExperiment("no osprobe experiment measures this yet".into());
         return out;
@@ -481,36 +494,93 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         }
         matching = same;
     }
-    let Some(first) = matching.first() else {
-        let skipped = run.skipped.iter().find(|s| {
-            s.experiment == *id
-                && r.params
-                    .0
-                    .iter()
-                    .all(|(k, v)| s.params.get(k).is_none_or(|sv| same_value(v, sv)))
-        });
-        out.status = Status::NotMeasured(match (skipped, r.near_miss(run)) {
-            (Some(s), _) => format!("skipped in this run: {}", s.reason),
-            (None, Some(differ)) => format!(
-                "not compared: this run measured it only at other parameters, {differ} (run `{}`)",
-                r.bench_hint().unwrap_or_default()
-            ),
-            (None, None) => format!(
-                "not measured in this run (run `{}`)",
-                r.bench_hint().unwrap_or_default()
-            ),
-        });
+    if matching.is_empty() {
+        out.status = Status::NotMeasured(not_measured_reason(run, r, id));
         return out;
-    };
-    let (value, picked) = match r.field() {
-        "prediction" => match &first.prediction {
-            Some(p) => (convert(r, first.unit, p.value, None, run), *first),
-            None => {
-                out.status =
-                    Status::NotComparable("the measurement carries no model prediction".into());
-                return out;
+    }
+    match pick(run, r, &matching, &mut out.notes) {
+        Ok(picked) => compared_row(r, picked, matching.len(), &mut out),
+        Err(reason) => out.status = Status::NotComparable(reason.to_string()),
+    }
+    out
+}
+
+impl ReproduceRow {
+    /// The row of `r` before any measurement is looked at.
+    fn blank(r: &Reference) -> ReproduceRow {
+        ReproduceRow {
+            seed: r.seed.clone(),
+            table: r.table.clone(),
+            source: r.source.clone(),
+            what: r.what.clone(),
+            experiment: r.experiment.clone(),
+            metric: r.metric.clone(),
+            params: crate::human::params_label(&r.params),
+            measured_params: None,
+            reference: r.value,
+            unit: r.unit.clone(),
+            this: None,
+            ratio: None,
+            reads: None,
+            machine: r.machine.clone(),
+            notes: r.note.iter().cloned().collect(),
+            compared_as: None,
+            status: Status::Measured,
+        }
+    }
+}
+
+/// Why a row with an experiment has no matching measurement: skipped in
+/// this run, measured only at other parameters, or not measured at all.
+fn not_measured_reason(run: &Run, r: &Reference, id: &str) -> String {
+    let skipped = run.skipped.iter().find(|s| {
+        s.experiment == id
+            && r.params
+                .0
+                .iter()
+                .all(|(k, v)| s.params.get(k).is_none_or(|sv| same_value(v, sv)))
+    });
+    match (skipped, r.near_miss(run)) {
+        (Some(s), _) => format!("skipped in this run: {}", s.reason),
+        (None, Some(differ)) => format!(
+            "not compared: this run measured it only at other parameters, {differ} (run `{}`)",
+            r.bench_hint().unwrap_or_default()
+        ),
+        (None, None) => format!(
+            "not measured in this run (run `{}`)",
+            r.bench_hint().unwrap_or_default()
+        ),
+    }
+}
+
+/// The figure a row compares, in the reference's unit with a note on how
+/// it was converted, and the measurement it came from.
+struct Picked<'a> {
+    value: Result<(f64, Option<String>), Incomparable>,
+    from: &'a Measurement,
+}
+
+/// The figure of the row's field among `matching` (never empty): the
+/// model's prediction, the parameter of the largest median (`argmax:`), or
+/// the first match's median.
+fn pick<'a>(
+    run: &Run,
+    r: &Reference,
+    matching: &[&'a Measurement],
+    notes: &mut Vec<String>,
+) -> Result<Picked<'a>, Incomparable> {
+    let first = matching[0];
+    Ok(match r.field() {
+        "prediction" => {
+            let p = first
+                .prediction
+                .as_ref()
+                .ok_or(Incomparable::NoPrediction)?;
+            Picked {
+                value: convert(r, first.unit, p.value, None, run),
+                from: first,
             }
-        },
+        }
         f if f.starts_with("argmax:") => {
             let param = &f["argmax:".len()..];
             let best = matching
@@ -521,47 +591,53 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
             let v = match best.params.get(param) {
                 Some(ParamValue::Int(i)) => Ok(*i as f64),
                 Some(ParamValue::Float(x)) => Ok(*x),
-                _ => Err(format!("the measurements have no numeric '{param}'")),
+                _ => Err(Incomparable::NoNumericParam(param.to_string())),
             };
-            out.notes.push(format!(
+            notes.push(format!(
                 "the largest median among {} matching points",
                 matching.len()
             ));
-            (v.map(|v| (v, None)), best)
+            Picked {
+                value: v.map(|v| (v, None)),
+                from: best,
+            }
         }
-        _ => (
-            convert(
+        _ => Picked {
+            value: convert(
                 r,
                 first.unit,
                 first.summary.p50,
                 first.cycles.as_ref().map(|c| c.p50),
                 run,
             ),
-            *first,
-        ),
-    };
-    out.measured_params = Some(crate::human::params_label(&picked.params));
-    if matching.len() > 1 && !r.field().starts_with("argmax:") {
+            from: first,
+        },
+    })
+}
+
+/// Fills in the row from its picked figure: the parameters compared, this
+/// machine's value and the ratio, or why they cannot be compared.
+fn compared_row(r: &Reference, picked: Picked, matches: usize, out: &mut ReproduceRow) {
+    out.measured_params = Some(crate::human::params_label(&picked.from.params));
+    if matches > 1 && !r.field().starts_with("argmax:") {
         out.notes.push(format!(
-            "{} measurements match; the first ({}) is shown",
-            matching.len(),
-            crate::human::params_label(&picked.params)
+            "{matches} measurements match; the first ({}) is shown",
+            crate::human::params_label(&picked.from.params)
         ));
     }
-    match value {
+    match picked.value {
         Ok((v, note)) => {
             out.notes.extend(note);
             let ratio = v / r.value;
             out.this = Some(v);
             out.ratio = Some(ratio);
-            out.reads = Better::of(picked.unit)
+            out.reads = Better::of(picked.from.unit)
                 .word(ratio)
                 .filter(|_| !r.field().starts_with("argmax:"))
                 .map(str::to_string);
         }
-        Err(reason) => out.status = Status::NotComparable(reason),
+        Err(reason) => out.status = Status::NotComparable(reason.to_string()),
     }
-    out
 }
 
 /// A row whose measurement ran over another kind of path than the study's:
@@ -709,8 +785,8 @@ fn convert(
     value: f64,
     cycles: Option<f64>,
     run: &Run,
-) -> Result<(f64, Option<String>), String> {
-    let (ref_kind, ref_size) = unit_kind(&r.unit).ok_or("unknown unit")?;
+) -> Result<(f64, Option<String>), Incomparable> {
+    let (ref_kind, ref_size) = unit_kind(&r.unit).ok_or(Incomparable::UnknownUnit)?;
     let (kind, size) = measured_kind(unit);
     let base = value * size;
     let in_ref = |b: f64| b / ref_size;
@@ -739,10 +815,10 @@ fn convert(
         }
         (Kind::Bits, Kind::ByteRate) => Ok((in_ref(base * 8.0), None)),
         (Kind::ByteRate, Kind::Bits) => Ok((in_ref(base / 8.0), None)),
-        _ => Err(format!(
-            "the measurement is in {unit}, the reference in {}",
-            r.unit
-        )),
+        _ => Err(Incomparable::Units {
+            measured: unit,
+            reference: r.unit.clone(),
+        }),
     }
 }
 
@@ -791,29 +867,8 @@ pub fn groups(rows: &[ReproduceRow]) -> Vec<(&str, &str, Vec<&ReproduceRow>)> {
 /// The terminal rendering: per seed and table, the reference machine, a
 /// table of figures, and numbered notes at the end.
 pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
-    let mut out = format!(
-        "run {} ({} profile, {}) on {} ({})\nratio = this machine / reference; \"better\"/\"worse\" by the unit (less time, more rate)\n",
-        run.id,
-        run.profile,
-        run.started,
-        run.environment.hostname,
-        run.environment.cpu_model
-    );
-    // A run against remote hosts: which machines and interfaces the
-    // network rows measured between.
-    let ends = crate::ends::ends_block_fit(run, crate::terminal_width());
-    if !ends.is_empty() {
-        out.push('\n');
-        out.push_str(&ends);
-    }
-    let mut notes: Vec<String> = Vec::new();
-    let mut note_ref = |n: &str| {
-        let i = notes.iter().position(|k| k == n).unwrap_or_else(|| {
-            notes.push(n.to_string());
-            notes.len() - 1
-        });
-        format!("[{}]", i + 1)
-    };
+    let mut out = render_header(run);
+    let mut notes = NoteRefs::default();
     let mut previous_seed = "";
     let mut previous_machine = "";
     for (seed, table_name, group) in groups(rows) {
@@ -836,65 +891,115 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
             ));
             previous_machine = machines[0];
         }
-        let mut table = Table::new(&[
-            ("what", Align::Left),
-            ("osprobe", Align::Left),
-            ("reference", Align::Right),
-            ("this machine", Align::Right),
-            ("unit", Align::Left),
-            ("ratio", Align::Left),
-            ("notes", Align::Left),
-        ]);
-        for r in group {
-            let mut refs: Vec<String> = r.notes.iter().map(|n| note_ref(n)).collect();
-            if machines.len() > 1 {
-                if let Some(m) = &r.machine {
-                    refs.push(note_ref(&format!("reference machine: {m}")));
-                }
-            }
-            let this = match &r.status {
-                Status::Measured => r.this.map(figure).unwrap_or_default(),
-                Status::NotMeasured(why) | Status::NoExperiment(why) => {
-                    refs.push(note_ref(why));
-                    "-".into()
-                }
-                Status::NotComparable(why) => {
-                    refs.push(note_ref(&format!("not comparable: {why}")));
-                    "-".into()
-                }
-                Status::OtherPath(why) => {
-                    refs.push(note_ref(why));
-                    r.this.map(figure).unwrap_or_else(|| "-".into())
-                }
-            };
-            let osprobe = match &r.experiment {
-                Some(id) => {
-                    let params = if r.params.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" {}", r.params)
-                    };
-                    format!("{id} {}{params}", r.metric)
-                }
-                None => "-".into(),
-            };
-            table.row(vec![
-                r.what.clone(),
-                osprobe,
-                figure(r.reference),
-                this,
-                r.unit.clone(),
-                ratio_text(r),
-                refs.join(""),
-            ]);
-        }
-        out.push_str(&table.render());
+        out.push_str(&group_table(&group, machines.len() > 1, &mut notes));
     }
+    out.push_str(&render_footer(rows, &notes.0));
+    out
+}
+
+/// The run measured and, for a run against remote hosts, which machines
+/// and interfaces the network rows measured between.
+fn render_header(run: &Run) -> String {
+    let mut out = format!(
+        "run {} ({} profile, {}) on {} ({})\nratio = this machine / reference; \"better\"/\"worse\" by the unit (less time, more rate)\n",
+        run.id,
+        run.profile,
+        run.started,
+        run.environment.hostname,
+        run.environment.cpu_model
+    );
+    let ends = crate::ends::ends_block_fit(run, crate::terminal_width());
+    if !ends.is_empty() {
+        out.push('\n');
+        out.push_str(&ends);
+    }
+    out
+}
+
+/// The notes of the whole rendering, each once, referred to as `[n]`.
+#[derive(Default)]
+struct NoteRefs(Vec<String>);
+
+impl NoteRefs {
+    fn refer(&mut self, note: &str) -> String {
+        let i = self.0.iter().position(|k| k == note).unwrap_or_else(|| {
+            self.0.push(note.to_string());
+            self.0.len() - 1
+        });
+        format!("[{}]", i + 1)
+    }
+}
+
+/// One (seed, table) group as a table; `name_machines` when its rows have
+/// different reference machines, each then named in a note.
+fn group_table(group: &[&ReproduceRow], name_machines: bool, notes: &mut NoteRefs) -> String {
+    let mut table = Table::new(&[
+        ("what", Align::Left),
+        ("osprobe", Align::Left),
+        ("reference", Align::Right),
+        ("this machine", Align::Right),
+        ("unit", Align::Left),
+        ("ratio", Align::Left),
+        ("notes", Align::Left),
+    ]);
+    for r in group {
+        let mut refs: Vec<String> = r.notes.iter().map(|n| notes.refer(n)).collect();
+        if name_machines {
+            if let Some(m) = &r.machine {
+                refs.push(notes.refer(&format!("reference machine: {m}")));
+            }
+        }
+        let this = match &r.status {
+            Status::Measured => r.this.map(figure).unwrap_or_default(),
+            Status::NotMeasured(why) | Status::NoExperiment(why) => {
+                refs.push(notes.refer(why));
+                "-".into()
+            }
+            Status::NotComparable(why) => {
+                refs.push(notes.refer(&format!("not comparable: {why}")));
+                "-".into()
+            }
+            Status::OtherPath(why) => {
+                refs.push(notes.refer(why));
+                r.this.map(figure).unwrap_or_else(|| "-".into())
+            }
+        };
+        table.row(vec![
+            r.what.clone(),
+            osprobe_cell(r),
+            figure(r.reference),
+            this,
+            r.unit.clone(),
+            ratio_text(r),
+            refs.join(""),
+        ]);
+    }
+    table.render()
+}
+
+/// The experiment, metric and parameters a row corresponds to.
+fn osprobe_cell(r: &ReproduceRow) -> String {
+    match &r.experiment {
+        Some(id) => {
+            let params = if r.params.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", r.params)
+            };
+            format!("{id} {}{params}", r.metric)
+        }
+        None => "-".into(),
+    }
+}
+
+/// How many rows were compared, how many shown over another path, and the
+/// numbered notes.
+fn render_footer(rows: &[ReproduceRow], notes: &[String]) -> String {
     let measured = rows.iter().filter(|r| r.status == Status::Measured).count();
-    out.push_str(&format!(
+    let mut out = format!(
         "\n{measured} of {} reference figures compared with this run\n",
         rows.len()
-    ));
+    );
     let elsewhere = rows
         .iter()
         .filter(|r| matches!(r.status, Status::OtherPath(_)))

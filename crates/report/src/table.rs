@@ -57,6 +57,18 @@ pub struct Table {
 
 /// Space between two columns.
 const GAP: usize = 2;
+
+/// Which columns a rendering shows, and each column's width (indexed by
+/// column, shown or not).
+struct Layout {
+    shown: Vec<usize>,
+    widths: Vec<usize>,
+}
+
+/// The width of the shown columns with the gaps between them.
+fn total_width(shown: &[usize], widths: &[usize]) -> usize {
+    shown.iter().map(|&i| widths[i]).sum::<usize>() + GAP * shown.len().saturating_sub(1)
+}
 /// A wrapping column is not made narrower than this.
 const MIN_WRAP_WIDTH: usize = 24;
 
@@ -100,6 +112,43 @@ impl Table {
     /// then the wrapping column wraps; a line that still does not fit (a
     /// very narrow terminal) is cut.
     pub fn render_fit(&self, width: usize) -> String {
+        let layout = self.layout(width);
+        let (shown, widths) = (&layout.shown, &layout.widths);
+        let table_width = total_width(shown, widths);
+        let mut out = String::new();
+        let mut emit = |line: String| {
+            out.push_str(&cut(line.trim_end(), width));
+            out.push('\n');
+        };
+        let headers: Vec<String> = shown
+            .iter()
+            .map(|&i| self.columns[i].header.clone())
+            .collect();
+        emit(self.cells_line(shown, widths, &headers));
+        let rule: Vec<String> = shown.iter().map(|&i| "-".repeat(widths[i])).collect();
+        emit(rule.join(&" ".repeat(GAP)));
+        for line in &self.lines {
+            match line {
+                Line::Cells(cells) => {
+                    for l in self.wrapped_cells(&layout, cells) {
+                        emit(l);
+                    }
+                }
+                Line::Text { text, indent } => {
+                    // Notes as wide as the table (at least 100) reads
+                    // better than a 200-column line of prose.
+                    let text_width = width.min(table_width.max(100));
+                    for l in wrap_hanging(text, text_width, *indent) {
+                        emit(l);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The columns shown in at most `width` and their widths.
+    fn layout(&self, width: usize) -> Layout {
         let rows: Vec<&Vec<String>> = self
             .lines
             .iter()
@@ -119,23 +168,32 @@ impl Table {
         let mut shown: Vec<usize> = (0..self.columns.len())
             .filter(|&i| rows.iter().any(|r| !r[i].is_empty()) || rows.is_empty())
             .collect();
-        let total = |shown: &[usize], widths: &[usize]| {
-            shown.iter().map(|&i| widths[i]).sum::<usize>() + GAP * shown.len().saturating_sub(1)
-        };
+        self.drop_columns(&mut shown, &widths, width);
+        if let Some(&wrap) = shown.iter().find(|&&i| self.columns[i].wraps) {
+            let others = total_width(&shown, &widths) - widths[wrap];
+            if others + widths[wrap] > width {
+                // Below its floor only when nothing else can give way.
+                widths[wrap] = width.saturating_sub(others).max(6);
+            }
+        }
+        Layout { shown, widths }
+    }
+
+    /// Leaves out droppable columns, last dropped first, until the table
+    /// fits in `width` with its wrapping column at its floor.
+    fn drop_columns(&self, shown: &mut Vec<usize>, widths: &[usize], width: usize) {
         // The narrowest the wrapping column may become counts, not its
         // natural width: wrapping is preferred to losing a column.
-        let wrap_floor = |i: usize, w: &[usize]| {
-            if self.columns[i].wraps {
-                w[i].min(MIN_WRAP_WIDTH)
-            } else {
-                w[i]
-            }
-        };
-        loop {
-            let floor: Vec<usize> = (0..widths.len()).map(|i| wrap_floor(i, &widths)).collect();
-            if total(&shown, &floor) <= width {
-                break;
-            }
+        let floor: Vec<usize> = (0..widths.len())
+            .map(|i| {
+                if self.columns[i].wraps {
+                    widths[i].min(MIN_WRAP_WIDTH)
+                } else {
+                    widths[i]
+                }
+            })
+            .collect();
+        while total_width(shown, &floor) > width {
             let Some(victim) = shown
                 .iter()
                 .copied()
@@ -146,60 +204,31 @@ impl Table {
             };
             shown.retain(|&i| i != victim);
         }
-        if let Some(&wrap) = shown.iter().find(|&&i| self.columns[i].wraps) {
-            let others = total(&shown, &widths) - widths[wrap];
-            if others + widths[wrap] > width {
-                // Below its floor only when nothing else can give way.
-                widths[wrap] = width.saturating_sub(others).max(6);
-            }
-        }
+    }
 
-        let table_width = total(&shown, &widths);
-        let mut out = String::new();
-        let mut emit = |line: String| {
-            out.push_str(&cut(line.trim_end(), width));
-            out.push('\n');
-        };
-        let headers: Vec<String> = shown
+    /// One row of cells as lines: as many as its wrapping cell needs.
+    fn wrapped_cells(&self, layout: &Layout, cells: &[String]) -> Vec<String> {
+        let (shown, widths) = (&layout.shown, &layout.widths);
+        let wrapped: Vec<Vec<String>> = shown
             .iter()
-            .map(|&i| self.columns[i].header.clone())
+            .map(|&i| {
+                if self.columns[i].wraps {
+                    wrap_words(&cells[i], widths[i])
+                } else {
+                    vec![cells[i].clone()]
+                }
+            })
             .collect();
-        emit(self.cells_line(&shown, &widths, &headers));
-        let rule: Vec<String> = shown.iter().map(|&i| "-".repeat(widths[i])).collect();
-        emit(rule.join(&" ".repeat(GAP)));
-        for line in &self.lines {
-            match line {
-                Line::Cells(cells) => {
-                    let wrapped: Vec<Vec<String>> = shown
-                        .iter()
-                        .map(|&i| {
-                            if self.columns[i].wraps {
-                                wrap_words(&cells[i], widths[i])
-                            } else {
-                                vec![cells[i].clone()]
-                            }
-                        })
-                        .collect();
-                    let height = wrapped.iter().map(Vec::len).max().unwrap_or(1);
-                    for k in 0..height {
-                        let part: Vec<String> = wrapped
-                            .iter()
-                            .map(|lines| lines.get(k).cloned().unwrap_or_default())
-                            .collect();
-                        emit(self.cells_line(&shown, &widths, &part));
-                    }
-                }
-                Line::Text { text, indent } => {
-                    // Notes as wide as the table (at least 100) reads
-                    // better than a 200-column line of prose.
-                    let text_width = width.min(table_width.max(100));
-                    for l in wrap_hanging(text, text_width, *indent) {
-                        emit(l);
-                    }
-                }
-            }
-        }
-        out
+        let height = wrapped.iter().map(Vec::len).max().unwrap_or(1);
+        (0..height)
+            .map(|k| {
+                let part: Vec<String> = wrapped
+                    .iter()
+                    .map(|lines| lines.get(k).cloned().unwrap_or_default())
+                    .collect();
+                self.cells_line(shown, widths, &part)
+            })
+            .collect()
     }
 
     /// One line of cells in the shown columns, padded and aligned.

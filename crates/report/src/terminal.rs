@@ -38,80 +38,97 @@ pub fn measurements_table_fit(measurements: &[Measurement], width: usize) -> Str
         Column::new("notes", Align::Left),
     ]);
     for block in measurements.chunk_by(|a, b| a.experiment == b.experiment) {
-        // Parameters every row shares go once into the heading; rows keep
-        // the ones that vary (JSON has the full set of each).
-        let common = common_params(block);
-        let heading = if common.is_empty() {
-            block[0].experiment.clone()
-        } else {
-            format!(
-                "{} (all rows: {})",
-                block[0].experiment,
-                params_label(&common)
-            )
-        };
-        table.text(heading, 4);
-        let mut notes = Notes::default();
-        let mut rows = Vec::with_capacity(block.len());
-        let mut row_refs = Vec::with_capacity(block.len());
-        for m in block {
-            let s = &m.summary;
-            let scale = scale_for(m.unit, s.p50);
-            let v = |x: f64| number(x / scale.divisor);
-            let (model, model_notes) = model_cells(m, scale.divisor);
-            let counted = crate::counters::counters_note(m);
-            let mut refs: Vec<usize> = m
-                .notes
-                .iter()
-                .chain(&model_notes)
-                .chain(&counted)
-                .map(|n| notes.add(n))
-                .collect();
-            refs.dedup();
-            row_refs.push(refs);
-            rows.push(vec![
-                format!("  {}", m.metric),
-                params_label(&without(&m.params, &common)),
-                v(s.p50),
-                format!("{}..{}", v(s.ci95[0]), v(s.ci95[1])),
-                v(s.min),
-                v(s.p99),
-                scale.label.to_string(),
-                m.cycles.as_ref().map(|c| number(c.p50)).unwrap_or_default(),
-                model,
-                s.n.to_string(),
-                s.outliers.to_string(),
-            ]);
-        }
-        // A note every row has is marked so in the list, not in each row.
-        let everywhere: Vec<usize> = (1..=notes.texts().len())
-            .filter(|n| block.len() > 1 && row_refs.iter().all(|r| r.contains(n)))
-            .collect();
-        for (mut cells, refs) in rows.into_iter().zip(row_refs) {
-            let refs: Vec<String> = refs
-                .iter()
-                .filter(|n| !everywhere.contains(n))
-                .map(usize::to_string)
-                .collect();
-            cells.push(if refs.is_empty() {
-                String::new()
-            } else {
-                format!("[{}]", refs.join(","))
-            });
-            table.row(cells);
-        }
-        for (i, text) in notes.texts().iter().enumerate() {
-            let all = if everywhere.contains(&(i + 1)) {
-                "all rows: "
-            } else {
-                ""
-            };
-            let mark = format!("    [{}] ", i + 1);
-            let indent = mark.chars().count();
-            table.text(format!("{mark}{all}{text}"), indent);
-        }
+        experiment_block(&mut table, block);
     }
     table.render_fit(width)
+}
+
+/// One experiment's measurements: its heading, a row each, then its notes.
+fn experiment_block(table: &mut Table, block: &[Measurement]) {
+    // Parameters every row shares go once into the heading; rows keep
+    // the ones that vary (JSON has the full set of each).
+    let common = common_params(block);
+    let heading = if common.is_empty() {
+        block[0].experiment.clone()
+    } else {
+        format!(
+            "{} (all rows: {})",
+            block[0].experiment,
+            params_label(&common)
+        )
+    };
+    table.text(heading, 4);
+    let mut notes = Notes::default();
+    let mut rows = Vec::with_capacity(block.len());
+    let mut row_refs = Vec::with_capacity(block.len());
+    for m in block {
+        let (cells, refs) = measurement_cells(m, &common, &mut notes);
+        rows.push(cells);
+        row_refs.push(refs);
+    }
+    // A note every row has is marked so in the list, not in each row.
+    let everywhere: Vec<usize> = (1..=notes.texts().len())
+        .filter(|n| block.len() > 1 && row_refs.iter().all(|r| r.contains(n)))
+        .collect();
+    for (mut cells, refs) in rows.into_iter().zip(row_refs) {
+        let refs: Vec<String> = refs
+            .iter()
+            .filter(|n| !everywhere.contains(n))
+            .map(usize::to_string)
+            .collect();
+        cells.push(if refs.is_empty() {
+            String::new()
+        } else {
+            format!("[{}]", refs.join(","))
+        });
+        table.row(cells);
+    }
+    for (i, text) in notes.texts().iter().enumerate() {
+        let all = if everywhere.contains(&(i + 1)) {
+            "all rows: "
+        } else {
+            ""
+        };
+        let mark = format!("    [{}] ", i + 1);
+        let indent = mark.chars().count();
+        table.text(format!("{mark}{all}{text}"), indent);
+    }
+}
+
+/// A measurement's cells but the notes column, and the numbers of its
+/// notes (added to the block's `notes`).
+fn measurement_cells(
+    m: &Measurement,
+    common: &Params,
+    notes: &mut Notes,
+) -> (Vec<String>, Vec<usize>) {
+    let s = &m.summary;
+    let scale = scale_for(m.unit, s.p50);
+    let v = |x: f64| number(x / scale.divisor);
+    let (model, model_notes) = model_cells(m, scale.divisor);
+    let counted = crate::counters::counters_note(m);
+    let mut refs: Vec<usize> = m
+        .notes
+        .iter()
+        .chain(&model_notes)
+        .chain(&counted)
+        .map(|n| notes.add(n))
+        .collect();
+    refs.dedup();
+    let cells = vec![
+        format!("  {}", m.metric),
+        params_label(&without(&m.params, common)),
+        v(s.p50),
+        format!("{}..{}", v(s.ci95[0]), v(s.ci95[1])),
+        v(s.min),
+        v(s.p99),
+        scale.label.to_string(),
+        m.cycles.as_ref().map(|c| number(c.p50)).unwrap_or_default(),
+        model,
+        s.n.to_string(),
+        s.outliers.to_string(),
+    ];
+    (cells, refs)
 }
 
 /// The parameters (name and value) all of `rows` have, when there are two

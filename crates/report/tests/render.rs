@@ -5,13 +5,64 @@
 
 use osprobe_core::environment::CacheInfo;
 use osprobe_core::model::{Histogram, Prediction, Skipped};
+use osprobe_core::plot_view::{ExpectedLine, PlotView, PlotViews};
 use osprobe_core::{Environment, Measurement, Params, Profile, Run, Summary, Unit};
 use osprobe_report::chart;
 use osprobe_report::html::Report;
-use osprobe_report::plot::{plots, Kind, Plot};
+use osprobe_report::plot::{Kind, Plot};
 
 mod geometry;
 use geometry::{number_attr, text_box, text_outside_canvas, text_over_marks};
+
+/// The views the experiments plotted here declare (mem.latency, net.cc,
+/// net.userspace and time.sleep in their crates; the cli's registry tests
+/// check those declarations), built here since this crate sees no
+/// experiment.
+fn views() -> PlotViews {
+    let mut views = PlotViews::default();
+    views.insert(
+        "mem.latency",
+        PlotView {
+            series: Some("stride"),
+            log_x: true,
+            cache_markers: true,
+            ..PlotView::default()
+        },
+    );
+    views.insert(
+        "net.cc",
+        PlotView {
+            series: Some("cc"),
+            bars_for_series: true,
+            ..PlotView::default()
+        },
+    );
+    views.insert(
+        "net.userspace",
+        PlotView {
+            series: Some("clock"),
+            expected: Some(ExpectedLine {
+                metrics: &["min_rtt", "srtt"],
+                param: "delay",
+                factor: 2.0,
+                label: "configured round trip (2 x delay)",
+            }),
+            ..PlotView::default()
+        },
+    );
+    views.insert(
+        "time.sleep",
+        PlotView {
+            param_units: &[("requested", Unit::Nanoseconds, 1e3)],
+            ..PlotView::default()
+        },
+    );
+    views
+}
+
+fn plots(run: &Run) -> Vec<Plot> {
+    osprobe_report::plot::plots(run, &views())
+}
 
 fn m(experiment: &str, metric: &str, params: Params, unit: Unit, p50: f64) -> Measurement {
     Measurement::new(
@@ -204,6 +255,24 @@ fn memory_latency_is_a_log_plot_per_stride_with_cache_levels_marked() {
     assert!(texts.iter().any(|t| t == "10 ns"), "{texts:?}");
 }
 
+/// The special plots come from the views, not from the experiments' names:
+/// without a declared view mem.latency is a generic line plot.
+#[test]
+fn without_a_view_an_experiment_gets_the_generic_plot() {
+    let run = sample_run();
+    let generic = osprobe_report::plot::plots(&run, &PlotViews::default());
+    let p = find(&generic, "mem.latency load against size");
+    let Kind::Lines(lines) = &p.kind else {
+        panic!("mem.latency is still a line plot")
+    };
+    assert!(lines.markers.is_empty(), "no view, no cache markers");
+    let cc = find(&generic, "net.cc throughput");
+    assert!(
+        !matches!(&cc.kind, Kind::Bars(b) if b.series.iter().any(|s| s == "bbr")),
+        "no view, no bar per algorithm"
+    );
+}
+
 #[test]
 fn words_become_grouped_bars_and_net_cc_one_bar_per_algorithm() {
     let run = sample_run();
@@ -244,6 +313,7 @@ fn a_histogram_gets_a_bar_plot_and_a_lone_value_none() {
 fn the_page_parses_as_xml_and_holds_every_part() {
     let run = sample_run();
     let html = Report::new(&run)
+        .plot_views(views())
         .section("Reproduced <figures>", "<table><tr><td>1</td></tr></table>")
         .render();
     let opts = roxmltree::ParsingOptions {
@@ -357,7 +427,10 @@ fn the_reference_studies_list_only_what_was_compared_by_title() {
     let rows = reproduce(&run, &references().unwrap(), None);
     let measured = rows.iter().filter(|r| r.this.is_some()).count();
     assert!(measured >= 1, "the getppid row is compared");
-    let html = Report::new(&run).references(rows.clone()).render();
+    let html = Report::new(&run)
+        .plot_views(views())
+        .references(rows.clone())
+        .render();
     let text = page_text(&html);
     assert!(
         text.contains(&format!("{measured} of {} figures", rows.len())),
@@ -401,6 +474,7 @@ fn the_page_leads_with_results_and_ends_with_the_studies() {
         None,
     );
     let html = Report::new(&run)
+        .plot_views(views())
         .section("Extra", "<p>x</p>")
         .references(rows)
         .render();
@@ -591,7 +665,7 @@ fn net_userspace_bars_by_clock_with_the_configured_round_trip() {
         Unit::BitsPerSecond,
         5e8,
     );
-    let plots = osprobe_report::plot::plots(&self::run(vec![tp, tp2]));
+    let plots = self::plots(&self::run(vec![tp, tp2]));
     let Kind::Bars(bars) = &plots[0].kind else {
         panic!()
     };

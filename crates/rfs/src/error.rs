@@ -102,3 +102,18 @@ impl ClientError {
         }
     }
 }
+
+/// Why this machine cannot build a kind of path (namespaces, the link
+/// emulator): an experiment skips that path rather than fail.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Unavailable {
+    pub path: osprobe_link::testbed::PathKind,
+    pub reason: String,
+}
+
+impl From<Unavailable> for osprobe_core::ExperimentError {
+    fn from(e: Unavailable) -> Self {
+        osprobe_core::ExperimentError::Unsupported(e.reason)
+    }
+}

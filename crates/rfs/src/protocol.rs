@@ -935,19 +935,7 @@ fn encode_request_inner(
             file,
             offset,
             count,
-        } => {
-            if *count == 0 || *count as usize > MAX_DATA {
-                return Err(EncodeError::BadValue {
-                    what: "read count",
-                    value: u64::from(*count),
-                    accepted: "1..=65536",
-                });
-            }
-            check_span(*offset, u64::from(*count))?;
-            out.extend_from_slice(&file.0);
-            put_u64(out, *offset);
-            put_u32(out, *count);
-        }
+        } => put_read(out, file, *offset, *count)?,
         Request::Write { file, offset, data } => {
             check_span(*offset, data.len() as u64)?;
             out.extend_from_slice(&file.0);
@@ -961,27 +949,52 @@ fn encode_request_inner(
             dir,
             cookie,
             max_entries,
-        } => {
-            if *cookie > MAX_OFFSET {
-                return Err(EncodeError::BadValue {
-                    what: "readdir cookie",
-                    value: *cookie,
-                    accepted: "0..=2^63-1",
-                });
-            }
-            if *max_entries == 0 || *max_entries > MAX_READDIR_ENTRIES {
-                return Err(EncodeError::BadValue {
-                    what: "readdir max_entries",
-                    value: u64::from(*max_entries),
-                    accepted: "1..=4096",
-                });
-            }
-            out.extend_from_slice(&dir.0);
-            put_u64(out, *cookie);
-            put_u16(out, *max_entries);
-        }
+        } => put_readdir(out, dir, *cookie, *max_entries)?,
     }
     check_message_size(out, start)
+}
+
+/// A read request's body, its count and span checked.
+fn put_read(out: &mut Vec<u8>, file: &Handle, offset: u64, count: u32) -> Result<(), EncodeError> {
+    if count == 0 || count as usize > MAX_DATA {
+        return Err(EncodeError::BadValue {
+            what: "read count",
+            value: u64::from(count),
+            accepted: "1..=65536",
+        });
+    }
+    check_span(offset, u64::from(count))?;
+    out.extend_from_slice(&file.0);
+    put_u64(out, offset);
+    put_u32(out, count);
+    Ok(())
+}
+
+/// A readdir request's body, its cookie and entry count checked.
+fn put_readdir(
+    out: &mut Vec<u8>,
+    dir: &Handle,
+    cookie: u64,
+    max_entries: u16,
+) -> Result<(), EncodeError> {
+    if cookie > MAX_OFFSET {
+        return Err(EncodeError::BadValue {
+            what: "readdir cookie",
+            value: cookie,
+            accepted: "0..=2^63-1",
+        });
+    }
+    if max_entries == 0 || max_entries > MAX_READDIR_ENTRIES {
+        return Err(EncodeError::BadValue {
+            what: "readdir max_entries",
+            value: u64::from(max_entries),
+            accepted: "1..=4096",
+        });
+    }
+    out.extend_from_slice(&dir.0);
+    put_u64(out, cookie);
+    put_u16(out, max_entries);
+    Ok(())
 }
 
 /// Append the reply to request `(session, xid, op)` to `out`. An error
@@ -1029,21 +1042,7 @@ fn encode_reply_inner(
             root,
             max_data,
             drc_span,
-        } => {
-            if *max_data == 0 || *max_data as usize > MAX_DATA {
-                return Err(EncodeError::BadValue {
-                    what: "max_data",
-                    value: u64::from(*max_data),
-                    accepted: "1..=65536",
-                });
-            }
-            out.push(HELLO_WELCOME);
-            out.extend_from_slice(nonce);
-            out.push(u8::from(*auth_required));
-            out.extend_from_slice(&root.0);
-            put_u32(out, *max_data);
-            put_u32(out, *drc_span);
-        }
+        } => put_welcome(out, nonce, *auth_required, root, *max_data, *drc_span)?,
         Reply::Retry { cookie } => {
             out.push(HELLO_RETRY);
             out.extend_from_slice(cookie);
@@ -1063,28 +1062,57 @@ fn encode_reply_inner(
             put_u64(out, *size);
         }
         Reply::Attr(attr) => put_attr(out, attr)?,
-        Reply::Entries { eof, entries } => {
-            if entries.len() > usize::from(MAX_READDIR_ENTRIES) {
-                return Err(EncodeError::TooLarge {
-                    what: "directory entries",
-                    len: entries.len(),
-                    max: usize::from(MAX_READDIR_ENTRIES),
-                });
-            }
-            out.push(u8::from(*eof));
-            put_u16(out, entries.len() as u16);
-            for e in entries {
-                put_u64(out, e.cookie);
-                out.push(e.kind as u8);
-                put_name(out, &e.name)?;
-            }
-        }
+        Reply::Entries { eof, entries } => put_entries(out, *eof, entries)?,
         Reply::Hash { size, hash } => {
             put_u64(out, *size);
             out.extend_from_slice(hash);
         }
     }
     check_message_size(out, start)
+}
+
+/// A welcome's body, its largest data checked.
+fn put_welcome(
+    out: &mut Vec<u8>,
+    nonce: &[u8; 32],
+    auth_required: bool,
+    root: &Handle,
+    max_data: u32,
+    drc_span: u32,
+) -> Result<(), EncodeError> {
+    if max_data == 0 || max_data as usize > MAX_DATA {
+        return Err(EncodeError::BadValue {
+            what: "max_data",
+            value: u64::from(max_data),
+            accepted: "1..=65536",
+        });
+    }
+    out.push(HELLO_WELCOME);
+    out.extend_from_slice(nonce);
+    out.push(u8::from(auth_required));
+    out.extend_from_slice(&root.0);
+    put_u32(out, max_data);
+    put_u32(out, drc_span);
+    Ok(())
+}
+
+/// A directory's entries, no more than a reply may carry.
+fn put_entries(out: &mut Vec<u8>, eof: bool, entries: &[DirEntry]) -> Result<(), EncodeError> {
+    if entries.len() > usize::from(MAX_READDIR_ENTRIES) {
+        return Err(EncodeError::TooLarge {
+            what: "directory entries",
+            len: entries.len(),
+            max: usize::from(MAX_READDIR_ENTRIES),
+        });
+    }
+    out.push(u8::from(eof));
+    put_u16(out, entries.len() as u16);
+    for e in entries {
+        put_u64(out, e.cookie);
+        out.push(e.kind as u8);
+        put_name(out, &e.name)?;
+    }
+    Ok(())
 }
 
 /// Append an error reply to a request whose operation code is `opcode`
@@ -1416,20 +1444,7 @@ pub fn request_op(header: &Header) -> Result<Op, DecodeError> {
 pub fn decode_request_body(op: Op, body: &[u8]) -> Result<Request<'_>, DecodeError> {
     let mut r = Reader::new(body);
     let req = match op {
-        Op::Hello => {
-            let nonce = r.array("hello nonce")?;
-            let cookie = r.array("hello cookie")?;
-            let padding = r.take(r.left(), "hello padding")?;
-            let want = HELLO_LEN - HEADER_LEN - 16 - COOKIE_LEN;
-            if padding.len() != want || padding.iter().any(|&b| b != 0) {
-                return Err(DecodeError::BadValue {
-                    what: "hello padding",
-                    value: padding.len() as u64,
-                    accepted: "zeros up to a hello of 256 bytes",
-                });
-            }
-            Request::Hello { nonce, cookie }
-        }
+        Op::Hello => hello_body(&mut r)?,
         Op::Auth => Request::Auth {
             proof: r.array("auth proof")?,
         },
@@ -1442,72 +1457,19 @@ pub fn decode_request_body(op: Op, body: &[u8]) -> Result<Request<'_>, DecodeErr
             dir: r.handle("directory handle")?,
             name: r.name()?,
         },
-        Op::PutBegin => {
-            let dir = r.handle("directory handle")?;
-            let name = r.name()?;
-            let mode = r.u32("create mode")?;
-            if mode > MAX_CREATE_MODE {
-                return Err(DecodeError::BadValue {
-                    what: "create mode",
-                    value: u64::from(mode),
-                    accepted: "permission bits 0..=0o777",
-                });
-            }
-            Request::PutBegin { dir, name, mode }
-        }
+        Op::PutBegin => Request::PutBegin {
+            dir: r.handle("directory handle")?,
+            name: r.name()?,
+            mode: create_mode(&mut r)?,
+        },
         Op::PutCommit => Request::PutCommit {
             upload: r.handle("upload handle")?,
         },
         Op::PutAbort => Request::PutAbort {
             upload: r.handle("upload handle")?,
         },
-        Op::Create => {
-            let dir = r.handle("directory handle")?;
-            let name = r.name()?;
-            let mode = r.u32("create mode")?;
-            if mode > MAX_CREATE_MODE {
-                return Err(DecodeError::BadValue {
-                    what: "create mode",
-                    value: u64::from(mode),
-                    accepted: "permission bits 0..=0o777",
-                });
-            }
-            let how = match r.u8("create how")? {
-                0 => CreateHow::Exclusive,
-                1 => CreateHow::Truncate,
-                v => {
-                    return Err(DecodeError::BadValue {
-                        what: "create how",
-                        value: u64::from(v),
-                        accepted: "0 (exclusive) or 1 (truncate)",
-                    })
-                }
-            };
-            Request::Create {
-                dir,
-                name,
-                mode,
-                how,
-            }
-        }
-        Op::Read => {
-            let file = r.handle("file handle")?;
-            let offset = r.offset("read offset")?;
-            let count = r.u32("read count")?;
-            if count == 0 || count as usize > MAX_DATA {
-                return Err(DecodeError::BadValue {
-                    what: "read count",
-                    value: u64::from(count),
-                    accepted: "1..=65536",
-                });
-            }
-            check_end(offset, count as usize)?;
-            Request::Read {
-                file,
-                offset,
-                count,
-            }
-        }
+        Op::Create => create_body(&mut r)?,
+        Op::Read => read_body(&mut r)?,
         Op::Write => {
             let file = r.handle("file handle")?;
             let offset = r.offset("write offset")?;
@@ -1524,26 +1486,99 @@ pub fn decode_request_body(op: Op, body: &[u8]) -> Result<Request<'_>, DecodeErr
         Op::Commit => Request::Commit {
             file: r.handle("file handle")?,
         },
-        Op::Readdir => {
-            let dir = r.handle("directory handle")?;
-            let cookie = r.offset("readdir cookie")?;
-            let max_entries = r.u16("readdir max_entries")?;
-            if max_entries == 0 || max_entries > MAX_READDIR_ENTRIES {
-                return Err(DecodeError::BadValue {
-                    what: "readdir max_entries",
-                    value: u64::from(max_entries),
-                    accepted: "1..=4096",
-                });
-            }
-            Request::Readdir {
-                dir,
-                cookie,
-                max_entries,
-            }
-        }
+        Op::Readdir => readdir_body(&mut r)?,
     };
     r.finish("request")?;
     Ok(req)
+}
+
+/// A hello's nonce and cookie, then zeros up to its fixed length.
+fn hello_body<'a>(r: &mut Reader<'a>) -> Result<Request<'a>, DecodeError> {
+    let nonce = r.array("hello nonce")?;
+    let cookie = r.array("hello cookie")?;
+    let padding = r.take(r.left(), "hello padding")?;
+    let want = HELLO_LEN - HEADER_LEN - 16 - COOKIE_LEN;
+    if padding.len() != want || padding.iter().any(|&b| b != 0) {
+        return Err(DecodeError::BadValue {
+            what: "hello padding",
+            value: padding.len() as u64,
+            accepted: "zeros up to a hello of 256 bytes",
+        });
+    }
+    Ok(Request::Hello { nonce, cookie })
+}
+
+/// A new file's permission bits.
+fn create_mode(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
+    let mode = r.u32("create mode")?;
+    if mode > MAX_CREATE_MODE {
+        return Err(DecodeError::BadValue {
+            what: "create mode",
+            value: u64::from(mode),
+            accepted: "permission bits 0..=0o777",
+        });
+    }
+    Ok(mode)
+}
+
+fn create_body<'a>(r: &mut Reader<'a>) -> Result<Request<'a>, DecodeError> {
+    let dir = r.handle("directory handle")?;
+    let name = r.name()?;
+    let mode = create_mode(r)?;
+    let how = match r.u8("create how")? {
+        0 => CreateHow::Exclusive,
+        1 => CreateHow::Truncate,
+        v => {
+            return Err(DecodeError::BadValue {
+                what: "create how",
+                value: u64::from(v),
+                accepted: "0 (exclusive) or 1 (truncate)",
+            })
+        }
+    };
+    Ok(Request::Create {
+        dir,
+        name,
+        mode,
+        how,
+    })
+}
+
+fn read_body<'a>(r: &mut Reader<'a>) -> Result<Request<'a>, DecodeError> {
+    let file = r.handle("file handle")?;
+    let offset = r.offset("read offset")?;
+    let count = r.u32("read count")?;
+    if count == 0 || count as usize > MAX_DATA {
+        return Err(DecodeError::BadValue {
+            what: "read count",
+            value: u64::from(count),
+            accepted: "1..=65536",
+        });
+    }
+    check_end(offset, count as usize)?;
+    Ok(Request::Read {
+        file,
+        offset,
+        count,
+    })
+}
+
+fn readdir_body<'a>(r: &mut Reader<'a>) -> Result<Request<'a>, DecodeError> {
+    let dir = r.handle("directory handle")?;
+    let cookie = r.offset("readdir cookie")?;
+    let max_entries = r.u16("readdir max_entries")?;
+    if max_entries == 0 || max_entries > MAX_READDIR_ENTRIES {
+        return Err(DecodeError::BadValue {
+            what: "readdir max_entries",
+            value: u64::from(max_entries),
+            accepted: "1..=4096",
+        });
+    }
+    Ok(Request::Readdir {
+        dir,
+        cookie,
+        max_entries,
+    })
 }
 
 /// Decode a whole request message.
@@ -1614,39 +1649,10 @@ pub fn decode_reply(
     let mut r = Reader::new(body);
     let status = r.u8("status")?;
     if status != 0 {
-        let code = ErrorCode::from_code(status).ok_or(DecodeError::BadValue {
-            what: "status",
-            value: u64::from(status),
-            accepted: "0 (ok) or an error code 1..=18",
-        })?;
-        let len = usize::from(r.u16("error detail length")?);
-        if len > MAX_DETAIL {
-            return Err(DecodeError::FieldTooLarge {
-                what: "error detail",
-                len,
-                max: MAX_DETAIL,
-            });
-        }
-        let detail = std::str::from_utf8(r.take(len, "error detail")?)
-            .map_err(|_| DecodeError::BadText)?
-            .to_string();
-        r.finish("error reply")?;
-        return Ok((header, op, Err(RemoteError { code, detail })));
+        return Ok((header, op, Err(error_reply(&mut r, status)?)));
     }
     let reply = match op {
-        Op::Hello => match r.u8("hello reply kind")? {
-            HELLO_RETRY => Reply::Retry {
-                cookie: r.array("retry cookie")?,
-            },
-            HELLO_WELCOME => decode_welcome(&mut r)?,
-            kind => {
-                return Err(DecodeError::BadValue {
-                    what: "hello reply kind",
-                    value: u64::from(kind),
-                    accepted: "0 (welcome) or 1 (retry)",
-                })
-            }
-        },
+        Op::Hello => hello_reply(&mut r)?,
         Op::Auth | Op::Goodbye | Op::Remove | Op::Commit | Op::PutCommit | Op::PutAbort => {
             Reply::Done
         }
@@ -1664,27 +1670,7 @@ pub fn decode_reply(
             size: r.u64("size")?,
         },
         Op::Getattr => Reply::Attr(r.attr()?),
-        Op::Readdir => {
-            let eof = r.bool("eof")?;
-            let n = r.u16("entry count")?;
-            if n > MAX_READDIR_ENTRIES {
-                return Err(DecodeError::FieldTooLarge {
-                    what: "directory entries",
-                    len: usize::from(n),
-                    max: usize::from(MAX_READDIR_ENTRIES),
-                });
-            }
-            // Each entry takes at least 11 bytes: no allocation beyond what
-            // the message could hold.
-            let mut entries = Vec::with_capacity(usize::from(n).min(r.left() / 11));
-            for _ in 0..n {
-                let cookie = r.u64("entry cookie")?;
-                let kind = r.kind()?;
-                let name = r.name()?.to_vec();
-                entries.push(DirEntry { cookie, kind, name });
-            }
-            Reply::Entries { eof, entries }
-        }
+        Op::Readdir => entries_reply(&mut r)?,
         Op::Hash => Reply::Hash {
             size: r.u64("size")?,
             hash: r.array("hash")?,
@@ -1692,6 +1678,66 @@ pub fn decode_reply(
     };
     r.finish("reply")?;
     Ok((header, op, Ok(reply)))
+}
+
+/// A refusal: its error code and the server's words.
+fn error_reply(r: &mut Reader<'_>, status: u8) -> Result<RemoteError, DecodeError> {
+    let code = ErrorCode::from_code(status).ok_or(DecodeError::BadValue {
+        what: "status",
+        value: u64::from(status),
+        accepted: "0 (ok) or an error code 1..=18",
+    })?;
+    let len = usize::from(r.u16("error detail length")?);
+    if len > MAX_DETAIL {
+        return Err(DecodeError::FieldTooLarge {
+            what: "error detail",
+            len,
+            max: MAX_DETAIL,
+        });
+    }
+    let detail = std::str::from_utf8(r.take(len, "error detail")?)
+        .map_err(|_| DecodeError::BadText)?
+        .to_string();
+    r.finish("error reply")?;
+    Ok(RemoteError { code, detail })
+}
+
+/// The answer to a hello: a cookie to come back with, or the welcome.
+fn hello_reply<'a>(r: &mut Reader<'a>) -> Result<Reply<'a>, DecodeError> {
+    match r.u8("hello reply kind")? {
+        HELLO_RETRY => Ok(Reply::Retry {
+            cookie: r.array("retry cookie")?,
+        }),
+        HELLO_WELCOME => decode_welcome(r),
+        kind => Err(DecodeError::BadValue {
+            what: "hello reply kind",
+            value: u64::from(kind),
+            accepted: "0 (welcome) or 1 (retry)",
+        }),
+    }
+}
+
+/// A directory's entries, their count checked before any allocation.
+fn entries_reply<'a>(r: &mut Reader<'a>) -> Result<Reply<'a>, DecodeError> {
+    let eof = r.bool("eof")?;
+    let n = r.u16("entry count")?;
+    if n > MAX_READDIR_ENTRIES {
+        return Err(DecodeError::FieldTooLarge {
+            what: "directory entries",
+            len: usize::from(n),
+            max: usize::from(MAX_READDIR_ENTRIES),
+        });
+    }
+    // Each entry takes at least 11 bytes: no allocation beyond what
+    // the message could hold.
+    let mut entries = Vec::with_capacity(usize::from(n).min(r.left() / 11));
+    for _ in 0..n {
+        let cookie = r.u64("entry cookie")?;
+        let kind = r.kind()?;
+        let name = r.name()?.to_vec();
+        entries.push(DirEntry { cookie, kind, name });
+    }
+    Ok(Reply::Entries { eof, entries })
 }
 
 fn decode_welcome<'a>(r: &mut Reader<'a>) -> Result<Reply<'a>, DecodeError> {

@@ -158,6 +158,31 @@ struct State {
 }
 
 impl State {
+    /// Send what is due: upstream through the client's own socket, down
+    /// to the client from the front socket.
+    fn deliver_due(
+        &mut self,
+        counters: &Counters,
+        front: &UdpSocket,
+        backs: &[(SocketAddr, UdpSocket)],
+    ) {
+        let now = Instant::now();
+        while self.queue.front().is_some_and(|q| q.due <= now) {
+            let Some(q) = self.queue.pop_front() else {
+                break;
+            };
+            let sent = match q.dest {
+                Dest::Up(i) => backs.get(i).map(|(_, s)| s.send(&q.bytes)),
+                Dest::Down(to) => Some(front.send_to(&q.bytes, to)),
+            };
+            if matches!(sent, Some(Ok(_))) {
+                counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counters.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     fn offer(&mut self, counters: &Counters, dest: Dest, bytes: &[u8]) {
         let roll = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         if roll < self.options.loss || self.queue.len() >= self.options.max_queue {
@@ -238,22 +263,7 @@ fn run(
                 state.offer(counters, Dest::Down(*client), &buf[..n]);
             }
         }
-        // Deliver what is due.
-        let now = Instant::now();
-        while state.queue.front().is_some_and(|q| q.due <= now) {
-            let Some(q) = state.queue.pop_front() else {
-                break;
-            };
-            let sent = match q.dest {
-                Dest::Up(i) => backs.get(i).map(|(_, s)| s.send(&q.bytes)),
-                Dest::Down(to) => Some(front.send_to(&q.bytes, to)),
-            };
-            if matches!(sent, Some(Ok(_))) {
-                counters.forwarded.fetch_add(1, Ordering::Relaxed);
-            } else {
-                counters.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        state.deliver_due(counters, &front, &backs);
         drop(fds);
     }
 }

@@ -19,7 +19,9 @@ use std::path::PathBuf;
 
 mod codec;
 mod error;
+pub mod fleetref;
 pub mod fuzz;
+pub mod hostref;
 pub mod import;
 mod location;
 pub mod postgres;

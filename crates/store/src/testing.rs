@@ -47,107 +47,17 @@ impl PrivatePostgres {
 
     fn launch(password: Option<&str>) -> Result<PrivatePostgres, PrivateServerError> {
         let bin = binaries_dir().ok_or(PrivateServerError::NoBinaries)?;
-        let (uid, gid) = server_user()?;
-        let dir = tempfile::Builder::new()
-            .prefix("osprobe-pg-")
-            .tempdir()
-            .map_err(PrivateServerError::io("cannot make a temp dir"))?;
-        let data = dir.path().join("data");
-        let socket_dir = dir.path().join("socket");
-        let log = dir.path().join("server.log");
-        for d in [dir.path(), socket_dir.as_path()] {
-            std::fs::create_dir_all(d).map_err(PrivateServerError::io(d.display().to_string()))?;
-            chown(d, uid, gid)?;
-        }
-        std::fs::write(&log, b"").map_err(PrivateServerError::io(log.display().to_string()))?;
-        chown(&log, uid, gid)?;
-
-        let mut initdb = Command::new(bin.join("initdb"));
-        match password {
-            None => {
-                initdb.arg("--auth=trust");
-            }
-            Some(password) => {
-                let pwfile = dir.path().join("pwfile");
-                std::fs::write(&pwfile, format!("{password}\n"))
-                    .map_err(PrivateServerError::io(pwfile.display().to_string()))?;
-                chown(&pwfile, uid, gid)?;
-                initdb
-                    .arg("--auth=scram-sha-256")
-                    .arg(format!("--pwfile={}", pwfile.display()));
-            }
-        }
-        let initdb = initdb
-            .args(["--no-sync", "--encoding=UTF8", "--locale=C"])
-            .arg(format!("--username={ROLE}"))
-            .arg("-D")
-            .arg(&data)
-            .current_dir(dir.path())
-            .env("LC_ALL", "C")
-            .uid(uid)
-            .gid(gid)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(PrivateServerError::io(format!(
-                "cannot run {}",
-                bin.join("initdb").display()
-            )))?;
-        if !initdb.status.success() {
-            return Err(PrivateServerError::Initdb {
-                status: initdb.status,
-                stderr: String::from_utf8_lossy(&initdb.stderr).trim().to_string(),
-            });
-        }
-
-        let log_file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&log)
-            .map_err(PrivateServerError::io(log.display().to_string()))?;
-        let log_err = log_file
-            .try_clone()
-            .map_err(PrivateServerError::io(log.display().to_string()))?;
-        let mut command = Command::new(bin.join("postgres"));
-        command
-            .arg("-D")
-            .arg(&data)
-            .arg("-k")
-            .arg(&socket_dir)
-            .args(["-p", &PORT.to_string()])
-            // No TCP listener: nothing outside this temp dir can reach it.
-            .args(["-c", "listen_addresses="])
-            // A throwaway server: durability buys nothing here.
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off"])
-            .current_dir(dir.path())
-            .env("LC_ALL", "C")
-            .uid(uid)
-            .gid(gid)
-            .stdin(Stdio::null())
-            .stdout(log_file)
-            .stderr(log_err);
-        // SAFETY: prctl is async-signal-safe; it runs in the child after its
-        // uid change (which would clear the setting) and before exec.
-        unsafe {
-            command.pre_exec(|| {
-                // Immediate shutdown if the test process dies without
-                // running Drop.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGQUIT) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let server = command.spawn().map_err(PrivateServerError::io(format!(
-            "cannot start {}",
-            bin.join("postgres").display()
-        )))?;
+        let owner = server_user()?;
+        let layout = Layout::make(owner)?;
+        initdb(&bin, &layout, owner, password)?;
+        let server = start_postgres(&bin, &layout, owner)?;
         let mut pg = PrivatePostgres {
             server,
             password: password.map(str::to_string),
-            socket_dir,
-            log,
+            socket_dir: layout.socket_dir,
+            log: layout.log,
             databases: AtomicUsize::new(0),
-            dir,
+            dir: layout.dir,
         };
         pg.wait_ready()?;
         Ok(pg)
@@ -305,4 +215,135 @@ fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), PrivateServerError> {
             source,
         }
     })
+}
+
+/// The server's temp dir, owned by the user it runs as: its data
+/// directory, the directory of its Unix socket and its log.
+struct Layout {
+    dir: tempfile::TempDir,
+    data: PathBuf,
+    socket_dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Layout {
+    fn make((uid, gid): (u32, u32)) -> Result<Layout, PrivateServerError> {
+        let dir = tempfile::Builder::new()
+            .prefix("osprobe-pg-")
+            .tempdir()
+            .map_err(PrivateServerError::io("cannot make a temp dir"))?;
+        let data = dir.path().join("data");
+        let socket_dir = dir.path().join("socket");
+        let log = dir.path().join("server.log");
+        for d in [dir.path(), socket_dir.as_path()] {
+            std::fs::create_dir_all(d).map_err(PrivateServerError::io(d.display().to_string()))?;
+            chown(d, uid, gid)?;
+        }
+        std::fs::write(&log, b"").map_err(PrivateServerError::io(log.display().to_string()))?;
+        chown(&log, uid, gid)?;
+        Ok(Layout {
+            dir,
+            data,
+            socket_dir,
+            log,
+        })
+    }
+}
+
+/// Create the cluster: trust on the socket, or SCRAM with `password`.
+fn initdb(
+    bin: &Path,
+    layout: &Layout,
+    (uid, gid): (u32, u32),
+    password: Option<&str>,
+) -> Result<(), PrivateServerError> {
+    let mut initdb = Command::new(bin.join("initdb"));
+    match password {
+        None => {
+            initdb.arg("--auth=trust");
+        }
+        Some(password) => {
+            let pwfile = layout.dir.path().join("pwfile");
+            std::fs::write(&pwfile, format!("{password}\n"))
+                .map_err(PrivateServerError::io(pwfile.display().to_string()))?;
+            chown(&pwfile, uid, gid)?;
+            initdb
+                .arg("--auth=scram-sha-256")
+                .arg(format!("--pwfile={}", pwfile.display()));
+        }
+    }
+    let initdb = initdb
+        .args(["--no-sync", "--encoding=UTF8", "--locale=C"])
+        .arg(format!("--username={ROLE}"))
+        .arg("-D")
+        .arg(&layout.data)
+        .current_dir(layout.dir.path())
+        .env("LC_ALL", "C")
+        .uid(uid)
+        .gid(gid)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(PrivateServerError::io(format!(
+            "cannot run {}",
+            bin.join("initdb").display()
+        )))?;
+    if !initdb.status.success() {
+        return Err(PrivateServerError::Initdb {
+            status: initdb.status,
+            stderr: String::from_utf8_lossy(&initdb.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Start `postgres` on the cluster, listening on its Unix socket only,
+/// logging into the temp dir, and dying with this process.
+fn start_postgres(
+    bin: &Path,
+    layout: &Layout,
+    (uid, gid): (u32, u32),
+) -> Result<Child, PrivateServerError> {
+    let log = &layout.log;
+    let log_file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log)
+        .map_err(PrivateServerError::io(log.display().to_string()))?;
+    let log_err = log_file
+        .try_clone()
+        .map_err(PrivateServerError::io(log.display().to_string()))?;
+    let mut command = Command::new(bin.join("postgres"));
+    command
+        .arg("-D")
+        .arg(&layout.data)
+        .arg("-k")
+        .arg(&layout.socket_dir)
+        .args(["-p", &PORT.to_string()])
+        // No TCP listener: nothing outside this temp dir can reach it.
+        .args(["-c", "listen_addresses="])
+        // A throwaway server: durability buys nothing here.
+        .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+        .args(["-c", "full_page_writes=off"])
+        .current_dir(layout.dir.path())
+        .env("LC_ALL", "C")
+        .uid(uid)
+        .gid(gid)
+        .stdin(Stdio::null())
+        .stdout(log_file)
+        .stderr(log_err);
+    // SAFETY: prctl is async-signal-safe; it runs in the child after its
+    // uid change (which would clear the setting) and before exec.
+    unsafe {
+        command.pre_exec(|| {
+            // Immediate shutdown if the test process dies without
+            // running Drop.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGQUIT) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.spawn().map_err(PrivateServerError::io(format!(
+        "cannot start {}",
+        bin.join("postgres").display()
+    )))
 }

@@ -18,6 +18,23 @@ pub enum TransferError {
         #[source]
         source: io::Error,
     },
+    /// The user-space stack refused a step (a route, a connect, a send),
+    /// with its own error.
+    #[error("{context}: {source}")]
+    Stack {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The path around the stack (a namespace's setting) could not be set up.
+    #[error("{what}: {source}")]
+    Setup {
+        what: String,
+        #[source]
+        source: LinkError,
+    },
+    /// A check of the transfer failed with no underlying error (refused,
+    /// reset, no acknowledgment in time).
     #[error("{0}")]
     Failed(String),
     #[error("interrupted")]
@@ -29,6 +46,17 @@ impl TransferError {
         TransferError::Io {
             context: context.into(),
             source,
+        }
+    }
+
+    /// For `map_err`: the stack refused `context`.
+    pub fn stack<E: std::error::Error + Send + Sync + 'static>(
+        context: impl Into<String>,
+    ) -> impl FnOnce(E) -> TransferError {
+        let context = context.into();
+        move |source| TransferError::Stack {
+            context,
+            source: Box::new(source),
         }
     }
 }
@@ -55,6 +83,10 @@ impl From<TransferError> for ExperimentError {
             TransferError::Unsupported(reason) => ExperimentError::Unsupported(reason),
             TransferError::Path(p) => p.into(),
             TransferError::Io { context, source } => ExperimentError::Io { context, source },
+            TransferError::Stack { context, source } => {
+                ExperimentError::FailedWith { context, source }
+            }
+            TransferError::Setup { what, source } => ExperimentError::setup(what, source),
             TransferError::Failed(reason) => ExperimentError::Failed(reason),
             TransferError::Interrupted => ExperimentError::Interrupted,
         }

@@ -80,6 +80,34 @@ pub fn run_transfer(config: &TransferConfig) -> Result<TransferOutcome, Transfer
     let acked = report.info.bytes_acked.unwrap_or(report.written);
     let expected = payload::expected_hash(report.written);
     let verified = received.bytes == report.written && received.hash == expected;
+    let unverified = (!verified).then(|| {
+        format!(
+            "NOT VERIFIED: the sender wrote {} bytes, the receiver got {} (hash {:016x}, expected {:016x})",
+            report.written, received.bytes, received.hash, expected
+        )
+    });
+    let notes = kernel_notes(&path, &report, unverified);
+    let info = &report.info;
+    Ok(TransferOutcome {
+        bytes: acked.min(received.bytes),
+        elapsed: report.elapsed,
+        throughput_bps: report.rates_bps,
+        min_rtt: info.min_rtt_us.map(|us| Duration::from_micros(us.into())),
+        srtt: Some(Duration::from_micros(info.rtt_us.into())),
+        retransmits: info.total_retrans.into(),
+        cpu_time: report.cpu_time,
+        verified,
+        notes,
+    })
+}
+
+/// What the transfer's figures are and where they come from (and, when
+/// the receiver's count or hash differs, that it was not verified).
+fn kernel_notes(
+    path: &EmulatedPath,
+    report: &KernelReport,
+    unverified: Option<String>,
+) -> Vec<String> {
     let info = &report.info;
     let mut notes = vec![
         format!(
@@ -111,23 +139,8 @@ pub fn run_transfer(config: &TransferConfig) -> Result<TransferOutcome, Transfer
         ),
         path.counters_note(),
     ];
-    if !verified {
-        notes.push(format!(
-            "NOT VERIFIED: the sender wrote {} bytes, the receiver got {} (hash {:016x}, expected {:016x})",
-            report.written, received.bytes, received.hash, expected
-        ));
-    }
-    Ok(TransferOutcome {
-        bytes: acked.min(received.bytes),
-        elapsed: report.elapsed,
-        throughput_bps: report.rates_bps,
-        min_rtt: info.min_rtt_us.map(|us| Duration::from_micros(us.into())),
-        srtt: Some(Duration::from_micros(info.rtt_us.into())),
-        retransmits: info.total_retrans.into(),
-        cpu_time: report.cpu_time,
-        verified,
-        notes,
-    })
+    notes.extend(unverified);
+    notes
 }
 
 fn interrupted() -> io::Error {
@@ -162,20 +175,59 @@ fn send(
     let cpu_start = sock::thread_cpu_time();
     let start = Instant::now();
     let mut sampler = IntervalSampler::new(start, interval, 0);
+    let written = write_for(&mut stream, start + duration, &mut sampler, stop)?;
+    // The stream ends where the last write ended: a partial chunk is fine,
+    // the receiver's hash covers exactly what was written.
+    stream.shutdown(Shutdown::Write)?;
+    wait_for_close(&mut stream, written, drain, stop)?;
+    let elapsed = start.elapsed();
+    let cpu_time = sock::thread_cpu_time().saturating_sub(cpu_start);
+    let info = tcp_info::tcp_info(stream.as_raw_fd())?;
+    Ok(KernelReport {
+        written,
+        elapsed,
+        rates_bps: sampler.into_rates(),
+        info,
+        cpu_time,
+        cc_in_force,
+    })
+}
+
+/// Whether the user or the transfer asked the sender to stop.
+fn stop_requested(stop: &AtomicBool) -> bool {
+    stop.load(Ordering::SeqCst) || osprobe_core::interrupt::requested()
+}
+
+/// A timeout of the socket's short timeouts (or a signal): try again.
+fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// Writes the payload stream until `until`, sampling the acknowledged
+/// bytes as they are due; the bytes written.
+fn write_for(
+    stream: &mut TcpStream,
+    until: Instant,
+    sampler: &mut IntervalSampler,
+    stop: &AtomicBool,
+) -> io::Result<u64> {
     let mut payload = PayloadStream::new();
     let mut buf = vec![0u8; WRITE_SIZE];
     let mut pending = 0..0;
     let mut written = 0u64;
     loop {
-        if stop.load(Ordering::SeqCst) || osprobe_core::interrupt::requested() {
+        if stop_requested(stop) {
             return Err(interrupted());
         }
         let now = Instant::now();
         if now >= sampler.next_due() {
-            sampler.record(now, acked_bytes(&stream, written));
+            sampler.record(now, acked_bytes(stream, written));
         }
-        if now.duration_since(start) >= duration {
-            break;
+        if now >= until {
+            return Ok(written);
         }
         if pending.is_empty() {
             payload.fill(&mut buf);
@@ -186,45 +238,38 @@ fn send(
                 pending.start += n;
                 written += n as u64;
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if is_retry(&e) => {}
             Err(e) => return Err(e),
         }
     }
-    // The stream ends where the last write ended: a partial chunk is fine,
-    // the receiver's hash covers exactly what was written.
-    stream.shutdown(Shutdown::Write)?;
+}
+
+/// Waits until the receiver closes (it has read everything). The limit is
+/// on silence (no new bytes acknowledged), not on the total: a large send
+/// buffer on a slow path takes long to drain.
+fn wait_for_close(
+    stream: &mut TcpStream,
+    written: u64,
+    drain: Duration,
+    stop: &AtomicBool,
+) -> io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_millis(50)))?;
-    // The limit is on silence (no new bytes acknowledged), not on the
-    // total: a large send buffer on a slow path takes long to drain.
-    let mut last_acked = (acked_bytes(&stream, written), Instant::now());
+    let mut last_acked = (acked_bytes(stream, written), Instant::now());
     let mut byte = [0u8; 1];
     loop {
         match stream.read(&mut byte) {
-            Ok(0) => break,
+            Ok(0) => return Ok(()),
             Ok(_) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "the receiver sent data back",
                 ))
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                if stop.load(Ordering::SeqCst) || osprobe_core::interrupt::requested() {
+            Err(e) if is_retry(&e) => {
+                if stop_requested(stop) {
                     return Err(interrupted());
                 }
-                let acked = acked_bytes(&stream, written);
+                let acked = acked_bytes(stream, written);
                 if acked > last_acked.0 {
                     last_acked = (acked, Instant::now());
                 } else if last_acked.1.elapsed() > drain {
@@ -237,15 +282,4 @@ fn send(
             Err(e) => return Err(e),
         }
     }
-    let elapsed = start.elapsed();
-    let cpu_time = sock::thread_cpu_time().saturating_sub(cpu_start);
-    let info = tcp_info::tcp_info(stream.as_raw_fd())?;
-    Ok(KernelReport {
-        written,
-        elapsed,
-        rates_bps: sampler.into_rates(),
-        info,
-        cpu_time,
-        cc_in_force,
-    })
 }

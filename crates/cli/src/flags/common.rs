@@ -121,7 +121,7 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "FILE")]
     pub export_markdown: Option<PathBuf>,
     /// Attach a label to the stored run, e.g. --label team=db; repeatable (key: a-z 0-9 _ . -; value: printable text)
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = crate::labels::parse_label)]
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = osprobe_core::labels::parse_label)]
     pub labels: Vec<(String, String)>,
 }
 

@@ -13,7 +13,7 @@ pub struct HistoryArgs {
     #[arg(long, value_name = "HOST")]
     pub host: Option<String>,
     /// Only runs carrying this label; repeat it for runs carrying all of them
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = crate::labels::parse_label)]
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = osprobe_core::labels::parse_label)]
     pub labels: Vec<(String, String)>,
 }
 

@@ -24,7 +24,9 @@ pub fn run(args: &PagerRunArgs, workload: Workload, quiet: bool) -> Result<ExitC
         .as_deref()
         .unwrap_or("global")
         .parse()
-        .map_err(UsageError)?;
+        .map_err(|e: osprobe_pager::processes::error::ReplacementError| {
+            UsageError(e.to_string())
+        })?;
     if replacement == Replacement::Local && frames < processes {
         return Err(UsageError(format!(
             "--replacement local gives each process a quota of frames: --frames {frames} cannot be shared by {processes} processes"

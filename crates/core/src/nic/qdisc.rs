@@ -8,6 +8,7 @@
 //! rates in classes (RTM_GETTCLASS), which are not read here.
 
 use super::netlink::{align4, attributes, route_socket, text, u16_at, u32_at};
+use crate::error::NetlinkError;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::io;
@@ -124,8 +125,13 @@ pub fn of(name: &str) -> io::Result<Vec<Qdisc>> {
         if got < 0 {
             return Err(io::Error::last_os_error());
         }
-        let done = parse_part(&answer[..got as usize], index as i32, &mut found)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let done = parse_part(&answer[..got as usize], index as i32, &mut found).map_err(|e| {
+            match e {
+                // The kernel's own error (no such device, ...) as the kernel said it.
+                NetlinkError::Kernel(e) => e,
+                other => io::Error::new(io::ErrorKind::InvalidData, other),
+            }
+        })?;
         if done || found.len() > MAX_QDISCS {
             return Ok(root_first(found));
         }
@@ -163,24 +169,24 @@ fn dump_request(index: i32, seq: u32) -> Vec<u8> {
 
 /// One read of a dump: its messages appended to `found` (those of
 /// interface `index`); true when the dump is done.
-pub fn parse_part(b: &[u8], index: i32, found: &mut Vec<Qdisc>) -> Result<bool, String> {
+pub fn parse_part(b: &[u8], index: i32, found: &mut Vec<Qdisc>) -> Result<bool, NetlinkError> {
     let mut at = 0usize;
     while at + NLMSG_HDR <= b.len() {
-        let len = u32_at(b, at).ok_or("short netlink message")? as usize;
-        let kind = u16_at(b, at + 4).ok_or("short netlink message")?;
+        let len = u32_at(b, at).ok_or(NetlinkError::Short("netlink message"))? as usize;
+        let kind = u16_at(b, at + 4).ok_or(NetlinkError::Short("netlink message"))?;
         if len < NLMSG_HDR || at + len > b.len() {
-            return Err(format!(
-                "netlink message length {len} at {at} of {} bytes",
-                b.len()
-            ));
+            return Err(NetlinkError::Length {
+                len,
+                have: b.len() - at,
+            });
         }
         let body = &b[at + NLMSG_HDR..at + len];
         match kind {
             NLMSG_DONE => return Ok(true),
             NLMSG_ERROR => {
-                let errno = u32_at(body, 0).ok_or("short netlink error")? as i32;
+                let errno = u32_at(body, 0).ok_or(NetlinkError::Short("netlink error"))? as i32;
                 if errno != 0 {
-                    return Err(format!("{}", io::Error::from_raw_os_error(-errno)));
+                    return Err(NetlinkError::Kernel(io::Error::from_raw_os_error(-errno)));
                 }
             }
             RTM_NEWQDISC => {
@@ -196,9 +202,9 @@ pub fn parse_part(b: &[u8], index: i32, found: &mut Vec<Qdisc>) -> Result<bool, 
 }
 
 /// An RTM_NEWQDISC body (tcmsg, then attributes), if it is `index`'s.
-fn parse_qdisc(body: &[u8], index: i32) -> Result<Option<Qdisc>, String> {
+fn parse_qdisc(body: &[u8], index: i32) -> Result<Option<Qdisc>, NetlinkError> {
     if body.len() < TCMSG {
-        return Err("short qdisc message".into());
+        return Err(NetlinkError::Short("qdisc message"));
     }
     let ifindex = u32_at(body, 4).unwrap_or(0) as i32;
     if ifindex != index {

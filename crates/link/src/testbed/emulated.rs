@@ -47,17 +47,20 @@ pub struct EmulatedSpec {
 
 impl EmulatedSpec {
     pub fn from_params(params: &Params) -> Result<EmulatedSpec, ExperimentError> {
-        let bad = |e: parse::ParseError| ExperimentError::Failed(e.to_string());
+        // The parse error names the value and what is accepted.
+        let bad = |name: &'static str| {
+            move |e: parse::ParseError| ExperimentError::invalid_parameter(name, e.to_string())
+        };
         let delay = match params.text("delay") {
-            Some(t) => parse::delay(t).map_err(bad)?,
+            Some(t) => parse::delay(t).map_err(bad("delay"))?,
             None => Duration::ZERO,
         };
         let loss = match params.text("loss") {
-            Some(t) => parse::loss(t).map_err(bad)?,
+            Some(t) => parse::loss(t).map_err(bad("loss"))?,
             None => LossSpec::None,
         };
         let rate_bps = match params.text("rate") {
-            Some(t) if t.trim() != "0" => Some(parse::rate(t).map_err(bad)?),
+            Some(t) if t.trim() != "0" => Some(parse::rate(t).map_err(bad("rate"))?),
             _ => None,
         };
         let wmem = params.int("wmem").filter(|&w| w > 0).map(|w| w as u64);
@@ -206,8 +209,7 @@ impl EmulatedLink {
     /// [`EmulatedLink::enter_client_side`].
     pub fn start(spec: EmulatedSpec) -> Result<EmulatedLink, ExperimentError> {
         let link = Link::start(spec.link_config())?;
-        let buffers_note =
-            raise_buffers(&link, spec.wmem).map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        let buffers_note = raise_buffers(&link, spec.wmem)?;
         Ok(EmulatedLink {
             guard: None,
             carrier: Carrier::Between(link),
@@ -221,8 +223,7 @@ impl EmulatedLink {
     /// then calls [`EmulatedLink::enter_client_side`] and reaches `to`.
     pub fn in_front_of(to: Ipv4Addr, spec: EmulatedSpec) -> Result<EmulatedLink, ExperimentError> {
         let middlebox = Middlebox::start(to.into(), spec.link_config())?;
-        let buffers_note = raise_buffers_in_a(middlebox.link(), spec.wmem)
-            .map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        let buffers_note = raise_buffers_in_a(middlebox.link(), spec.wmem)?;
         Ok(EmulatedLink {
             guard: None,
             carrier: Carrier::InFront(middlebox),
@@ -314,11 +315,11 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_form() {
-        let e = (DELAY_PARAM.parse("fast")).unwrap_err();
+        let e = (DELAY_PARAM.parse("fast")).unwrap_err().to_string();
         assert!(e.contains("'fast'") && e.contains("50ms"), "{e}");
-        let e = LOSS_PARAM.parse("150%").unwrap_err();
+        let e = LOSS_PARAM.parse("150%").unwrap_err().to_string();
         assert!(e.contains("150%"), "{e}");
-        let e = RATE_PARAM.parse("100mb").unwrap_err();
+        let e = RATE_PARAM.parse("100mb").unwrap_err().to_string();
         assert!(e.contains("100mb") && e.contains("mbit"), "{e}");
         assert!(RATE_PARAM.parse("0").is_ok());
         assert!(DELAY_PARAM.parse("61s").is_err());

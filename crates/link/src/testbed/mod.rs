@@ -41,7 +41,9 @@ pub use params::{
     WMEM_PARAM,
 };
 
+pub use crate::error::PathUnavailable;
 use crate::netns::NetnsPair;
+pub use crate::serving::StartError;
 use crate::serving::{ServeBody, ServingThread};
 use osprobe_core::{ExperimentError, Params};
 use std::io;
@@ -72,10 +74,10 @@ impl PathKind {
             "remote" => Ok(PathKind::Remote),
             "emulated" if params.text("to").is_some() => Ok(PathKind::EmulatedTo),
             "emulated" => Ok(PathKind::Emulated),
-            other => Err(ExperimentError::Failed(format!(
-                "path '{other}': expected one of {}",
-                PATHS.join(", ")
-            ))),
+            other => Err(ExperimentError::invalid_parameter(
+                "path",
+                format!("path '{other}': expected one of {}", PATHS.join(", ")),
+            )),
         }
     }
 
@@ -103,13 +105,15 @@ impl PathKind {
     /// Whether this machine can build the path; the reason when not. A
     /// remote path needs nothing here (whether the far end answers is
     /// learned by asking it).
-    pub fn available(self) -> Result<(), String> {
+    pub fn available(self) -> Result<(), PathUnavailable> {
         match self {
             PathKind::Loopback | PathKind::Remote => Ok(()),
-            PathKind::Netns => crate::netns::available(),
-            PathKind::Emulated => crate::check_requirements().map_err(|e| e.to_string()),
+            PathKind::Netns => crate::netns::available().map_err(PathUnavailable::Namespaces),
+            PathKind::Emulated => {
+                crate::emulator::requirements().map_err(PathUnavailable::Emulator)
+            }
             PathKind::EmulatedTo => {
-                crate::middlebox::check_requirements().map_err(|e| e.to_string())
+                crate::middlebox::requirements().map_err(PathUnavailable::Emulator)
             }
         }
     }
@@ -139,7 +143,7 @@ impl ServerHost<'_> {
     /// server in errors.
     pub fn start<F>(&mut self, what: &str, body: F) -> Result<SocketAddr, ExperimentError>
     where
-        F: FnOnce(Arc<AtomicBool>, Sender<Result<SocketAddr, String>>) -> io::Result<()>
+        F: FnOnce(Arc<AtomicBool>, Sender<Result<SocketAddr, StartError>>) -> io::Result<()>
             + Send
             + 'static,
     {
@@ -184,124 +188,124 @@ impl<F> Testbed<F> {
     {
         let kind = PathKind::of(params)?;
         if !kind.is_emulated() && params::emulation_set(params) {
-            return Err(ExperimentError::Failed(
-                "delay, loss, rate and wmem apply to path=emulated only (`osprobe net TEST --delay ...` sets it; with --to HOST the emulator sits in front of that host)".into(),
+            return Err(ExperimentError::invalid_parameter(
+                "path",
+                "delay, loss, rate and wmem apply to path=emulated only (`osprobe net TEST --delay ...` sets it; with --to HOST the emulator sits in front of that host)",
             ));
         }
         if kind != PathKind::Remote {
-            kind.available().map_err(ExperimentError::Unsupported)?;
+            kind.available()?;
         }
         match kind {
-            PathKind::Loopback => {
-                let spawn = |body: ServeBody| {
-                    std::thread::Builder::new()
-                        .name("osprobe-far-end".into())
-                        .spawn(body)
-                };
-                let (far, threads) = start_on(Ipv4Addr::LOCALHOST, &spawn, servers)?;
-                Ok(Testbed {
-                    kind,
-                    description: "loopback 127.0.0.1".into(),
-                    far,
-                    _threads: threads,
-                    netns: None,
-                    emulated: None,
-                })
-            }
-            PathKind::Netns => {
-                crate::netns::sweep_stale();
-                let pair = NetnsPair::create().map_err(|e| {
-                    ExperimentError::Failed(format!("building the netns host: {e}"))
-                })?;
-                let spawn = |body: ServeBody| pair.spawn_in(body);
-                let (far, threads) = start_on(pair.peer_addr(), &spawn, servers)?;
-                let description = format!(
-                    "netns {} via veth {} -> {}",
-                    pair.name(),
-                    pair.host_addr(),
-                    pair.peer_addr()
-                );
-                Ok(Testbed {
-                    kind,
-                    description,
-                    far,
-                    _threads: threads,
-                    netns: Some(pair),
-                    emulated: None,
-                })
-            }
-            PathKind::Emulated => {
-                let mut emulated = EmulatedLink::start(EmulatedSpec::from_params(params)?)?;
-                let link = emulated.link();
-                let spawn = |body: ServeBody| link.spawn_in_b(body);
-                let (far, threads) = start_on(link.addr_b(), &spawn, servers)?;
-                let description = format!(
-                    "emulated link {} -> {} ({}); {}",
-                    link.addr_a(),
-                    link.addr_b(),
-                    emulated.spec.describe(),
-                    emulated.buffers_note
-                );
-                // Built before the move, so that a failure to enter A
-                // still drops the servers before the link.
-                let mut testbed = Testbed {
-                    kind,
-                    description,
-                    far,
-                    _threads: threads,
-                    netns: None,
-                    emulated: None,
-                };
-                emulated.enter_client_side()?;
-                testbed.emulated = Some(emulated);
-                Ok(testbed)
-            }
-            PathKind::EmulatedTo => {
-                let to = params.text("to").unwrap_or_default();
-                let host = remote::middlebox_destination(to)?;
-                // Asked from here, before anything is built: a serve that
-                // is missing or refuses fails without a namespace made.
-                let (far, found) = servers.find(to)?;
-                let mut emulated =
-                    EmulatedLink::in_front_of(host, EmulatedSpec::from_params(params)?)?;
-                let middlebox = emulated
-                    .middlebox()
-                    .expect("a middlebox in front of a host");
-                let description = format!(
-                    "emulated link in front of {found}: namespace {} -> emulator -> this host's route via {} ({}); {}",
-                    middlebox.addr_a(),
-                    middlebox.route().device,
-                    emulated.spec.describe(),
-                    emulated.buffers_note
-                );
-                emulated.enter_client_side()?;
-                Ok(Testbed {
-                    kind,
-                    description,
-                    far,
-                    _threads: Vec::new(),
-                    netns: None,
-                    emulated: Some(emulated),
-                })
-            }
-            PathKind::Remote => {
-                let to = params.text("to").ok_or_else(|| {
-                    ExperimentError::Failed(
-                        "path=remote needs the server: --to HOST[:PORT] (or --param to=HOST[:PORT])"
-                            .into(),
-                    )
-                })?;
-                let (far, description) = servers.find(to)?;
-                Ok(Testbed {
-                    kind,
-                    description,
-                    far,
-                    _threads: Vec::new(),
-                    netns: None,
-                    emulated: None,
-                })
-            }
+            PathKind::Loopback => Self::open_loopback(servers),
+            PathKind::Netns => Self::open_netns(servers),
+            PathKind::Emulated => Self::open_emulated(params, servers),
+            PathKind::EmulatedTo => Self::open_emulated_to(params, servers),
+            PathKind::Remote => Self::open_remote(params, servers),
         }
+    }
+
+    /// A path that builds nothing: the servers, if any, and no host.
+    fn bare(kind: PathKind, description: String, far: F, threads: Vec<ServingThread>) -> Self {
+        Testbed {
+            kind,
+            description,
+            far,
+            _threads: threads,
+            netns: None,
+            emulated: None,
+        }
+    }
+
+    fn open_loopback<S: Servers<Far = F>>(servers: &mut S) -> Result<Self, ExperimentError> {
+        let spawn = |body: ServeBody| {
+            std::thread::Builder::new()
+                .name("osprobe-far-end".into())
+                .spawn(body)
+        };
+        let (far, threads) = start_on(Ipv4Addr::LOCALHOST, &spawn, servers)?;
+        let description = "loopback 127.0.0.1".to_string();
+        Ok(Self::bare(PathKind::Loopback, description, far, threads))
+    }
+
+    fn open_netns<S: Servers<Far = F>>(servers: &mut S) -> Result<Self, ExperimentError> {
+        crate::netns::sweep_stale();
+        let pair = NetnsPair::create()
+            .map_err(|e| ExperimentError::setup("building the netns host", e))?;
+        let spawn = |body: ServeBody| pair.spawn_in(body);
+        let (far, threads) = start_on(pair.peer_addr(), &spawn, servers)?;
+        let description = format!(
+            "netns {} via veth {} -> {}",
+            pair.name(),
+            pair.host_addr(),
+            pair.peer_addr()
+        );
+        let mut testbed = Self::bare(PathKind::Netns, description, far, threads);
+        testbed.netns = Some(pair);
+        Ok(testbed)
+    }
+
+    fn open_emulated<S: Servers<Far = F>>(
+        params: &Params,
+        servers: &mut S,
+    ) -> Result<Self, ExperimentError> {
+        let mut emulated = EmulatedLink::start(EmulatedSpec::from_params(params)?)?;
+        let link = emulated.link();
+        let spawn = |body: ServeBody| link.spawn_in_b(body);
+        let (far, threads) = start_on(link.addr_b(), &spawn, servers)?;
+        let description = format!(
+            "emulated link {} -> {} ({}); {}",
+            link.addr_a(),
+            link.addr_b(),
+            emulated.spec.describe(),
+            emulated.buffers_note
+        );
+        // Built before the move, so that a failure to enter A
+        // still drops the servers before the link.
+        let mut testbed = Self::bare(PathKind::Emulated, description, far, threads);
+        emulated.enter_client_side()?;
+        testbed.emulated = Some(emulated);
+        Ok(testbed)
+    }
+
+    fn open_emulated_to<S: Servers<Far = F>>(
+        params: &Params,
+        servers: &mut S,
+    ) -> Result<Self, ExperimentError> {
+        let to = params.text("to").unwrap_or_default();
+        let host = remote::middlebox_destination(to)?;
+        // Asked from here, before anything is built: a serve that
+        // is missing or refuses fails without a namespace made.
+        let (far, found) = servers.find(to)?;
+        let mut emulated = EmulatedLink::in_front_of(host, EmulatedSpec::from_params(params)?)?;
+        let middlebox = emulated
+            .middlebox()
+            .expect("a middlebox in front of a host");
+        let description = format!(
+            "emulated link in front of {found}: namespace {} -> emulator -> this host's route via {} ({}); {}",
+            middlebox.addr_a(),
+            middlebox.route().device,
+            emulated.spec.describe(),
+            emulated.buffers_note
+        );
+        emulated.enter_client_side()?;
+        let mut testbed = Self::bare(PathKind::EmulatedTo, description, far, Vec::new());
+        testbed.emulated = Some(emulated);
+        Ok(testbed)
+    }
+
+    fn open_remote<S: Servers<Far = F>>(
+        params: &Params,
+        servers: &mut S,
+    ) -> Result<Self, ExperimentError> {
+        let to = params.text("to").ok_or_else(|| {
+            ExperimentError::invalid_parameter(
+                "to",
+                "path=remote needs the server: --to HOST[:PORT] (or --param to=HOST[:PORT])",
+            )
+        })?;
+        let (far, description) = servers.find(to)?;
+        Ok(Self::bare(PathKind::Remote, description, far, Vec::new()))
     }
 
     /// The emulated link, when the path is one.

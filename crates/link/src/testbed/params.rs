@@ -3,6 +3,7 @@
 //! have one meaning and one help text wherever they appear.
 
 use crate::parse;
+use osprobe_core::error::CheckError;
 use osprobe_core::{ParamKind, ParamSpec, Params};
 
 /// The path kinds, as the `path` parameter spells them.
@@ -76,19 +77,22 @@ pub const ALL: [ParamSpec; 6] = [
     WMEM_PARAM,
 ];
 
-fn check_delay(raw: &str) -> Result<(), String> {
-    parse::delay(raw).map(|_| ()).map_err(|e| e.to_string())
+fn check_delay(raw: &str) -> Result<(), CheckError> {
+    parse::delay(raw)?;
+    Ok(())
 }
 
-fn check_loss(raw: &str) -> Result<(), String> {
-    parse::loss(raw).map(|_| ()).map_err(|e| e.to_string())
+fn check_loss(raw: &str) -> Result<(), CheckError> {
+    parse::loss(raw)?;
+    Ok(())
 }
 
-fn check_rate(raw: &str) -> Result<(), String> {
+fn check_rate(raw: &str) -> Result<(), CheckError> {
     if raw.trim() == "0" {
         return Ok(());
     }
-    parse::rate(raw).map(|_| ()).map_err(|e| e.to_string())
+    parse::rate(raw)?;
+    Ok(())
 }
 
 /// Whether any emulation parameter was given: they need path=emulated.

@@ -17,7 +17,9 @@ pub fn locate(
             "path=remote for the {service} service: this program cannot ask an osprobe serve where it is (run it through the osprobe binary)"
         ))
     })?;
-    locator.locate(to, service).map_err(ExperimentError::Failed)
+    locator
+        .locate(to, service)
+        .map_err(|e| ExperimentError::setup("path=remote", e))
 }
 
 /// `HOST[:PORT]` (or `[v6]:PORT`) to one address; `default_port` when the
@@ -31,13 +33,16 @@ pub fn resolve(to: &str, default_port: u16) -> Result<SocketAddr, ExperimentErro
         format!("{to}:{default_port}")
     };
     let mut addrs = with_port.to_socket_addrs().map_err(|e| {
-        ExperimentError::Failed(format!(
+        ExperimentError::invalid_parameter(
+            "to",
+            format!(
             "cannot resolve '{to}': {e} (expected HOST or HOST:PORT, e.g. 192.0.2.7:{default_port})"
-        ))
+        ),
+        )
     })?;
-    addrs
-        .next()
-        .ok_or_else(|| ExperimentError::Failed(format!("'{to}' resolves to no address")))
+    addrs.next().ok_or_else(|| {
+        ExperimentError::invalid_parameter("to", format!("'{to}' resolves to no address"))
+    })
 }
 
 /// The IPv4 address of the host `to` names (the port, if any, aside), as
@@ -48,7 +53,7 @@ pub fn middlebox_destination(to: &str) -> Result<Ipv4Addr, ExperimentError> {
     let addr = resolve(to, 1)?;
     // The middlebox's own messages name --to already.
     let plain = |e: crate::LinkError| match e {
-        crate::LinkError::Invalid(message) => ExperimentError::Failed(message),
+        crate::LinkError::Invalid(message) => ExperimentError::invalid_parameter("to", message),
         other => other.into(),
     };
     let host = crate::middlebox::check_destination(addr.ip()).map_err(plain)?;
@@ -70,6 +75,7 @@ fn has_port(to: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use osprobe_core::locator::LocateError;
 
     #[test]
     fn host_and_port_forms_resolve() {
@@ -87,13 +93,15 @@ mod tests {
             if to == "far" && service == "rfs" {
                 Ok(found)
             } else {
-                Err(format!("no {service} at {to}"))
+                Err(LocateError::UnknownService(format!("{service} at {to}")))
             }
         };
         assert_eq!(locate(Some(&locator), "far", "rfs").unwrap(), found);
         assert!(matches!(
             locate(Some(&locator), "far", "nfs"),
-            Err(ExperimentError::Failed(e)) if e == "no nfs at far"
+            Err(ExperimentError::Setup { source, .. })
+                if matches!(source.downcast_ref::<LocateError>(),
+                    Some(LocateError::UnknownService(s)) if s == "nfs at far")
         ));
         // Without one (a program other than the binary), the remote
         // service is unsupported here, not a failure.

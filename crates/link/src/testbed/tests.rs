@@ -22,12 +22,13 @@ impl Servers for Echo {
             let listener = match TcpListener::bind(bind) {
                 Ok(l) => l,
                 Err(e) => {
-                    let _ = ready.send(Err(e.to_string()));
-                    return Err(e);
+                    // Reported once, on the channel the start waits on.
+                    let _ = ready.send(Err(e.into()));
+                    return Ok(());
                 }
             };
             listener.set_nonblocking(true)?;
-            let _ = ready.send(listener.local_addr().map_err(|e| e.to_string()));
+            let _ = ready.send(listener.local_addr().map_err(Into::into));
             while !stop.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((mut s, _)) => {

@@ -36,6 +36,7 @@
 
 use super::cgroup::MemoryCgroup;
 use super::files::{self, AlignedBuf, Children, Pipe, Target, DIR_PARAM, MIB};
+use crate::error::WorkerError;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Summary, Unit,
@@ -451,8 +452,9 @@ impl ChildReader {
         match files::read_exact_raw(self.answers.read, &mut answer) {
             Ok(true) => {}
             Ok(false) => {
-                return Err(ExperimentError::Failed(
-                    "the reader in the cgroup exited early (killed by the OOM killer?)".into(),
+                return Err(ExperimentError::failed(
+                    "the reader in the cgroup (killed by the OOM killer?)",
+                    WorkerError::ExitedEarly("answering"),
                 ))
             }
             Err(e) => return Err(io_failure("reading the reader's answer", e)),

@@ -24,6 +24,7 @@
 //! reaps every child on any error or Ctrl-C.
 
 use super::files::{self, AlignedBuf, Children, Pipe, BLOCK, DIR_PARAM, MIB};
+use crate::error::WorkerError;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Samples, Summary, Unit,
@@ -310,8 +311,9 @@ fn run_round(
     for _ in 0..n {
         let mut byte = [0u8; 1];
         if !files::read_exact_raw(ready.read, &mut byte).map_err(|e| pipe_error("ready", e))? {
-            return Err(ExperimentError::Failed(
-                "a reader process exited before it was ready".into(),
+            return Err(ExperimentError::failed(
+                "a reader process",
+                WorkerError::ExitedEarly("it was ready"),
             ));
         }
     }
@@ -340,7 +342,9 @@ fn run_round(
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            r.ok_or_else(|| ExperimentError::Failed(format!("reader process {i} sent no report")))
+            r.ok_or_else(|| {
+                ExperimentError::failed(format!("reader process {i}"), WorkerError::NoReport)
+            })
         })
         .collect()
 }

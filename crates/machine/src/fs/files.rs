@@ -16,6 +16,7 @@
 //!   child only call the allocation-free helpers at the end of this file on
 //!   buffers prepared before the fork.
 
+use crate::error::WorkerError;
 use crate::page_cache;
 use osprobe_core::scratch::ScratchDir;
 use osprobe_core::{Context, ExperimentError, Params};
@@ -476,12 +477,15 @@ impl AlignedBuf {
     pub fn new(len: usize, align: usize) -> Result<AlignedBuf, ExperimentError> {
         let align = align.max(page_cache::page_size());
         let layout = Layout::from_size_align(len.max(1), align).map_err(|e| {
-            ExperimentError::Failed(format!("buffer of {len} B aligned to {align} B: {e}"))
+            ExperimentError::failed(format!("buffer of {len} B aligned to {align} B"), e)
         })?;
         // SAFETY: layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(raw).ok_or_else(|| {
-            ExperimentError::Failed(format!("cannot allocate {len} B for a read buffer"))
+            ExperimentError::io(
+                format!("allocating {len} B for a read buffer"),
+                std::io::ErrorKind::OutOfMemory.into(),
+            )
         })?;
         Ok(AlignedBuf { ptr, layout })
     }
@@ -644,9 +648,10 @@ impl Children {
             let status = wait_for(pid)?;
             if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) && first_error.is_none()
             {
-                first_error = Some(ExperimentError::Failed(format!(
-                    "reader process {pid} did not exit cleanly (wait status {status:#x})"
-                )));
+                first_error = Some(ExperimentError::failed(
+                    format!("reader process {pid}"),
+                    WorkerError::Exit(status),
+                ));
             }
         }
         first_error.map_or(Ok(()), Err)

@@ -87,10 +87,10 @@ fn method(name: &str) -> Result<Method, ExperimentError> {
             sync_data_only: None,
         },
         other => {
-            return Err(ExperimentError::Failed(format!(
-                "method={other}: accepted {}",
-                METHODS.join(", ")
-            )))
+            return Err(ExperimentError::invalid_parameter(
+                "method",
+                format!("method={other}: accepted {}", METHODS.join(", ")),
+            ))
         }
     })
 }
@@ -136,9 +136,12 @@ impl Experiment for Fsync {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let block = params.int("block").unwrap_or(4096) as usize;
         if block == 0 || block % files::BLOCK != 0 || block as u64 > MIB {
-            return Err(ExperimentError::Failed(format!(
-                "block={block}: must be a multiple of 4 KiB up to 1 MiB (e.g. 4K, 8K, 16K)"
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "block",
+                format!(
+                    "block={block}: must be a multiple of 4 KiB up to 1 MiB (e.g. 4K, 8K, 16K)"
+                ),
+            ));
         }
         let name = params.text("method").unwrap_or("fdatasync");
         let method = method(name)?;

@@ -20,6 +20,7 @@
 use super::files::{self, AlignedBuf, DioAlign, BLOCK, DIR_PARAM, MIB};
 use super::fsync::virtual_machine;
 use super::write_io::{self, OpenFlags};
+use crate::error::WorkerError;
 use osprobe_core::harness::value_measurement;
 use osprobe_core::model::Prediction;
 use osprobe_core::{
@@ -86,9 +87,10 @@ impl Experiment for IoDepth {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let depth = params.int("depth").unwrap_or(1);
         if !(1..=256).contains(&depth) {
-            return Err(ExperimentError::Failed(format!(
-                "depth={depth}: accepted 1..256"
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "depth",
+                format!("depth={depth}: accepted 1..256"),
+            ));
         }
         let depth = depth as usize;
         let write = params.text("op").unwrap_or("randread") == "randwrite";
@@ -410,7 +412,10 @@ fn run_threads(ctx: &Context, job: &Job) -> Result<Completions, ExperimentError>
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(ExperimentError::Failed("an I/O thread panicked".into()))
+                    Err(ExperimentError::failed(
+                        "an I/O thread",
+                        WorkerError::Panicked,
+                    ))
                 })
             })
             .collect()

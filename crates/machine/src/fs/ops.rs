@@ -19,12 +19,12 @@
 //! each in a new directory.
 
 use super::files::{self, DIR_PARAM, MIB};
+use crate::os::fd::c_path;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Samples,
 };
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -84,9 +84,10 @@ impl Experiment for FsOps {
         let size = params.int("size").unwrap_or(0).max(0) as usize;
         let count = params.int("files").unwrap_or(1000);
         if !(1..=100_000).contains(&count) {
-            return Err(ExperimentError::Failed(format!(
-                "files={count}: accepted 1..100000"
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "files",
+                format!("files={count}: accepted 1..100000"),
+            ));
         }
         let count = count as usize;
         let target = files::target_dir(params)?;
@@ -238,11 +239,6 @@ fn one_pass(
         out[4].push(time(t0, t1));
     }
     Ok(out)
-}
-
-fn c_path(path: &Path) -> Result<CString, ExperimentError> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| ExperimentError::Failed(format!("{} contains a NUL byte", path.display())))
 }
 
 fn op_error(what: &str, dir: &Path, i: usize, e: std::io::Error) -> ExperimentError {

@@ -96,9 +96,10 @@ impl Experiment for Read {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let size = params.int("size").unwrap_or(16 * MIB as i64) as u64;
         if size == 0 || size % BLOCK as u64 != 0 {
-            return Err(ExperimentError::Failed(format!(
-                "size={size}: must be a positive multiple of 4 KiB (e.g. 1M, 16M)"
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "size",
+                format!("size={size}: must be a positive multiple of 4 KiB (e.g. 1M, 16M)"),
+            ));
         }
         let direct = params.text("mode").unwrap_or("direct") == "direct";
         let target = files::target_dir(params)?;

@@ -36,6 +36,7 @@ use osprobe_core::{
     Samples, Unit,
 };
 use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
 use std::time::Duration;
 
 pub const MODES: &[&str] = &["buffered", "direct", "dsync"];
@@ -113,33 +114,9 @@ impl Experiment for Write {
         grid
     }
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
-        let block = params.int("block").unwrap_or(4096) as u64;
-        if block == 0 || block % files::BLOCK as u64 != 0 || block > MIB {
-            return Err(ExperimentError::Failed(format!(
-                "block={block}: must be a multiple of 4 KiB up to 1 MiB (e.g. 4K, 64K, 1M)"
-            )));
-        }
+        let block = block_param(params)?;
         let mode = params.text("mode").unwrap_or("buffered");
-        let flags = match mode {
-            "buffered" => OpenFlags {
-                direct: false,
-                dsync: false,
-            },
-            "direct" => OpenFlags {
-                direct: true,
-                dsync: false,
-            },
-            "dsync" => OpenFlags {
-                direct: false,
-                dsync: true,
-            },
-            other => {
-                return Err(ExperimentError::Failed(format!(
-                    "mode={other}: accepted {}",
-                    MODES.join(", ")
-                )))
-            }
-        };
+        let flags = mode_flags(mode)?;
         let random = params.text("pattern").unwrap_or("sequential") == "random";
         let target = files::target_dir(params)?;
         let size = file_size(
@@ -165,8 +142,6 @@ impl Experiment for Write {
             random,
             !flags.direct && !flags.dsync,
         )?;
-
-        let id = self.id();
         let mut common = vec![
             format!(
                 "{} {} writes of {block} B over a {} MiB file laid out with data and flushed first (fio overwrite=1): every write overwrites allocated blocks",
@@ -184,47 +159,118 @@ impl Experiment for Write {
         if let Some(a) = &align {
             common.push(files::alignment_note(a));
         }
-        match mode {
-            "buffered" => common.push(
-                "buffered: writes land in the page cache; below the kernel's dirty limits (vm.dirty_ratio) that is a memory copy, written back later".into(),
-            ),
-            "direct" => common.push(
-                "O_DIRECT without O_DSYNC: the page cache is bypassed, but the data may wait in the device's volatile cache".into(),
-            ),
-            _ => common.push("O_DSYNC: every write returns once its data is durable".into()),
-        }
-        if mode != "buffered" {
-            common.push(write_io::write_cache_note(&path));
-            if let Some(vm) = virtual_machine(ctx) {
-                common.push(format!(
-                    "running under {vm}: the virtual disk is usually cached by the host, so device writes may end in the host's memory"
-                ));
-            }
-        }
+        common.extend(mode_notes(ctx, mode, &path));
+        let written = Written {
+            ctx,
+            params,
+            id: self.id(),
+            windows: &windows,
+            common: &common,
+        };
+        written.measurements(mode, &path)
+    }
+}
 
-        let bandwidth: Vec<f64> = windows.iter().map(Window::bandwidth).collect();
-        let iops: Vec<f64> = windows.iter().map(Window::iops).collect();
-        let mut out = Vec::new();
-        let mut bw = value_measurement(
-            id,
-            "bandwidth",
-            params.clone(),
-            Unit::BytesPerSecond,
-            &bandwidth,
-        )?;
+/// `block=`: a multiple of 4 KiB up to 1 MiB.
+fn block_param(params: &Params) -> Result<u64, ExperimentError> {
+    let block = params.int("block").unwrap_or(4096) as u64;
+    if block == 0 || block % files::BLOCK as u64 != 0 || block > MIB {
+        return Err(ExperimentError::invalid_parameter(
+            "block",
+            format!("block={block}: must be a multiple of 4 KiB up to 1 MiB (e.g. 4K, 64K, 1M)"),
+        ));
+    }
+    Ok(block)
+}
+
+/// How the file is opened for `mode=`.
+fn mode_flags(mode: &str) -> Result<OpenFlags, ExperimentError> {
+    let (direct, dsync) = match mode {
+        "buffered" => (false, false),
+        "direct" => (true, false),
+        "dsync" => (false, true),
+        other => {
+            return Err(ExperimentError::invalid_parameter(
+                "mode",
+                format!("mode={other}: accepted {}", MODES.join(", ")),
+            ))
+        }
+    };
+    Ok(OpenFlags { direct, dsync })
+}
+
+/// What the mode means for where the data ends, for every measurement.
+fn mode_notes(ctx: &Context, mode: &str, path: &Path) -> Vec<String> {
+    let mut notes = vec![match mode {
+        "buffered" => "buffered: writes land in the page cache; below the kernel's dirty limits (vm.dirty_ratio) that is a memory copy, written back later".to_string(),
+        "direct" => "O_DIRECT without O_DSYNC: the page cache is bypassed, but the data may wait in the device's volatile cache".to_string(),
+        _ => "O_DSYNC: every write returns once its data is durable".to_string(),
+    }];
+    if mode != "buffered" {
+        notes.push(write_io::write_cache_note(path));
+        if let Some(vm) = virtual_machine(ctx) {
+            notes.push(format!(
+                "running under {vm}: the virtual disk is usually cached by the host, so device writes may end in the host's memory"
+            ));
+        }
+    }
+    notes
+}
+
+/// The windows of one point, turned into measurements.
+struct Written<'a> {
+    ctx: &'a Context,
+    params: &'a Params,
+    id: &'static str,
+    windows: &'a [Window],
+    /// Notes every measurement carries.
+    common: &'a [String],
+}
+
+impl Written<'_> {
+    fn measurements(&self, mode: &str, path: &Path) -> Result<Vec<Measurement>, ExperimentError> {
+        let mut bw = self.per_window("bandwidth", Unit::BytesPerSecond, Window::bandwidth)?;
         if mode == "buffered" {
             bw.notes.push(
                 "the fsync ending each window is not counted (fio's default end_fsync=0); buffered_then_fsync counts it".into(),
             );
         }
-        bw.notes.extend(common.iter().cloned());
-        out.push(bw);
-        let mut io = value_measurement(id, "iops", params.clone(), Unit::Count, &iops)?;
+        bw.notes.extend(self.common.iter().cloned());
+        let mut io = self.per_window("iops", Unit::Count, Window::iops)?;
         io.notes.push("writes per second of each window".into());
-        io.notes.extend(common.iter().cloned());
-        out.push(io);
+        io.notes.extend(self.common.iter().cloned());
+        let mut out = vec![bw, io, self.latency()?];
+        if mode == "buffered" {
+            let mut m = self.per_window(
+                "buffered_then_fsync",
+                Unit::BytesPerSecond,
+                Window::bandwidth_with_fsync,
+            )?;
+            m.notes.push(
+                "bytes / (window time + the fsync that ends it), as fio with end_fsync=1".into(),
+            );
+            m.notes.push(write_io::write_cache_note(path));
+            m.notes.extend(self.common.iter().cloned());
+            out.push(m);
+        }
+        Ok(out)
+    }
 
-        let latencies: Vec<f64> = windows
+    /// One value per window.
+    fn per_window(
+        &self,
+        metric: &str,
+        unit: Unit,
+        value: fn(&Window) -> f64,
+    ) -> Result<Measurement, ExperimentError> {
+        let values: Vec<f64> = self.windows.iter().map(value).collect();
+        value_measurement(self.id, metric, self.params.clone(), unit, &values)
+    }
+
+    /// The completion latency of every write.
+    fn latency(&self) -> Result<Measurement, ExperimentError> {
+        let latencies: Vec<f64> = self
+            .windows
             .iter()
             .flat_map(|w| w.latencies.iter().copied())
             .collect();
@@ -234,30 +280,14 @@ impl Experiment for Write {
             counted: Vec::new(),
             notes: vec![format!(
                 "completion latency of one write (fio's clat at iodepth 1), each timed singly; clock read cost subtracted: {:.1} ns",
-                ctx.clock.ticks_to_ns(ctx.timer_overhead_ticks)
+                self.ctx.clock.ticks_to_ns(self.ctx.timer_overhead_ticks)
             )],
         };
-        let mut lat = ctx.time_measurement(id, "latency", params.clone(), &samples)?;
-        lat.notes.extend(common.iter().cloned());
-        out.push(lat);
-
-        if mode == "buffered" {
-            let with_fsync: Vec<f64> = windows.iter().map(Window::bandwidth_with_fsync).collect();
-            let mut m = value_measurement(
-                id,
-                "buffered_then_fsync",
-                params.clone(),
-                Unit::BytesPerSecond,
-                &with_fsync,
-            )?;
-            m.notes.push(
-                "bytes / (window time + the fsync that ends it), as fio with end_fsync=1".into(),
-            );
-            m.notes.push(write_io::write_cache_note(&path));
-            m.notes.extend(common.iter().cloned());
-            out.push(m);
-        }
-        Ok(out)
+        let mut lat =
+            self.ctx
+                .time_measurement(self.id, "latency", self.params.clone(), &samples)?;
+        lat.notes.extend(self.common.iter().cloned());
+        Ok(lat)
     }
 }
 
@@ -271,9 +301,10 @@ fn file_size(
 ) -> Result<u64, ExperimentError> {
     if let Some(size) = asked {
         if size < block {
-            return Err(ExperimentError::Failed(format!(
-                "size={size}: must hold at least one block of {block} B"
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "size",
+                format!("size={size}: must hold at least one block of {block} B"),
+            ));
         }
         target.require_space(size, "fs.write")?;
         return Ok(size / block * block);

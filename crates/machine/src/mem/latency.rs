@@ -126,9 +126,8 @@ impl ChaseBuffer {
             )
         };
         if raw == libc::MAP_FAILED {
-            let err = std::io::Error::last_os_error();
-            return Err(ExperimentError::Failed(format!(
-                "cannot map {} for the pointer chain: {err}; use a smaller working set (--param size=) or free memory",
+            return Err(ExperimentError::last_os(format!(
+                "cannot map {} for the pointer chain (use a smaller working set, --param size=, or free memory)",
                 format_bytes(len as u64)
             )));
         }
@@ -299,7 +298,8 @@ pub fn time_chain(
     build: impl FnOnce(&mut [usize]) -> Result<*const usize, ChainError>,
 ) -> Result<(Samples, f64), ExperimentError> {
     let began = Instant::now();
-    let start = build(buffer.words()).map_err(|e| ExperimentError::Failed(e.to_string()))?;
+    let start = build(buffer.words())
+        .map_err(|e| ExperimentError::failed("building the pointer chain", e))?;
     let build_ms = began.elapsed().as_secs_f64() * 1e3;
     let mut p = start;
     let samples = harness.per_op(|n| {
@@ -359,6 +359,17 @@ impl Experiment for Latency {
     }
     fn cpu_bound(&self) -> bool {
         true
+    }
+
+    /// One line per stride against a working set on a log axis, with the
+    /// cache sizes marked: the steps of the curve are the cache levels.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            series: Some("stride"),
+            log_x: true,
+            cache_markers: true,
+            ..Default::default()
+        }
     }
 
     fn description(&self) -> &'static str {
@@ -448,15 +459,19 @@ impl Experiment for Latency {
         let stride = params.int("stride").unwrap_or(64) as u64;
         let huge_text = params.text("hugepages").unwrap_or("on");
         let huge = HugePages::parse(huge_text).ok_or_else(|| {
-            ExperimentError::Failed(format!(
-                "invalid hugepages '{huge_text}': expected on or off"
-            ))
+            ExperimentError::invalid_parameter(
+                "hugepages",
+                format!("invalid hugepages '{huge_text}': expected on or off"),
+            )
         })?;
         if stride == 0 || stride % chain::WORD as u64 != 0 {
-            return Err(ExperimentError::Failed(format!(
-                "invalid stride {stride}: must be a non-zero multiple of {} bytes (one pointer), e.g. 8, 64, 4K",
-                chain::WORD
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "stride",
+                format!(
+                    "invalid stride {stride}: must be a non-zero multiple of {} bytes (one pointer), e.g. 8, 64, 4K",
+                    chain::WORD
+                ),
+            ));
         }
         let order = match pattern {
             "random" => Order::Random,
@@ -465,10 +480,13 @@ impl Experiment for Latency {
             },
             "stride" => Order::Sequential,
             other => {
-                return Err(ExperimentError::Failed(format!(
-                    "invalid pattern '{other}': expected one of {}",
-                    PATTERNS.join(", ")
-                )))
+                return Err(ExperimentError::invalid_parameter(
+                    "pattern",
+                    format!(
+                        "invalid pattern '{other}': expected one of {}",
+                        PATTERNS.join(", ")
+                    ),
+                ))
             }
         };
 
@@ -485,21 +503,27 @@ impl Experiment for Latency {
             }
         }
         if stride * 2 > size {
-            return Err(ExperimentError::Failed(format!(
-                "stride {} leaves fewer than two elements in a working set of {}: use a stride of at most half the size",
-                format_bytes(stride),
-                format_bytes(size)
-            )));
+            return Err(ExperimentError::invalid_parameter(
+                "stride",
+                format!(
+                    "stride {} leaves fewer than two elements in a working set of {}: use a stride of at most half the size",
+                    format_bytes(stride),
+                    format_bytes(size)
+                ),
+            ));
         }
         let spec = ChainSpec::covering(size as usize, stride as usize, order);
         if let Some(cap) = working_set_cap(&ctx.environment) {
             let total = size + spec.builder_bytes() as u64;
             if total > 2 * cap {
-                return Err(ExperimentError::Failed(format!(
-                    "a chain of {} elements needs {} of memory with its index list, more than half the available memory: use a larger stride or a smaller size",
-                    spec.elements,
-                    format_bytes(total)
-                )));
+                return Err(ExperimentError::invalid_parameter(
+                    "size",
+                    format!(
+                        "a chain of {} elements needs {} of memory with its index list, more than half the available memory: use a larger stride or a smaller size",
+                        spec.elements,
+                        format_bytes(total)
+                    ),
+                ));
             }
         }
 

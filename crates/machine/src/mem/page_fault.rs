@@ -163,11 +163,8 @@ impl Experiment for PageFault {
     }
 }
 
-fn bad_choice(name: &str, value: &str, accepted: &[&str]) -> ExperimentError {
-    ExperimentError::Failed(format!(
-        "invalid value '{value}' for parameter '{name}': expected one of {}",
-        accepted.join(", ")
-    ))
+fn bad_choice(name: &'static str, value: &str, accepted: &[&str]) -> ExperimentError {
+    crate::error::bad_value(name, value, format_args!("one of {}", accepted.join(", ")))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -526,7 +523,7 @@ impl Setup<'_> {
         let bytes = self.bytes();
         let scratch = match dir {
             Some(d) => ScratchDir::new_in(d)
-                .map_err(|e| ExperimentError::Failed(format!("dir={}: {e}", d.display())))?,
+                .map_err(|e| ExperimentError::io(format!("dir={}", d.display()), e))?,
             None => ScratchDir::new().map_err(|e| {
                 ExperimentError::io(
                     format!(

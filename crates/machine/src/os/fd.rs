@@ -45,9 +45,8 @@ impl Drop for Fd {
 
 /// A path as a C string, or an error naming it.
 pub fn c_path(path: &Path) -> Result<CString, ExperimentError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        ExperimentError::Failed(format!("path {} contains a NUL byte", path.display()))
-    })
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| ExperimentError::io(format!("path {}", path.display()), e.into()))
 }
 
 /// A pipe: (read end, write end), both close-on-exec.

@@ -9,6 +9,7 @@
 //! reaped on drop, also when measuring fails half-way.
 
 use super::fd::{pipe, unix_stream_pair, Fd};
+use crate::error::WorkerError;
 use osprobe_core::affinity::{allowed_cpus, PinGuard};
 use osprobe_core::{Context, ExperimentError, Samples};
 
@@ -302,10 +303,10 @@ pub fn round_trip(
     let mut ok = true;
     let mut samples = ctx.harness().per_op(|n| ok &= peer.round_trips(n))?;
     if !ok {
-        return Err(ExperimentError::Failed(format!(
-            "the echoing peer on the {} stopped answering",
-            kind.name()
-        )));
+        return Err(ExperimentError::failed(
+            format!("the echoing peer on the {}", kind.name()),
+            WorkerError::StoppedAnswering,
+        ));
     }
     samples.notes.push(format!(
         "1-byte message to a forked process and back through one {}; nothing subtracted",

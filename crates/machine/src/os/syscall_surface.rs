@@ -10,7 +10,8 @@
 use super::fd::{c_path, Fd};
 use osprobe_core::scratch::ScratchDir;
 use osprobe_core::{
-    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
+    Context, Experiment, ExperimentError, Harness, Measurement, ParamKind, ParamSpec, Params,
+    Profile, Samples,
 };
 use std::hint::black_box;
 use std::path::Path;
@@ -70,108 +71,13 @@ impl Experiment for SyscallSurface {
         let harness = ctx.harness().pinned()?;
         let mut ok = true;
         let (samples, what) = match op {
-            "open_close" => {
-                let path = c_path(&files.file)?;
-                let s = harness.per_op(|n| {
-                    for _ in 0..n {
-                        // SAFETY: path is NUL-terminated; the descriptor is closed at once.
-                        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
-                        ok &= fd >= 0 && unsafe { libc::close(fd) } == 0;
-                    }
-                })?;
-                (s, "open(O_RDONLY) and close of a 1-byte file")
-            }
-            "read" => {
-                let fd = Fd::open(&files.file, libc::O_RDONLY)?;
-                let mut byte = 0u8;
-                let s = harness.per_op(|n| {
-                    for _ in 0..n {
-                        // SAFETY: one byte into `byte`.
-                        let r = unsafe { libc::pread(fd.0, (&mut byte as *mut u8).cast(), 1, 0) };
-                        ok &= r == 1;
-                    }
-                })?;
-                black_box(byte);
-                (s, "pread of 1 byte at offset 0 (never at end of file)")
-            }
-            "write_file" => {
-                let fd = Fd::open(&files.file, libc::O_WRONLY)?;
-                let s = harness.per_op(|n| {
-                    for _ in 0..n {
-                        // SAFETY: one byte from a static.
-                        let r = unsafe { libc::pwrite(fd.0, b"y".as_ptr().cast(), 1, 0) };
-                        ok &= r == 1;
-                    }
-                })?;
-                (
-                    s,
-                    "pwrite of 1 byte at offset 0 of a cached file (the page is dirtied, never flushed while timed)",
-                )
-            }
-            "write_null" => {
-                let fd = Fd::open(Path::new("/dev/null"), libc::O_WRONLY)?;
-                let s = harness.per_op(|n| {
-                    for _ in 0..n {
-                        // SAFETY: one byte from a static.
-                        let r = unsafe { libc::write(fd.0, b"y".as_ptr().cast(), 1) };
-                        ok &= r == 1;
-                    }
-                })?;
-                (
-                    s,
-                    "write of 1 byte to /dev/null (lmbench lat_syscall write)",
-                )
-            }
-            "stat" => {
-                let path = c_path(&files.file)?;
-                // SAFETY: a plain struct the kernel fills.
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                let s = harness.per_op(|n| {
-                    for _ in 0..n {
-                        // SAFETY: path is NUL-terminated, st is a valid stat buffer.
-                        ok &= unsafe { libc::stat(path.as_ptr(), &mut st) } == 0;
-                    }
-                })?;
-                (
-                    s,
-                    "stat of the 1-byte file by its absolute path (every component looked up)",
-                )
-            }
-            "fstat" => {
-                let fd = Fd::open(&files.file, libc::O_RDONLY)?;
-                // SAFETY: a plain struct the kernel fills.
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                let s = harness.per_op(|n| {
-                    for _ in 0..n {
-                        // SAFETY: st is a valid stat buffer.
-                        ok &= unsafe { libc::fstat(fd.0, &mut st) } == 0;
-                    }
-                })?;
-                (s, "fstat of an open file")
-            }
-            _ => {
-                let fd = Fd::open(&files.dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
-                let mut buf = vec![0u8; 4096];
-                let mut entries = 0;
-                let s = harness.per_op(|n| {
-                    for _ in 0..n {
-                        match list_once(&fd, &mut buf) {
-                            Some(k) => entries = k,
-                            None => ok = false,
-                        }
-                    }
-                })?;
-                if ok && entries != DIR_ENTRIES + 2 {
-                    return Err(ExperimentError::Failed(format!(
-                        "getdents64 listed {entries} entries in a directory of {} (and . and ..)",
-                        DIR_ENTRIES
-                    )));
-                }
-                (
-                    s,
-                    "lseek(dir, 0) and one getdents64 returning all 12 entries (10 files, . and ..) of an open directory",
-                )
-            }
+            "open_close" => open_close(&harness, &files, &mut ok)?,
+            "read" => read(&harness, &files, &mut ok)?,
+            "write_file" => write_file(&harness, &files, &mut ok)?,
+            "write_null" => write_null(&harness, &mut ok)?,
+            "stat" => stat(&harness, &files, &mut ok)?,
+            "fstat" => fstat(&harness, &files, &mut ok)?,
+            _ => getdents(&harness, &files, &mut ok)?,
         };
         if !ok {
             return Err(ExperimentError::last_os(format!("os.syscall_surface {op}")));
@@ -192,6 +98,119 @@ impl Experiment for SyscallSurface {
             &samples,
         )?])
     }
+}
+
+/// The samples of one system call's loop, and what was timed. Each loop
+/// clears `ok` when a call fails (errno then says why).
+type Timed = (Samples, &'static str);
+
+fn open_close(harness: &Harness, files: &Files, ok: &mut bool) -> Result<Timed, ExperimentError> {
+    let path = c_path(&files.file)?;
+    let s = harness.per_op(|n| {
+        for _ in 0..n {
+            // SAFETY: path is NUL-terminated; the descriptor is closed at once.
+            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+            *ok &= fd >= 0 && unsafe { libc::close(fd) } == 0;
+        }
+    })?;
+    Ok((s, "open(O_RDONLY) and close of a 1-byte file"))
+}
+
+fn read(harness: &Harness, files: &Files, ok: &mut bool) -> Result<Timed, ExperimentError> {
+    let fd = Fd::open(&files.file, libc::O_RDONLY)?;
+    let mut byte = 0u8;
+    let s = harness.per_op(|n| {
+        for _ in 0..n {
+            // SAFETY: one byte into `byte`.
+            let r = unsafe { libc::pread(fd.0, (&mut byte as *mut u8).cast(), 1, 0) };
+            *ok &= r == 1;
+        }
+    })?;
+    black_box(byte);
+    Ok((s, "pread of 1 byte at offset 0 (never at end of file)"))
+}
+
+fn write_file(harness: &Harness, files: &Files, ok: &mut bool) -> Result<Timed, ExperimentError> {
+    let fd = Fd::open(&files.file, libc::O_WRONLY)?;
+    let s = harness.per_op(|n| {
+        for _ in 0..n {
+            // SAFETY: one byte from a static.
+            let r = unsafe { libc::pwrite(fd.0, b"y".as_ptr().cast(), 1, 0) };
+            *ok &= r == 1;
+        }
+    })?;
+    Ok((
+        s,
+        "pwrite of 1 byte at offset 0 of a cached file (the page is dirtied, never flushed while timed)",
+    ))
+}
+
+fn write_null(harness: &Harness, ok: &mut bool) -> Result<Timed, ExperimentError> {
+    let fd = Fd::open(Path::new("/dev/null"), libc::O_WRONLY)?;
+    let s = harness.per_op(|n| {
+        for _ in 0..n {
+            // SAFETY: one byte from a static.
+            let r = unsafe { libc::write(fd.0, b"y".as_ptr().cast(), 1) };
+            *ok &= r == 1;
+        }
+    })?;
+    Ok((
+        s,
+        "write of 1 byte to /dev/null (lmbench lat_syscall write)",
+    ))
+}
+
+fn stat(harness: &Harness, files: &Files, ok: &mut bool) -> Result<Timed, ExperimentError> {
+    let path = c_path(&files.file)?;
+    // SAFETY: a plain struct the kernel fills.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let s = harness.per_op(|n| {
+        for _ in 0..n {
+            // SAFETY: path is NUL-terminated, st is a valid stat buffer.
+            *ok &= unsafe { libc::stat(path.as_ptr(), &mut st) } == 0;
+        }
+    })?;
+    Ok((
+        s,
+        "stat of the 1-byte file by its absolute path (every component looked up)",
+    ))
+}
+
+fn fstat(harness: &Harness, files: &Files, ok: &mut bool) -> Result<Timed, ExperimentError> {
+    let fd = Fd::open(&files.file, libc::O_RDONLY)?;
+    // SAFETY: a plain struct the kernel fills.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let s = harness.per_op(|n| {
+        for _ in 0..n {
+            // SAFETY: st is a valid stat buffer.
+            *ok &= unsafe { libc::fstat(fd.0, &mut st) } == 0;
+        }
+    })?;
+    Ok((s, "fstat of an open file"))
+}
+
+fn getdents(harness: &Harness, files: &Files, ok: &mut bool) -> Result<Timed, ExperimentError> {
+    let fd = Fd::open(&files.dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let mut buf = vec![0u8; 4096];
+    let mut entries = 0;
+    let s = harness.per_op(|n| {
+        for _ in 0..n {
+            match list_once(&fd, &mut buf) {
+                Some(k) => entries = k,
+                None => *ok = false,
+            }
+        }
+    })?;
+    if *ok && entries != DIR_ENTRIES + 2 {
+        return Err(ExperimentError::Failed(format!(
+            "getdents64 listed {entries} entries in a directory of {} (and . and ..)",
+            DIR_ENTRIES
+        )));
+    }
+    Ok((
+        s,
+        "lseek(dir, 0) and one getdents64 returning all 12 entries (10 files, . and ..) of an open directory",
+    ))
 }
 
 /// The scratch files: a 1-byte file and a directory of small files.

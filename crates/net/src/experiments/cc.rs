@@ -16,7 +16,7 @@ use super::{default_paths, Placement, COMMON, DURATION_PARAM, PIN_PARAM};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
 use crate::sock::ConnectOptions;
-use crate::tcp_info;
+use crate::tcp_info::{self, TcpInfo};
 use osprobe_core::interrupt;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Unit,
@@ -60,6 +60,15 @@ impl Experiment for CongestionControl {
         osprobe_core::Requirements {
             root_for: Some("path=netns and path=emulated (network namespaces: --netns, --delay/--loss/--rate), and cc= algorithms the kernel has not loaded yet (loading a module)"),
             ..osprobe_core::Requirements::default()
+        }
+    }
+
+    /// One bar per algorithm, side by side under each path condition.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            series: Some("cc"),
+            bars_for_series: true,
+            ..Default::default()
         }
     }
 
@@ -197,10 +206,49 @@ fn cc_measurements(
             errors.join("; ")
         )));
     }
-    // What crossed the network: acknowledged bytes per interval. With a
-    // send buffer of tens of megabytes the writes come in bursts and their
-    // rate says little; the write rate is the fallback on kernels without
-    // bytes_acked.
+    let mut out = vec![throughput(id, params, result, config)?];
+    let from = "the sender's TCP_INFO at the end of the test";
+    let mut figures = vec![Figure {
+        metric: "retransmits",
+        unit: Unit::Count,
+        value: result.retransmits() as f64,
+        note: format!("total_retrans, {from}"),
+    }];
+    if let Some(Some(info)) = result.sender_info.first() {
+        figures.extend(tcp_info_figures(info, from));
+        if let Some(Some(buffer)) = result.send_buffers.first() {
+            figures.push(Figure {
+                metric: "send_buffer",
+                unit: Unit::Bytes,
+                value: *buffer as f64,
+                note: "SO_SNDBUF as the kernel reported it after the last write (autotuned unless sndbuf was set; the kernel reports twice what was set)".into(),
+            });
+        }
+    }
+    for figure in figures {
+        let mut m = value_measurement(
+            id,
+            figure.metric,
+            params.clone(),
+            figure.unit,
+            &[figure.value],
+        )?;
+        m.notes.push(figure.note);
+        out.push(m);
+    }
+    Ok(out)
+}
+
+/// The sender's rate per interval: what crossed the network, acknowledged
+/// bytes per interval. With a send buffer of tens of megabytes the writes
+/// come in bursts and their rate says little; the write rate is the
+/// fallback on kernels without bytes_acked.
+fn throughput(
+    id: &str,
+    params: &Params,
+    result: &bulk::BulkResult,
+    config: &BulkConfig,
+) -> Result<Measurement, ExperimentError> {
     let (rates, what) = if result.acked_rates.is_empty() {
         (&result.interval_rates, "sending (write) rate")
     } else {
@@ -221,64 +269,65 @@ fn cc_measurements(
         result.received_bytes(),
         result.send_elapsed.as_secs_f64()
     ));
-    let mut out = vec![throughput];
-    let one = |metric: &str,
-               unit: Unit,
-               value: f64,
-               note: &str|
-     -> Result<Measurement, ExperimentError> {
-        let mut m = value_measurement(id, metric, params.clone(), unit, &[value])?;
-        m.notes.push(note.to_string());
-        Ok(m)
+    Ok(throughput)
+}
+
+/// One figure of a single value, with its note.
+struct Figure {
+    metric: &'static str,
+    unit: Unit,
+    value: f64,
+    note: String,
+}
+
+/// The figures of the sender's TCP_INFO (`from` says whose and when), those
+/// this kernel reports.
+fn tcp_info_figures(info: &TcpInfo, from: &str) -> Vec<Figure> {
+    let figure = |metric, unit, value, note: String| Figure {
+        metric,
+        unit,
+        value,
+        note,
     };
-    let from = "the sender's TCP_INFO at the end of the test";
-    out.push(one(
-        "retransmits",
-        Unit::Count,
-        result.retransmits() as f64,
-        &format!("total_retrans, {from}"),
-    )?);
-    let Some(Some(info)) = result.sender_info.first() else {
-        return Ok(out);
-    };
+    let mut figures = Vec::new();
     if let Some(min_rtt) = info.min_rtt_us {
-        out.push(one(
+        let note = format!("min_rtt, {from}");
+        figures.push(figure(
             "min_rtt",
             Unit::Nanoseconds,
             min_rtt as f64 * 1e3,
-            &format!("min_rtt, {from}"),
-        )?);
+            note,
+        ));
     }
-    out.push(one(
+    let note = format!("smoothed rtt, {from}");
+    figures.push(figure(
         "rtt",
         Unit::Nanoseconds,
         info.rtt_us as f64 * 1e3,
-        &format!("smoothed rtt, {from}"),
-    )?);
-    out.push(one(
-        "cwnd",
-        Unit::Count,
-        info.snd_cwnd as f64,
-        &format!(
-            "congestion window in segments of {} B, {from}",
-            info.snd_mss
-        ),
-    )?);
+        note,
+    ));
+    let note = format!(
+        "congestion window in segments of {} B, {from}",
+        info.snd_mss
+    );
+    figures.push(figure("cwnd", Unit::Count, info.snd_cwnd as f64, note));
     if let Some(rate) = info.delivery_rate {
-        out.push(one(
+        let note = format!("delivery_rate, {from}");
+        figures.push(figure(
             "delivery_rate",
             Unit::BitsPerSecond,
             rate as f64 * 8.0,
-            &format!("delivery_rate, {from}"),
-        )?);
+            note,
+        ));
     }
     if let Some(rate) = info.pacing_rate {
-        out.push(one(
+        let note = format!("pacing_rate, {from}");
+        figures.push(figure(
             "pacing_rate",
             Unit::BitsPerSecond,
             rate as f64 * 8.0,
-            &format!("pacing_rate, {from}"),
-        )?);
+            note,
+        ));
     }
     if let (Some(busy), Some(rwnd), Some(sndbuf)) = (
         info.busy_time_us,
@@ -286,29 +335,23 @@ fn cc_measurements(
         info.sndbuf_limited_us,
     ) {
         if busy > 0 {
-            out.push(one(
+            let note = format!("share of busy time limited by the receive window, {from}");
+            figures.push(figure(
                 "rwnd_limited",
                 Unit::Ratio,
                 rwnd as f64 / busy as f64,
-                &format!("share of busy time limited by the receive window, {from}"),
-            )?);
-            out.push(one(
+                note,
+            ));
+            let note = format!("share of busy time limited by the send buffer, {from}");
+            figures.push(figure(
                 "sndbuf_limited",
                 Unit::Ratio,
                 sndbuf as f64 / busy as f64,
-                &format!("share of busy time limited by the send buffer, {from}"),
-            )?);
+                note,
+            ));
         }
     }
-    if let Some(Some(buffer)) = result.send_buffers.first() {
-        out.push(one(
-            "send_buffer",
-            Unit::Bytes,
-            *buffer as f64,
-            "SO_SNDBUF as the kernel reported it after the last write (autotuned unless sndbuf was set; the kernel reports twice what was set)",
-        )?);
-    }
-    Ok(out)
+    figures
 }
 
 /// Root may load a congestion-control module on first use.

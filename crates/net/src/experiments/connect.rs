@@ -128,9 +128,7 @@ fn read_hello(stream: &TcpStream) -> Result<(), ExperimentError> {
             "expected the server's hello, got {}",
             other.kind()
         ))),
-        Err(e) => Err(ExperimentError::Failed(format!(
-            "reading the server's hello: {e}"
-        ))),
+        Err(e) => Err(ExperimentError::failed("reading the server's hello", e)),
     }
 }
 

@@ -37,72 +37,67 @@ pub fn reverse_measurements(
         )));
     }
     let path = format!("path: {}", endpoint.description);
-    let metric = |name: &str| format!("{prefix}{name}");
-    let mut receiver = value_measurement(
-        id,
-        &metric("receiver"),
-        params.clone(),
+    // One measurement: `name` after the prefix, its values and notes.
+    let make = |name: &str, unit: Unit, values: &[f64], notes: Vec<String>| {
+        let metric = format!("{prefix}{name}");
+        value_measurement(id, &metric, params.clone(), unit, values).map(|mut m| {
+            m.notes.extend(notes);
+            m
+        })
+    };
+    let reads: u64 = result.streams.iter().map(|s| s.reads).sum();
+    let receiver = make(
+        "receiver",
         Unit::BytesPerSecond,
         &[result.receiver_rate()],
+        vec![
+            format!(
+                "one value: the server sends (reverse); each stream's bytes received here ({} in all, {reads} reads of {:.0} B on average) over its first-to-last-byte time, summed over streams",
+                result.received_bytes(),
+                result.received_bytes() as f64 / reads.max(1) as f64
+            ),
+            format!(
+                "{} stream(s), {} B writes at the server, {} ms",
+                config.streams,
+                config.write_size,
+                config.duration.as_millis()
+            ),
+            path,
+        ],
     )?;
-    let reads: u64 = result.streams.iter().map(|s| s.reads).sum();
-    receiver.notes.push(format!(
-        "one value: the server sends (reverse); each stream's bytes received here ({} in all, {reads} reads of {:.0} B on average) over its first-to-last-byte time, summed over streams",
-        result.received_bytes(),
-        result.received_bytes() as f64 / reads.max(1) as f64
-    ));
-    receiver.notes.push(format!(
-        "{} stream(s), {} B writes at the server, {} ms",
-        config.streams,
-        config.write_size,
-        config.duration.as_millis()
-    ));
-    receiver.notes.push(path.clone());
-    let mut intervals = value_measurement(
-        id,
-        &metric("receiver_intervals"),
-        params.clone(),
+    let intervals = make(
+        "receiver_intervals",
         Unit::BytesPerSecond,
         &result.interval_rates,
+        vec![format!(
+            "samples: aggregate receiving rate here of each {} ms interval after the first {} ms (slow start)",
+            config.interval.as_millis(),
+            config.omit.as_millis()
+        )],
     )?;
-    intervals.notes.push(format!(
-        "samples: aggregate receiving rate here of each {} ms interval after the first {} ms (slow start)",
-        config.interval.as_millis(),
-        config.omit.as_millis()
-    ));
-    let mut sender = value_measurement(
-        id,
-        &metric("sender"),
-        params.clone(),
+    let sender = make(
+        "sender",
         Unit::BytesPerSecond,
         &[result.sender_rate()],
+        vec![
+            "one value: the server's bytes written over its sending time, summed over streams"
+                .into(),
+        ],
     )?;
-    sender.notes.push(
-        "one value: the server's bytes written over its sending time, summed over streams".into(),
-    );
-    let mut cpu = value_measurement(
-        id,
-        &metric("cpu_receiver"),
-        params.clone(),
+    let cpu = make(
+        "cpu_receiver",
         Unit::Ratio,
         &[result.receiver_cpu_load()],
+        vec!["CPU seconds per second of this end's receiving threads".into()],
     )?;
-    cpu.notes
-        .push("CPU seconds per second of this end's receiving threads".into());
     let mut measurements = vec![receiver, intervals, sender, cpu];
     if let Some(retransmits) = result.retransmits() {
-        let mut m = value_measurement(
-            id,
-            &metric("retransmits"),
-            params.clone(),
+        measurements.push(make(
+            "retransmits",
             Unit::Count,
             &[retransmits as f64],
-        )?;
-        m.notes.push(
-            "retransmitted segments over all streams (TCP_INFO total_retrans at the server, the sender)"
-                .into(),
-        );
-        measurements.push(m);
+            vec!["retransmitted segments over all streams (TCP_INFO total_retrans at the server, the sender)".into()],
+        )?);
     }
     Ok(measurements)
 }
@@ -158,9 +153,12 @@ pub fn run(
             measurements.push(sum);
             Ok(measurements)
         }
-        other => Err(ExperimentError::Failed(format!(
-            "direction '{other}': expected one of {}",
-            DIRECTIONS.join(", ")
-        ))),
+        other => Err(ExperimentError::invalid_parameter(
+            "direction",
+            format!(
+                "direction '{other}': expected one of {}",
+                DIRECTIONS.join(", ")
+            ),
+        )),
     }
 }

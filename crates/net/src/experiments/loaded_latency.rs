@@ -21,6 +21,7 @@ use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Requirements, Samples, Unit,
 };
+use osprobe_link::testbed::EmulatedLink;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,7 +106,6 @@ impl Experiment for LoadedLatency {
         let every = Duration::from_millis(params.int("probe_ms").unwrap_or(5) as u64);
         let endpoint = Endpoint::open(ctx, params)?;
         let timing = super::bulk_timing(params, default_duration_ms(ctx.profile), &endpoint);
-        let stop = interrupt::flag();
         let config = BulkConfig {
             streams,
             write_size: 128 << 10,
@@ -116,37 +116,7 @@ impl Experiment for LoadedLatency {
             sender_cpu: None,
             receiver_cpu: None,
         };
-        let mut probe = Probe::open(&endpoint, size, timing.duration * 3)?;
-        // The idle path: as many probes as fit in a third of the test.
-        let idle_time = (timing.duration / 3).max(every * 10);
-        let idle = probe.run_for(idle_time, every, stop)?;
-        // The endpoint stays on this thread (it may hold a namespace).
-        let peer = endpoint.peer.clone();
-        let (loaded, bulk) = std::thread::scope(|scope| {
-            let load = scope.spawn(|| bulk::run(&peer, &config, stop));
-            // Probe while the load runs, once it is past slow start.
-            std::thread::sleep(config.omit);
-            let left = config.duration.saturating_sub(config.omit);
-            let loaded = probe.run_for(left, every, stop);
-            let bulk = load.join().unwrap_or_else(|_| {
-                Err(ExperimentError::Failed(
-                    "the bulk flows' thread panicked".into(),
-                ))
-            });
-            (loaded, bulk)
-        });
-        let (loaded, bulk) = (loaded?, bulk?);
-        probe.finish()?;
-        if stop.load(Ordering::SeqCst) {
-            return Err(ExperimentError::Interrupted);
-        }
-        let errors = bulk.errors();
-        if !errors.is_empty() {
-            return Err(ExperimentError::Failed(format!(
-                "the server reported: {}",
-                errors.join("; ")
-            )));
-        }
+        let Rounds { idle, loaded, bulk } = measure(&endpoint, &config, size, every)?;
         let what = format!(
             "one sample = a {size} B request and its echo on a TCP connection of its own (TCP_NODELAY), one every {} ms",
             every.as_millis()
@@ -161,32 +131,12 @@ impl Experiment for LoadedLatency {
             "{what}, while {streams} bulk TCP flow(s) send to the same server, after their first {} ms",
             config.omit.as_millis()
         ));
-        let loaded_p50 = loaded_m.summary.p50;
-        loaded_m.notes.push(format!(
-            "added by the load: p50 {:.1} us -> {:.1} us ({:+.1} us, x{:.1}); responsiveness {:.0} round trips per minute loaded, {:.0} idle",
-            idle_p50 / 1e3,
-            loaded_p50 / 1e3,
-            (loaded_p50 - idle_p50) / 1e3,
-            loaded_p50 / idle_p50.max(1.0),
-            60e9 / loaded_p50.max(1.0),
-            60e9 / idle_p50.max(1.0)
-        ));
+        loaded_m
+            .notes
+            .push(added_by_load(idle_p50, loaded_m.summary.p50));
         if let Some(emulated) = endpoint.emulated_link() {
-            if let Some(rate) = emulated.spec.rate_bps {
-                // A full drop-tail queue of Q bytes at rate R holds a
-                // packet Q/R behind the propagation delay.
-                let queue = emulated.spec.queue_bytes(rate);
-                let wait_ns = queue as f64 * 8.0 / rate as f64 * 1e9;
-                loaded_m.prediction = Some(
-                    Prediction::bound(
-                        idle_p50 + wait_ns,
-                        format!(
-                            "idle p50 + a full bottleneck queue: {queue} B at {rate} bit/s = {:.1} ms more at most",
-                            wait_ns / 1e6
-                        ),
-                    )
-                    .within(0.25),
-                );
+            if let Some(bound) = full_queue_bound(emulated, idle_p50) {
+                loaded_m.prediction = Some(bound);
             }
             loaded_m.notes.push(emulated.counters_note());
         }
@@ -205,6 +155,86 @@ impl Experiment for LoadedLatency {
         throughput.notes.extend(timing.note);
         Ok(vec![idle_m, loaded_m, throughput])
     }
+}
+
+/// The round trips on the idle path and under load, and the load's result.
+struct Rounds {
+    idle: Vec<f64>,
+    loaded: Vec<f64>,
+    bulk: bulk::BulkResult,
+}
+
+/// Probe the idle path, then probe again while `config`'s bulk flows run.
+fn measure(
+    endpoint: &Endpoint,
+    config: &BulkConfig,
+    size: usize,
+    every: Duration,
+) -> Result<Rounds, ExperimentError> {
+    let stop = interrupt::flag();
+    let mut probe = Probe::open(endpoint, size, config.duration * 3)?;
+    // The idle path: as many probes as fit in a third of the test.
+    let idle_time = (config.duration / 3).max(every * 10);
+    let idle = probe.run_for(idle_time, every, stop)?;
+    // The endpoint stays on this thread (it may hold a namespace).
+    let peer = endpoint.peer.clone();
+    let (loaded, bulk) = std::thread::scope(|scope| {
+        let load = scope.spawn(|| bulk::run(&peer, config, stop));
+        // Probe while the load runs, once it is past slow start.
+        std::thread::sleep(config.omit);
+        let left = config.duration.saturating_sub(config.omit);
+        let loaded = probe.run_for(left, every, stop);
+        let bulk = load.join().unwrap_or_else(|_| {
+            Err(ExperimentError::Failed(
+                "the bulk flows' thread panicked".into(),
+            ))
+        });
+        (loaded, bulk)
+    });
+    let (loaded, bulk) = (loaded?, bulk?);
+    probe.finish()?;
+    if stop.load(Ordering::SeqCst) {
+        return Err(ExperimentError::Interrupted);
+    }
+    let errors = bulk.errors();
+    if !errors.is_empty() {
+        return Err(ExperimentError::Failed(format!(
+            "the server reported: {}",
+            errors.join("; ")
+        )));
+    }
+    Ok(Rounds { idle, loaded, bulk })
+}
+
+/// What the load added to the median round trip, and the responsiveness.
+fn added_by_load(idle_p50: f64, loaded_p50: f64) -> String {
+    format!(
+        "added by the load: p50 {:.1} us -> {:.1} us ({:+.1} us, x{:.1}); responsiveness {:.0} round trips per minute loaded, {:.0} idle",
+        idle_p50 / 1e3,
+        loaded_p50 / 1e3,
+        (loaded_p50 - idle_p50) / 1e3,
+        loaded_p50 / idle_p50.max(1.0),
+        60e9 / loaded_p50.max(1.0),
+        60e9 / idle_p50.max(1.0)
+    )
+}
+
+/// On an emulated link with a rate: a full drop-tail queue of Q bytes at
+/// rate R holds a packet Q/R behind the propagation delay.
+fn full_queue_bound(emulated: &EmulatedLink, idle_p50: f64) -> Option<Prediction> {
+    let rate = emulated.spec.rate_bps?;
+    let queue = emulated.spec.queue_bytes(rate);
+    let wait_ns = queue as f64 * 8.0 / rate as f64 * 1e9;
+    Some(
+        Prediction::bound(
+            idle_p50 + wait_ns,
+            format!(
+                "idle p50 + a full bottleneck queue: {queue} B at {rate} bit/s = {:.1} ms more at most",
+                wait_ns / 1e6
+            ),
+        )
+        .within(0.25),
+    )
 }
 
 impl LoadedLatency {

@@ -178,7 +178,7 @@ pub fn duration(params: &Params, default_ms: u64) -> Duration {
 
 /// A network error as an experiment failure, with the message intact.
 pub fn failed(err: NetError) -> ExperimentError {
-    ExperimentError::Failed(err.to_string())
+    err.into()
 }
 
 pub use osprobe_core::harness::value_measurement;

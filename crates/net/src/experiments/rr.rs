@@ -112,10 +112,10 @@ impl Experiment for Rr {
             "rr" => rr(&endpoint, size, test_time, stop)?,
             "crr" => crr(&endpoint, size, test_time, stop)?,
             other => {
-                return Err(ExperimentError::Failed(format!(
-                    "mode '{other}': expected one of {}",
-                    MODES.join(", ")
-                )))
+                return Err(ExperimentError::invalid_parameter(
+                    "mode",
+                    format!("mode '{other}': expected one of {}", MODES.join(", ")),
+                ))
             }
         };
         let what = if mode == "rr" {

@@ -92,10 +92,10 @@ impl Experiment for Rtt {
             "udp" => udp(ctx, &endpoint, size)?,
             "icmp" => icmp(ctx, &endpoint, size)?,
             other => {
-                return Err(ExperimentError::Failed(format!(
-                    "proto '{other}': expected one of {}",
-                    PROTOS.join(", ")
-                )))
+                return Err(ExperimentError::invalid_parameter(
+                    "proto",
+                    format!("proto '{other}': expected one of {}", PROTOS.join(", ")),
+                ))
             }
         };
         let mut m = ctx.time_measurement(self.id(), proto, params.clone(), &samples)?;

@@ -19,8 +19,9 @@
 use super::{cross, default_paths, failed, value_measurement, COMMON};
 use crate::diagnosis::{diagnose_with_sysctls, Diagnosis, DiagnosisInput};
 use crate::path::Endpoint;
-use crate::protocol::TestSpec;
+use crate::protocol::{StreamReport, TestSpec};
 use crate::sock::ConnectOptions;
+use crate::stream_error::StreamError;
 use crate::tcp_info::{self, TcpInfo};
 use crate::transfer::{self, SendMethod, TxReport};
 use osprobe_core::scratch::ScratchDir;
@@ -215,8 +216,7 @@ impl Experiment for Transfer {
         };
         let scratch = ScratchDir::new_in(&source_parent())
             .map_err(|e| ExperimentError::io("scratch directory", e))?;
-        transfer::check_space(scratch.path(), file_size)
-            .map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        transfer::check_space(scratch.path(), file_size)?;
         let source = transfer::create_source_file(scratch.path(), file_size, 0x5eed_0002)
             .map_err(|e| ExperimentError::io("creating the file to send", e))?;
         let endpoint = Endpoint::open(ctx, params)?;
@@ -387,82 +387,15 @@ fn transfer_once(
         .map(|i| session.attach(i, &ConnectOptions::default()))
         .collect::<Result<_, _>>()
         .map_err(failed)?;
-    type Sent = Result<(TxReport, Option<TcpInfo>, Option<u64>), String>;
-    let sent: Vec<Sent> = std::thread::scope(|scope| {
-        let workers: Vec<_> = streams
-            .iter()
-            .map(|stream| {
-                scope.spawn(move || {
-                    let report = transfer::send_file(
-                        stream,
-                        source,
-                        packet,
-                        method,
-                        interrupt::flag(),
-                        &mut |_| {},
-                    )
-                    .map_err(|e| e.to_string());
-                    // Before the FIN: what the connection looked like while sending.
-                    let info = tcp_info::tcp_info(stream.as_raw_fd()).ok();
-                    let sndbuf = tcp_info::send_buffer(stream.as_raw_fd()).ok();
-                    let _ = stream.shutdown(Shutdown::Write);
-                    report.map(|r| (r, info, sndbuf))
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err("sender thread panicked".into()))
-            })
-            .collect()
-    });
-    if interrupt::requested() {
-        return Err(ExperimentError::Interrupted);
-    }
-    let sent: Vec<(TxReport, Option<TcpInfo>, Option<u64>)> = sent
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            r.map_err(|e| ExperimentError::Failed(format!("sending on connection {i}: {e}")))
-        })
-        .collect::<Result<_, _>>()?;
+    let sent = send_on_each(&streams, source, packet, method)?;
     let hashes = sent.iter().map(|(t, _, _)| Some(t.hash.clone())).collect();
     let reports = session.finish(hashes, allowance).map_err(failed)?;
-    let diagnosis = sent
-        .first()
-        .zip(reports.first())
-        .map(|((tx, info, sndbuf), report)| {
-            let input = DiagnosisInput {
-                duration_s: tx.elapsed.as_secs_f64(),
-                goodput_bytes_per_s: tx.rate_bytes_per_second().unwrap_or(0.0),
-                sender: info.clone(),
-                receiver: report
-                    .tcp_info
-                    .clone()
-                    .and_then(|v| serde_json::from_value(v).ok()),
-                send_buffer_bytes: *sndbuf,
-                app_limited_hint: false,
-            };
-            diagnose_with_sysctls(&input, &tcp_info::tcp_mem_sysctls())
-        });
     let mut rates = Rates {
-        diagnosis,
+        diagnosis: sent.first().zip(reports.first()).map(diagnose),
         ..Rates::default()
     };
     for (i, ((tx, _, _), report)) in sent.iter().zip(&reports).enumerate() {
-        if let Some(e) = &report.error {
-            return Err(ExperimentError::Failed(format!(
-                "receiving connection {i}: {e}"
-            )));
-        }
-        if report.hash.as_deref() != Some(tx.hash.as_str()) || report.bytes != tx.bytes {
-            return Err(ExperimentError::Failed(format!(
-                "connection {i}: the file arrived different from what was sent ({} of {} bytes, hash {:?} vs {})",
-                report.bytes, tx.bytes, report.hash, tx.hash
-            )));
-        }
+        check_arrived(i, tx, report)?;
         let tx_rate = tx.rate_bytes_per_second().unwrap_or(0.0);
         let rx_rate = if report.elapsed_ns > 0 {
             report.bytes as f64 / (report.elapsed_ns as f64 / 1e9)
@@ -473,4 +406,92 @@ fn transfer_once(
         rates.rx.push(rx_rate);
     }
     Ok(rates)
+}
+
+/// What one connection sent, and its TCP_INFO and send buffer before the FIN.
+type Sent = (TxReport, Option<TcpInfo>, Option<u64>);
+
+/// Send `source` on every stream at once, one thread each.
+fn send_on_each(
+    streams: &[TcpStream],
+    source: &Path,
+    packet: usize,
+    method: SendMethod,
+) -> Result<Vec<Sent>, ExperimentError> {
+    let sent: Vec<Result<Sent, StreamError>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = streams
+            .iter()
+            .map(|stream| scope.spawn(move || send_one(stream, source, packet, method)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or(Err(StreamError::Panicked { role: "sender" }))
+            })
+            .collect()
+    });
+    if interrupt::requested() {
+        return Err(ExperimentError::Interrupted);
+    }
+    sent.into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.map_err(|e| ExperimentError::failed(format!("sending on connection {i}"), e))
+        })
+        .collect()
+}
+
+fn send_one(
+    stream: &TcpStream,
+    source: &Path,
+    packet: usize,
+    method: SendMethod,
+) -> Result<Sent, StreamError> {
+    let report = transfer::send_file(
+        stream,
+        source,
+        packet,
+        method,
+        interrupt::flag(),
+        &mut |_| {},
+    )
+    .map_err(StreamError::from);
+    // Before the FIN: what the connection looked like while sending.
+    let info = tcp_info::tcp_info(stream.as_raw_fd()).ok();
+    let sndbuf = tcp_info::send_buffer(stream.as_raw_fd()).ok();
+    let _ = stream.shutdown(Shutdown::Write);
+    report.map(|r| (r, info, sndbuf))
+}
+
+/// Why the first connection went as fast as it did, from both ends' TCP_INFO.
+fn diagnose(((tx, info, sndbuf), report): (&Sent, &StreamReport)) -> Diagnosis {
+    let input = DiagnosisInput {
+        duration_s: tx.elapsed.as_secs_f64(),
+        goodput_bytes_per_s: tx.rate_bytes_per_second().unwrap_or(0.0),
+        sender: info.clone(),
+        receiver: report
+            .tcp_info
+            .clone()
+            .and_then(|v| serde_json::from_value(v).ok()),
+        send_buffer_bytes: *sndbuf,
+        app_limited_hint: false,
+    };
+    diagnose_with_sysctls(&input, &tcp_info::tcp_mem_sysctls())
+}
+
+/// Connection `i`'s file arrived whole and unchanged, by the receiver's report.
+fn check_arrived(i: usize, tx: &TxReport, report: &StreamReport) -> Result<(), ExperimentError> {
+    if let Some(e) = &report.error {
+        return Err(ExperimentError::Failed(format!(
+            "receiving connection {i}: {e}"
+        )));
+    }
+    if report.hash.as_deref() != Some(tx.hash.as_str()) || report.bytes != tx.bytes {
+        return Err(ExperimentError::Failed(format!(
+            "connection {i}: the file arrived different from what was sent ({} of {} bytes, hash {:?} vs {})",
+            report.bytes, tx.bytes, report.hash, tx.hash
+        )));
+    }
+    Ok(())
 }

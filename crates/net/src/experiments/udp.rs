@@ -51,18 +51,17 @@ const PARAMS: [ParamSpec; 9] = [
     DURATION_PARAM,
 ];
 
-fn check_bitrate(raw: &str) -> Result<(), String> {
-    parse_bitrate(raw).map(|_| ())
+fn check_bitrate(raw: &str) -> Result<(), osprobe_core::error::CheckError> {
+    parse_bitrate(raw)?;
+    Ok(())
 }
 
 /// Bits per second, or None for unlimited ("0").
-fn parse_bitrate(raw: &str) -> Result<Option<u64>, String> {
+fn parse_bitrate(raw: &str) -> Result<Option<u64>, osprobe_link::ParseError> {
     if raw.trim() == "0" {
         return Ok(None);
     }
-    osprobe_link::parse::rate(raw)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    osprobe_link::parse::rate(raw).map(Some)
 }
 
 fn default_duration_ms(profile: Profile) -> u64 {
@@ -115,7 +114,7 @@ impl Experiment for Udp {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let size = params.int("size").unwrap_or(1460) as usize;
         let bitrate = parse_bitrate(params.text("bitrate").unwrap_or("1gbit"))
-            .map_err(|e| ExperimentError::Failed(format!("bitrate: {e}")))?;
+            .map_err(|e| ExperimentError::invalid_parameter("bitrate", format!("bitrate: {e}")))?;
         let test_time = duration(params, default_duration_ms(ctx.profile));
         let endpoint = Endpoint::open(ctx, params)?;
         let session = endpoint
@@ -289,79 +288,82 @@ fn udp_measurements(
             sent.datagrams
         )));
     }
+    udp_figures(sent, counts, receive_ns, size)
+        .into_iter()
+        .map(|(metric, unit, value, note)| {
+            let mut m = value_measurement(id, metric, params.clone(), unit, &[value])?;
+            m.notes.push(note);
+            Ok(m)
+        })
+        .collect()
+}
+
+/// Each figure of a UDP test: metric, unit, its one value, its note.
+fn udp_figures(
+    sent: &Sent,
+    counts: &UdpCounts,
+    receive_ns: u64,
+    size: usize,
+) -> [(&'static str, Unit, f64, String); 6] {
     let receive_s = (receive_ns as f64 / 1e9).max(1e-9);
-    let mut received = value_measurement(
-        id,
-        "received",
-        params.clone(),
-        Unit::BytesPerSecond,
-        &[counts.bytes as f64 / receive_s],
-    )?;
-    received.notes.push(format!(
-        "one value: payload bytes the server received ({} in {} datagrams) over its first-to-last-datagram time",
-        counts.bytes, counts.datagrams
-    ));
-    let mut packets = value_measurement(
-        id,
-        "packets_per_s",
-        params.clone(),
-        Unit::Count,
-        &[counts.datagrams as f64 / receive_s],
-    )?;
-    packets.notes.push(format!(
-        "datagrams received per second ({size} B payload each)"
-    ));
     let sender_s = sent.elapsed.as_secs_f64().max(1e-9);
-    let mut offered = value_measurement(
-        id,
-        "sent",
-        params.clone(),
-        Unit::BytesPerSecond,
-        &[sent.bytes as f64 / sender_s],
-    )?;
-    offered.notes.push(format!(
-        "payload bytes this end's sends handed to the kernel ({} datagrams) over the sending time{}",
-        sent.datagrams,
-        if sent.refused > 0 {
-            format!("; {} sends refused by the kernel (buffer full) and not counted", sent.refused)
-        } else {
-            String::new()
-        }
-    ));
-    let mut loss = value_measurement(
-        id,
-        "loss",
-        params.clone(),
-        Unit::Ratio,
-        &[loss_ratio(sent.datagrams, counts.datagrams)],
-    )?;
-    loss.notes.push(format!(
-        "datagrams sent and never counted by the server: {} of {}",
-        sent.datagrams.saturating_sub(counts.datagrams),
-        sent.datagrams
-    ));
-    let mut jitter = value_measurement(
-        id,
-        "jitter",
-        params.clone(),
-        Unit::Nanoseconds,
-        &[counts.jitter_ns],
-    )?;
-    jitter.notes.push(
-        "RFC 3550 interarrival jitter at the end of the test: J += (|D| - J) / 16 over transit-time differences of consecutive arrivals (iperf3's definition)".into(),
-    );
-    let mut reordered = value_measurement(
-        id,
-        "reordered",
-        params.clone(),
-        Unit::Count,
-        &[counts.reordered as f64],
-    )?;
-    reordered.notes.push(
-        "datagrams that arrived after one with a higher sequence number (iperf3's out-of-order)"
-            .into(),
-    );
-    Ok(vec![received, packets, offered, loss, jitter, reordered])
+    let refused = if sent.refused > 0 {
+        format!(
+            "; {} sends refused by the kernel (buffer full) and not counted",
+            sent.refused
+        )
+    } else {
+        String::new()
+    };
+    [
+        (
+            "received",
+            Unit::BytesPerSecond,
+            counts.bytes as f64 / receive_s,
+            format!(
+                "one value: payload bytes the server received ({} in {} datagrams) over its first-to-last-datagram time",
+                counts.bytes, counts.datagrams
+            ),
+        ),
+        (
+            "packets_per_s",
+            Unit::Count,
+            counts.datagrams as f64 / receive_s,
+            format!("datagrams received per second ({size} B payload each)"),
+        ),
+        (
+            "sent",
+            Unit::BytesPerSecond,
+            sent.bytes as f64 / sender_s,
+            format!(
+                "payload bytes this end's sends handed to the kernel ({} datagrams) over the sending time{refused}",
+                sent.datagrams
+            ),
+        ),
+        (
+            "loss",
+            Unit::Ratio,
+            loss_ratio(sent.datagrams, counts.datagrams),
+            format!(
+                "datagrams sent and never counted by the server: {} of {}",
+                sent.datagrams.saturating_sub(counts.datagrams),
+                sent.datagrams
+            ),
+        ),
+        (
+            "jitter",
+            Unit::Nanoseconds,
+            counts.jitter_ns,
+            "RFC 3550 interarrival jitter at the end of the test: J += (|D| - J) / 16 over transit-time differences of consecutive arrivals (iperf3's definition)".into(),
+        ),
+        (
+            "reordered",
+            Unit::Count,
+            counts.reordered as f64,
+            "datagrams that arrived after one with a higher sequence number (iperf3's out-of-order)"
+                .into(),
+        ),
+    ]
 }
 
 #[cfg(test)]
@@ -382,6 +384,6 @@ mod tests {
         assert_eq!(parse_bitrate("0"), Ok(None));
         assert_eq!(parse_bitrate("100mbit"), Ok(Some(100_000_000)));
         let err = parse_bitrate("fast").unwrap_err();
-        assert!(!err.is_empty());
+        assert!(!err.to_string().is_empty());
     }
 }

@@ -232,6 +232,20 @@ pub enum TransferError {
     TimedOut { after: Duration },
 }
 
+/// A transfer's error as an experiment's: a system call keeps its cause;
+/// the others are checks of the transfer, whose words say it all.
+impl From<TransferError> for osprobe_core::ExperimentError {
+    fn from(e: TransferError) -> Self {
+        match e {
+            TransferError::Io { context, source } => {
+                osprobe_core::ExperimentError::Io { context, source }
+            }
+            TransferError::Interrupted => osprobe_core::ExperimentError::Interrupted,
+            other => osprobe_core::ExperimentError::Failed(other.to_string()),
+        }
+    }
+}
+
 fn io_error(context: impl Into<String>, source: io::Error) -> TransferError {
     TransferError::Io {
         context: context.into(),

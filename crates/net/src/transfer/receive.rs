@@ -2,7 +2,7 @@
 //! partial file, hashed, counted against the announced size.
 
 use super::blocking::{bytes_waiting, is_timeout, peer_name, stop_requested, Idle, SliceTimeout};
-use super::partial::create_partial;
+use super::partial::{create_partial, Partial};
 use super::{
     check_packet, hash_file, hex, io_error, storage_error, RxReport, TransferError, POLL_SLICE,
 };
@@ -118,19 +118,7 @@ pub fn receive_file_spliced(
         .map_err(|e| io_error("cannot set a receive timeout on the connection", e))?;
     let pipe = Pipe::new().map_err(|e| io_error("cannot create a pipe for splice", e))?;
     let socket_fd = stream.as_raw_fd();
-    let file_fd = partial.file.as_raw_fd();
-    if expected_bytes > 0 {
-        // Reserve the blocks up front: fewer allocations while data flows,
-        // and a full disk shows at once. Not every file system can.
-        // SAFETY: fallocate on our own file descriptor.
-        let rc = unsafe { libc::fallocate(file_fd, 0, 0, expected_bytes as libc::off_t) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
-                return Err(storage_error(e, &partial.dir, "reserving space"));
-            }
-        }
-    }
+    reserve(&partial, expected_bytes)?;
     let mut idle = Idle::new(idle_timeout);
     let mut got = 0u64;
     let mut started: Option<Instant> = None;
@@ -172,29 +160,7 @@ pub fn receive_file_spliced(
         }
         started.get_or_insert_with(Instant::now);
         idle.progressed();
-        let mut in_pipe = n as usize;
-        while in_pipe > 0 {
-            // SAFETY: as above; the file offset advances with each call.
-            let m = unsafe {
-                libc::splice(
-                    pipe.read,
-                    std::ptr::null_mut(),
-                    file_fd,
-                    std::ptr::null_mut(),
-                    in_pipe,
-                    libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE,
-                )
-            };
-            if m <= 0 {
-                let e = io::Error::last_os_error();
-                if m < 0 && e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                let what = format!("writing {}", partial.path.display());
-                return Err(storage_error(e, &partial.dir, what));
-            }
-            in_pipe -= m as usize;
-        }
+        drain_pipe(&pipe, &partial, n as usize)?;
         got += n as u64;
     }
     let elapsed = started.map(|s| s.elapsed()).unwrap_or_default();
@@ -212,6 +178,52 @@ pub fn receive_file_spliced(
         partial_path: partial.path.clone(),
         partial,
     })
+}
+
+/// Reserve the file's blocks up front: fewer allocations while data flows,
+/// and a full disk shows at once. Not every file system can: only a full
+/// one is an error.
+fn reserve(partial: &Partial, bytes: u64) -> Result<(), TransferError> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: fallocate on our own file descriptor.
+    let rc = unsafe { libc::fallocate(partial.file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+            return Err(storage_error(e, &partial.dir, "reserving space"));
+        }
+    }
+    Ok(())
+}
+
+/// Move the `in_pipe` bytes waiting in `pipe` into the partial file.
+fn drain_pipe(pipe: &Pipe, partial: &Partial, mut in_pipe: usize) -> Result<(), TransferError> {
+    while in_pipe > 0 {
+        // SAFETY: splice between two descriptors we own; no user memory.
+        // The file offset advances with each call.
+        let m = unsafe {
+            libc::splice(
+                pipe.read,
+                std::ptr::null_mut(),
+                partial.file.as_raw_fd(),
+                std::ptr::null_mut(),
+                in_pipe,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE,
+            )
+        };
+        if m <= 0 {
+            let e = io::Error::last_os_error();
+            if m < 0 && e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            let what = format!("writing {}", partial.path.display());
+            return Err(storage_error(e, &partial.dir, what));
+        }
+        in_pipe -= m as usize;
+    }
+    Ok(())
 }
 
 /// A pipe for splice, closed on drop.

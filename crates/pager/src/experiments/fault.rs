@@ -16,7 +16,7 @@
 
 use super::{check_pager, one_cpu};
 use crate::policy::policy_by_name;
-use crate::swap::{FileSwap, RfsSwap, SwapBackend};
+use crate::swap::{FileSwap, RfsSwap, SwapBackend, SwapError};
 use crate::{Pager, PagerConfig, PagerCounters, ServiceTimes};
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -24,6 +24,7 @@ use osprobe_core::{
 };
 use osprobe_link::testbed::{DELAY_PARAM, PATH_PARAM, TO_PARAM};
 use osprobe_rfs::experiments::TestPath;
+use osprobe_rfs::ErrorCode;
 use osprobe_rfs::{ClientOptions, Transport};
 use std::time::Instant;
 
@@ -120,18 +121,8 @@ impl Experiment for PageFault {
                     ..ClientOptions::default()
                 };
                 let client = path.client(options)?;
-                let swap = RfsSwap::create(client, "osprobe-pager.swap").map_err(|e| {
-                    let text = e.to_string();
-                    if path.kind.is_remote()
-                        && (text.contains("read-only") || text.contains("ROFS"))
-                    {
-                        ExperimentError::Failed(format!(
-                            "{text}: the far end exports read-only; pager swap writes its swap file there: start it with `osprobe serve --export DIR --export-writable`"
-                        ))
-                    } else {
-                        ExperimentError::Failed(text)
-                    }
-                })?;
+                let swap = RfsSwap::create(client, "osprobe-pager.swap")
+                    .map_err(|e| rfs_swap_error(e, path.kind.is_remote()))?;
                 let pager = start(2 * frames as u64, frames, Box::new(swap), cpu)?;
                 let (samples, pager) = swap_ins(ctx, pager)?;
                 let (counters, times) = pager.finish();
@@ -143,10 +134,10 @@ impl Experiment for PageFault {
                 (samples, kernel, times, counters, notes)
             }
             other => {
-                return Err(ExperimentError::Failed(format!(
-                    "fault '{other}': expected one of {}",
-                    FAULTS.join(", ")
-                )))
+                return Err(ExperimentError::invalid_parameter(
+                    "fault",
+                    format!("fault '{other}': expected one of {}", FAULTS.join(", ")),
+                ))
             }
         };
         let mut m = ctx.time_measurement("pager.fault", fault, params.clone(), &samples)?;
@@ -157,22 +148,39 @@ impl Experiment for PageFault {
     }
 }
 
+/// Why the swap file could not be made on the file service: a far end
+/// that exports read-only is told how to start it writable.
+fn rfs_swap_error(e: SwapError, remote: bool) -> ExperimentError {
+    let read_only = matches!(
+        &e,
+        SwapError::Remote { source, .. } if source.code() == Some(ErrorCode::ReadOnly)
+    );
+    if remote && read_only {
+        ExperimentError::failed(
+            "the far end exports read-only; pager swap writes its swap file there: start it with `osprobe serve --export DIR --export-writable`",
+            e,
+        )
+    } else {
+        ExperimentError::setup("the swap on the remote file service", e)
+    }
+}
+
 fn start(
     pages: u64,
     frames: usize,
     swap: Box<dyn SwapBackend>,
     cpu: usize,
 ) -> Result<Pager, ExperimentError> {
-    let policy =
-        policy_by_name("fifo", None).map_err(|e| ExperimentError::Failed(e.to_string()))?;
+    let policy = policy_by_name("fifo", None)
+        .map_err(|e| ExperimentError::invalid_parameter("policy", e.to_string()))?;
     let mut config = PagerConfig::new(pages, frames, policy, swap);
     config.handler_cpu = Some(cpu);
-    Pager::start(config).map_err(|e| ExperimentError::Failed(e.to_string()))
+    Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))
 }
 
 fn file_swap() -> Result<Box<dyn SwapBackend>, ExperimentError> {
     let swap = FileSwap::temporary(&std::env::temp_dir())
-        .map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        .map_err(|e| ExperimentError::setup("the swap file", e))?;
     Ok(Box::new(swap))
 }
 
@@ -436,4 +444,35 @@ fn handler_note(times: &ServiceTimes, c: &PagerCounters) -> String {
         c.evictions,
         c.write_backs
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprobe_rfs::protocol::RemoteError;
+    use osprobe_rfs::ClientError;
+
+    fn refused(code: ErrorCode) -> SwapError {
+        let server = "127.0.0.1:1".parse().unwrap();
+        SwapError::Remote {
+            near: "osprobe-pager.swap".into(),
+            server,
+            source: Box::new(ClientError::Remote {
+                server,
+                context: "create".into(),
+                error: RemoteError::new(code, "no"),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_read_only_far_end_is_told_how_to_start_it_writable() {
+        let e = rfs_swap_error(refused(ErrorCode::ReadOnly), true);
+        assert!(e.to_string().contains("--export-writable"), "{e}");
+        // Only off this machine, and only for a read-only refusal.
+        let here = rfs_swap_error(refused(ErrorCode::ReadOnly), false);
+        assert!(!here.to_string().contains("--export-writable"), "{here}");
+        let other = rfs_swap_error(refused(ErrorCode::NoSpace), true);
+        assert!(!other.to_string().contains("--export-writable"), "{other}");
+    }
 }

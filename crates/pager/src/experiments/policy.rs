@@ -9,8 +9,8 @@
 //! reported in the notes (it would be a pager bug).
 
 use super::{check_pager, one_cpu};
-use crate::policy::policy_by_name;
-use crate::simulate::{belady_anomaly, simulate};
+use crate::policy::{policy_by_name, PolicyError};
+use crate::simulate::{belady_anomaly, simulate, SimError};
 use crate::swap::FileSwap;
 use crate::trace::{generate, TraceKind};
 use crate::workload;
@@ -165,22 +165,19 @@ impl Experiment for PagePolicy {
         let policy_name = params.text("policy").unwrap_or("fifo");
         let frames = params.int("frames").unwrap_or(64).max(1) as usize;
         let trace_name = params.text("trace").unwrap_or("zipf");
-        let kind: TraceKind = trace_name
-            .parse()
-            .map_err(|e: crate::trace::TraceError| ExperimentError::Failed(e.to_string()))?;
+        let kind: TraceKind = trace_name.parse().map_err(|e: crate::trace::TraceError| {
+            ExperimentError::invalid_parameter("trace", e.to_string())
+        })?;
         let pages = params.int("pages").unwrap_or(512).max(1) as u64;
         let length = params.int("length").unwrap_or(20_000).max(1) as usize;
         let trace = generate(kind, pages, length, frames, SEED);
-        let failed = |e: String| ExperimentError::Failed(e);
         match params.text("mode").unwrap_or("offline") {
             "offline" if params.int("processes").unwrap_or(1) > 1 => Err(ExperimentError::Unsupported(
                 "processes > 1 runs live only (processes interleave as the scheduler runs them)".into(),
             )),
             "offline" => {
-                let mut policy =
-                    policy_by_name(policy_name, Some(&trace)).map_err(|e| failed(e.to_string()))?;
-                let result =
-                    simulate(&trace, frames, policy.as_mut()).map_err(|e| failed(e.to_string()))?;
+                let mut policy = policy_by_name(policy_name, Some(&trace)).map_err(bad_policy)?;
+                let result = simulate(&trace, frames, policy.as_mut()).map_err(simulation)?;
                 let mut m = count("faults", params, result.faults)?;
                 m.notes.push(format!(
                     "offline simulation: {} accesses, {} hits, {} evictions",
@@ -195,9 +192,21 @@ impl Experiment for PagePolicy {
                 super::processes::live(params, kind, frames, policy_name, SEED)
             }
             "live" => live(params, &trace, frames, policy_name),
-            other => Err(failed(format!("mode '{other}': expected offline or live"))),
+            other => Err(ExperimentError::invalid_parameter(
+                "mode",
+                format!("mode '{other}': expected offline or live"),
+            )),
         }
     }
+}
+
+/// A policy name the pager does not know: the user's to change.
+fn bad_policy(e: PolicyError) -> ExperimentError {
+    ExperimentError::invalid_parameter("policy", e.to_string())
+}
+
+fn simulation(e: SimError) -> ExperimentError {
+    ExperimentError::failed("the offline simulation", e)
 }
 
 pub(super) fn count(
@@ -240,24 +249,23 @@ fn live(
     }
     check_pager()?;
     let pin = one_cpu()?;
-    let failed = |e: String| ExperimentError::Failed(e);
     let pages = trace.iter().max().map_or(1, |m| m + 1);
-    let policy = policy_by_name(policy_name, None).map_err(|e| failed(e.to_string()))?;
-    let swap = FileSwap::temporary(&std::env::temp_dir()).map_err(|e| failed(e.to_string()))?;
+    let policy = policy_by_name(policy_name, None).map_err(bad_policy)?;
+    let swap = FileSwap::temporary(&std::env::temp_dir())
+        .map_err(|e| ExperimentError::setup("the swap file", e))?;
     let mut config = PagerConfig::new(pages, frames, policy, Box::new(swap));
     config.handler_cpu = Some(pin.cpu);
-    let mut pager = Pager::start(config).map_err(|e| failed(e.to_string()))?;
+    let mut pager =
+        Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))?;
     let outcome = workload::replay(&mut pager, trace, osprobe_core::interrupt::flag());
     drop(pager);
     let outcome = outcome.map_err(|e| match e {
         workload::WorkloadError::Interrupted => ExperimentError::Interrupted,
-        other => failed(other.to_string()),
+        other => ExperimentError::failed("the replay", other),
     })?;
     let counters = outcome.counters;
-    let mut offline_policy =
-        policy_by_name(policy_name, None).map_err(|e| failed(e.to_string()))?;
-    let offline =
-        simulate(trace, frames, offline_policy.as_mut()).map_err(|e| failed(e.to_string()))?;
+    let mut offline_policy = policy_by_name(policy_name, None).map_err(bad_policy)?;
+    let offline = simulate(trace, frames, offline_policy.as_mut()).map_err(simulation)?;
     let faults = counters.zero_fills + counters.swap_ins;
     let mut m = count("faults", params, faults)?;
     m.notes.push(format!(

@@ -15,11 +15,13 @@ use super::{check_pager, one_cpu};
 use crate::policy::policy_by_name;
 use crate::swap::RfsSwap;
 use crate::{Pager, PagerConfig, PagerCounters};
+use osprobe_core::affinity::PinGuard;
 use osprobe_core::harness::value_measurement;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
     Requirements, Unit,
 };
+use osprobe_rfs::client::{Client, Fd};
 use osprobe_rfs::experiments::{failed, make_file, TestPath, DELAY_PARAM, PATH_PARAM};
 use osprobe_rfs::{ClientOptions, OpenMode, Transport};
 use std::time::Instant;
@@ -120,55 +122,19 @@ impl Experiment for PageScan {
             packet: PACKET.min(transport.max_data()),
             ..ClientOptions::default()
         };
-        let swap = RfsSwap::create(path.client(options.clone())?, "osprobe-pager-scan.swap")
-            .map_err(|e| ExperimentError::Failed(e.to_string()))?;
-        let _pin = one_cpu()?;
-        let policy =
-            policy_by_name("fifo", None).map_err(|e| ExperimentError::Failed(e.to_string()))?;
-        let mut config = PagerConfig::new(2 * frames as u64, frames, policy, Box::new(swap));
-        config.read_around = read_around;
-        config.evict_batch = read_around;
-        config.handler_cpu = Some(_pin.cpu);
-        let mut pager = Pager::start(config).map_err(|e| ExperimentError::Failed(e.to_string()))?;
+        let (mut pager, _pin) = start_pager(&path, &options, frames, read_around)?;
         let bytes = pager.len() as u64;
 
         // rfs get of as many bytes, on the same path with the same options.
         make_file(path.export(), FILE, bytes)?;
-        let mut client = path.client(options.clone())?;
-        let fd = client.open(FILE, OpenMode::Read).map_err(failed)?;
-        let mut buf = vec![0u8; bytes as usize];
-
+        let mut getter = Getter::open(&path, &options, bytes)?;
         fill(&mut pager)?;
-        let mut scan_bits = Vec::new();
-        let mut get_bits = Vec::new();
         // One of each unmeasured first (warm), then alternating.
         scan(&mut pager)?;
-        client.read_at(fd, 0, &mut buf).map_err(failed)?;
+        getter.warm()?;
         let before = pager.counters();
-        for pass in 0..passes {
-            ctx.check_interrupt()?;
-            let mut get = || -> Result<f64, ExperimentError> {
-                let t = Instant::now();
-                let n = client.read_at(fd, 0, &mut buf).map_err(failed)?;
-                if n as u64 != bytes {
-                    return Err(ExperimentError::Failed(format!(
-                        "rfs get read {n} of {bytes} bytes"
-                    )));
-                }
-                Ok(bytes as f64 * 8.0 / t.elapsed().as_secs_f64().max(1e-9))
-            };
-            // Alternate which goes first: neither always finds the
-            // caches the other left.
-            if pass % 2 == 0 {
-                scan_bits.push(bytes as f64 * 8.0 / scan(&mut pager)?);
-                get_bits.push(get()?);
-            } else {
-                get_bits.push(get()?);
-                scan_bits.push(bytes as f64 * 8.0 / scan(&mut pager)?);
-            }
-        }
-        let _ = client.close(fd);
-        let _ = client.disconnect();
+        let (scan_bits, get_bits) = alternate(ctx, &mut pager, &mut getter, passes)?;
+        getter.close();
         let after = pager.counters();
         let (counters, _) = pager.finish();
         if counters.failures > 0 {
@@ -212,6 +178,106 @@ impl Experiment for PageScan {
             bytes >> 20
         ));
         Ok(vec![scan_m, get_m])
+    }
+}
+
+/// A pager of twice `frames` pages swapping to a file on the path's
+/// server, its handler pinned to a CPU of its own (the guard holds it).
+fn start_pager(
+    path: &TestPath,
+    options: &ClientOptions,
+    frames: usize,
+    read_around: usize,
+) -> Result<(Pager, PinGuard), ExperimentError> {
+    let swap = RfsSwap::create(path.client(options.clone())?, "osprobe-pager-scan.swap")
+        .map_err(|e| ExperimentError::setup("the swap on the remote file service", e))?;
+    let pin = one_cpu()?;
+    let policy = policy_by_name("fifo", None)
+        .map_err(|e| ExperimentError::invalid_parameter("policy", e.to_string()))?;
+    let mut config = PagerConfig::new(2 * frames as u64, frames, policy, Box::new(swap));
+    config.read_around = read_around;
+    config.evict_batch = read_around;
+    config.handler_cpu = Some(pin.cpu);
+    let pager =
+        Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))?;
+    Ok((pager, pin))
+}
+
+/// The timed passes, scan and rfs get alternating which goes first so
+/// that neither always finds the caches the other left; bits per second
+/// of each.
+fn alternate(
+    ctx: &Context,
+    pager: &mut Pager,
+    getter: &mut Getter,
+    passes: usize,
+) -> Result<(Vec<f64>, Vec<f64>), ExperimentError> {
+    let bytes = getter.buf.len() as f64;
+    let mut scan_bits = Vec::new();
+    let mut get_bits = Vec::new();
+    for pass in 0..passes {
+        ctx.check_interrupt()?;
+        if pass % 2 == 0 {
+            scan_bits.push(bytes * 8.0 / scan(pager)?);
+            get_bits.push(bytes * 8.0 / getter.get()?);
+        } else {
+            get_bits.push(bytes * 8.0 / getter.get()?);
+            scan_bits.push(bytes * 8.0 / scan(pager)?);
+        }
+    }
+    Ok((scan_bits, get_bits))
+}
+
+/// The rfs get side: the file open on its own client, read whole into
+/// memory each time.
+struct Getter {
+    client: Client,
+    fd: Fd,
+    buf: Vec<u8>,
+}
+
+impl Getter {
+    fn open(
+        path: &TestPath,
+        options: &ClientOptions,
+        bytes: u64,
+    ) -> Result<Getter, ExperimentError> {
+        let mut client = path.client(options.clone())?;
+        let fd = client.open(FILE, OpenMode::Read).map_err(failed)?;
+        Ok(Getter {
+            client,
+            fd,
+            buf: vec![0u8; bytes as usize],
+        })
+    }
+
+    /// One read of the whole file; seconds.
+    fn get(&mut self) -> Result<f64, ExperimentError> {
+        let bytes = self.buf.len();
+        let t = Instant::now();
+        let n = self
+            .client
+            .read_at(self.fd, 0, &mut self.buf)
+            .map_err(failed)?;
+        if n != bytes {
+            return Err(ExperimentError::Failed(format!(
+                "rfs get read {n} of {bytes} bytes"
+            )));
+        }
+        Ok(t.elapsed().as_secs_f64().max(1e-9))
+    }
+
+    /// One unmeasured read (its length is not checked).
+    fn warm(&mut self) -> Result<(), ExperimentError> {
+        self.client
+            .read_at(self.fd, 0, &mut self.buf)
+            .map_err(failed)?;
+        Ok(())
+    }
+
+    fn close(mut self) {
+        let _ = self.client.close(self.fd);
+        let _ = self.client.disconnect();
     }
 }
 

@@ -16,6 +16,7 @@
 //! and it uses no lock another thread of the parent may have held at the
 //! fork (no stdout or stderr, only `write(2)` for a last word).
 
+use super::error::{BrkError, WorkloadError};
 use super::wire::{receive, send, Message, Received, NO_PAGE};
 use crate::uffd::Userfaultfd;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -95,9 +96,8 @@ impl ProcessMemory {
 
     /// Set the heap to `pages` pages (brk): the pager grows its page
     /// table for them; pages above the old break start as zeros.
-    pub fn brk(&mut self, pages: u64) -> Result<(), String> {
-        send(&self.control, &Message::Brk { pages }, None)
-            .map_err(|e| format!("asking the pager for the break: {e}"))?;
+    pub fn brk(&mut self, pages: u64) -> Result<(), BrkError> {
+        send(&self.control, &Message::Brk { pages }, None).map_err(BrkError::Ask)?;
         loop {
             match receive(&self.control, -1) {
                 Ok(Received::Message(Message::BrkDone { pages, refused }, _)) => {
@@ -106,25 +106,25 @@ impl ProcessMemory {
                             self.heap_pages = pages;
                             Ok(())
                         }
-                        Some(why) => Err(why),
+                        Some(why) => Err(BrkError::Refused(why)),
                     };
                 }
                 Ok(Received::Message(other, _)) => {
-                    return Err(format!("the pager answered brk with {other:?}"))
+                    return Err(BrkError::Answer(format!("{other:?}")))
                 }
-                Ok(Received::Closed) => return Err("the pager is gone".into()),
+                Ok(Received::Closed) => return Err(BrkError::PagerGone),
                 Ok(Received::TimedOut) => continue,
-                Err(e) => return Err(format!("waiting for the pager's brk: {e}")),
+                Err(e) => return Err(BrkError::Wait(e)),
             }
         }
     }
 
     /// Grow the heap by `pages` pages (sbrk).
-    pub fn sbrk(&mut self, pages: u64) -> Result<(), String> {
+    pub fn sbrk(&mut self, pages: u64) -> Result<(), BrkError> {
         let want = self
             .heap_pages
             .checked_add(pages)
-            .ok_or_else(|| format!("sbrk({pages}): the heap size overflows"))?;
+            .ok_or(BrkError::Overflow(pages))?;
         self.brk(want)
     }
 
@@ -170,46 +170,9 @@ pub fn run(setup: ChildSetup<'_>) -> ! {
         setup.agent.as_raw_fd(),
     ]);
     on_sigbus_exit();
-    let len = (setup.data_pages + setup.heap_limit_pages) as usize * setup.page_size;
-    // SAFETY: a fresh shared mapping of our memfd.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            setup.memfd.as_raw_fd(),
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        say_and_exit(&setup.control, "mapping the region", EXIT_SETUP);
-    }
-    // SAFETY: advice on our own mapping: a page is a page, not 2 MiB.
-    unsafe { libc::madvise(base, len, libc::MADV_NOHUGEPAGE) };
+    let base = map_and_register(&setup);
+    // The mapping keeps the memory; the descriptor is not needed.
     drop(setup.memfd);
-    let uffd = match Userfaultfd::open() {
-        Ok(u) => u,
-        Err(e) => say_and_exit(&setup.control, &e.to_string(), EXIT_SETUP),
-    };
-    if let Err(e) = uffd.register(base as u64, len as u64) {
-        say_and_exit(
-            &setup.control,
-            &format!("registering the region with userfaultfd: {e}"),
-            EXIT_SETUP,
-        );
-    }
-    let hello = Message::Hello {
-        base: base as u64,
-        len: len as u64,
-        features: uffd.features(),
-    };
-    if send(&setup.control, &hello, Some(uffd.raw())).is_err() {
-        exit(EXIT_SETUP);
-    }
-    // The pager holds the userfaultfd now; the registration lives as long
-    // as its copy does.
-    drop(uffd);
     let agent = setup.agent;
     let agent_base = base as u64;
     let page_size = setup.page_size;
@@ -238,16 +201,62 @@ pub fn run(setup: ChildSetup<'_>) -> ! {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         workload(index, &mut memory)
     }))
-    .unwrap_or_else(|_| Err("the workload panicked".into()));
+    .unwrap_or(Err(WorkloadError::Panicked));
     if !memory.done_sent {
         memory.done(0, started.elapsed());
     }
     let (ok, text) = match result {
         Ok(text) => (true, text),
-        Err(text) => (false, text),
+        Err(e) => (false, e.to_string()),
     };
     let _ = send(&memory.control, &Message::Verdict { ok, text }, None);
     exit(if ok { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// Map the region (the memfd is closed after), register it with a
+/// userfaultfd of our own and pass that to the pager; where it is mapped.
+/// A step that fails ends the process.
+fn map_and_register(setup: &ChildSetup<'_>) -> *mut libc::c_void {
+    let len = (setup.data_pages + setup.heap_limit_pages) as usize * setup.page_size;
+    // SAFETY: a fresh shared mapping of our memfd.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            setup.memfd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        say_and_exit(&setup.control, "mapping the region", EXIT_SETUP);
+    }
+    // SAFETY: advice on our own mapping: a page is a page, not 2 MiB.
+    unsafe { libc::madvise(base, len, libc::MADV_NOHUGEPAGE) };
+    let uffd = match Userfaultfd::open() {
+        Ok(u) => u,
+        Err(e) => say_and_exit(&setup.control, &e.to_string(), EXIT_SETUP),
+    };
+    if let Err(e) = uffd.register(base as u64, len as u64) {
+        say_and_exit(
+            &setup.control,
+            &format!("registering the region with userfaultfd: {e}"),
+            EXIT_SETUP,
+        );
+    }
+    let hello = Message::Hello {
+        base: base as u64,
+        len: len as u64,
+        features: uffd.features(),
+    };
+    if send(&setup.control, &hello, Some(uffd.raw())).is_err() {
+        exit(EXIT_SETUP);
+    }
+    // The pager holds the userfaultfd now; the registration lives as long
+    // as its copy does.
+    drop(uffd);
+    base
 }
 
 /// The agent: unmap what the pager asks, in order, and acknowledge when

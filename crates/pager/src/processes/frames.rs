@@ -4,7 +4,8 @@
 //! process under local replacement (a quota of frames and a policy of its
 //! own: a process only ever evicts its own pages).
 
-use crate::policy::{policy_by_name, FrameId, Policy, PolicyError};
+use super::error::{FramesError, ReplacementError};
+use crate::policy::{policy_by_name, FrameId, Policy};
 
 /// How frames are shared between the processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,15 +26,13 @@ impl Replacement {
 }
 
 impl std::str::FromStr for Replacement {
-    type Err = String;
+    type Err = ReplacementError;
 
-    fn from_str(s: &str) -> Result<Replacement, String> {
+    fn from_str(s: &str) -> Result<Replacement, ReplacementError> {
         match s {
             "global" => Ok(Replacement::Global),
             "local" => Ok(Replacement::Local),
-            other => Err(format!(
-                "replacement '{other}': expected global (one clock over all frames) or local (a frame quota per process)"
-            )),
+            other => Err(ReplacementError(other.to_string())),
         }
     }
 }
@@ -74,14 +73,12 @@ impl Frames {
         processes: usize,
         replacement: Replacement,
         policy: &str,
-    ) -> Result<Frames, String> {
+    ) -> Result<Frames, FramesError> {
         let quotas: Vec<usize> = match replacement {
             Replacement::Global => vec![frames],
             Replacement::Local => {
                 if processes == 0 || frames < processes {
-                    return Err(format!(
-                        "local replacement gives every process a quota of frames: {frames} frames cannot be shared by {processes} processes"
-                    ));
+                    return Err(FramesError::TooFewFrames { frames, processes });
                 }
                 (0..processes)
                     .map(|i| frames / processes + usize::from(i < frames % processes))
@@ -91,7 +88,7 @@ impl Frames {
         let mut partitions = Vec::new();
         let mut first = 0;
         for len in quotas {
-            let policy = policy_by_name(policy, None).map_err(|e: PolicyError| e.to_string())?;
+            let policy = policy_by_name(policy, None)?;
             partitions.push(Partition {
                 first,
                 len,

@@ -18,6 +18,7 @@ use super::wire::{receive, send, Message, Received, NO_PAGE};
 use super::{
     reap, Ending, LiveCounters, ProcessCounters, ProcessOutcome, ProcessSpec, SharedOutcome,
 };
+use crate::error::FaultError;
 use crate::pager::Mapping;
 use crate::policy::{FrameId, ReferenceBits};
 use crate::swap::{SwapBackend, SwapError, SwapMap, Verified};
@@ -108,24 +109,24 @@ impl Process {
 
     /// Whether `page` lies in the data region or below the break; if not,
     /// why not.
-    fn check(&self, page: u64, address: u64) -> Result<(), String> {
+    fn check(&self, page: u64, address: u64) -> Result<(), FaultError> {
         let end = self.spec.data_pages + self.heap_pages;
         if page < end {
             return Ok(());
         }
         let reserve = self.spec.data_pages + self.spec.heap_limit_pages;
         Err(if page < reserve {
-            format!(
-                "process {} touched {address:#x}, page {} of its heap, past the end of the heap (the break is at {} pages): an access past the end",
-                self.pid,
-                page - self.spec.data_pages,
-                self.heap_pages
-            )
+            FaultError::PastTheBreak {
+                pid: self.pid,
+                address,
+                heap_page: page - self.spec.data_pages,
+                break_pages: self.heap_pages,
+            }
         } else {
-            format!(
-                "process {} touched {address:#x}, outside its regions",
-                self.pid
-            )
+            FaultError::OutsideProcess {
+                pid: self.pid,
+                address,
+            }
         })
     }
 }
@@ -405,7 +406,7 @@ impl Handler {
         }
     }
 
-    fn serve_fault(&mut self, index: usize, fault: Fault) -> Result<(), String> {
+    fn serve_fault(&mut self, index: usize, fault: Fault) -> Result<(), FaultError> {
         let page_bytes = self.page_size as u64;
         let p = &self.processes[index];
         let page = fault.address.wrapping_sub(p.base) / page_bytes;
@@ -414,7 +415,7 @@ impl Handler {
         let live = &self.live[index];
         match p.table.get(page).state {
             PageState::Resident(frame) => {
-                let uffd = &p.running.as_ref().ok_or("ended")?.uffd;
+                let uffd = &p.running.as_ref().ok_or(FaultError::Ended)?.uffd;
                 match uffd.continue_(addr, page_bytes) {
                     Ok(()) => {
                         bump(&live.referenced_bit_faults);
@@ -430,19 +431,27 @@ impl Handler {
                     }
                     // Mapped meanwhile (an unmap that had not landed yet):
                     // wake the thread, it sees the page.
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => uffd
-                        .wake(addr, page_bytes)
-                        .map_err(|e| format!("UFFDIO_WAKE: {e}")),
-                    Err(e) => Err(format!("UFFDIO_CONTINUE of page {page}: {e}")),
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                        uffd.wake(addr, page_bytes).map_err(FaultError::Wake)
+                    }
+                    Err(source) => Err(FaultError::Install {
+                        ioctl: "UFFDIO_CONTINUE",
+                        page,
+                        source,
+                    }),
                 }
             }
             PageState::Untouched => {
                 let frame = self.obtain_frame(index)?;
                 let p = &self.processes[index];
-                let uffd = &p.running.as_ref().ok_or("ended")?.uffd;
-                if let Err(e) = uffd.zeropage(addr, page_bytes) {
+                let uffd = &p.running.as_ref().ok_or(FaultError::Ended)?.uffd;
+                if let Err(source) = uffd.zeropage(addr, page_bytes) {
                     self.frames.release(frame);
-                    return Err(format!("UFFDIO_ZEROPAGE of page {page}: {e}"));
+                    return Err(FaultError::Install {
+                        ioctl: "UFFDIO_ZEROPAGE",
+                        page,
+                        source,
+                    });
                 }
                 bump(&self.live[index].zero_fills);
                 bump(&self.live[index].faults);
@@ -451,17 +460,21 @@ impl Handler {
             }
             PageState::Swapped(slot) => {
                 let frame = self.obtain_frame(index)?;
-                if let Err(e) = self.swap.read_page(slot, self.buffer.bytes()) {
+                if let Err(source) = self.swap.read_page(slot, self.buffer.bytes()) {
                     self.frames.release(frame);
-                    return Err(format!("swap-in of page {page}: {e}"));
+                    return Err(FaultError::SwapIn { page, source });
                 }
                 // Checked against this hash by the read: no need to hash again.
                 let hash = self.swap.written_hash(slot).unwrap_or(0);
                 let p = &self.processes[index];
-                let uffd = &p.running.as_ref().ok_or("ended")?.uffd;
-                if let Err(e) = uffd.copy(addr, self.buffer.ptr, page_bytes) {
+                let uffd = &p.running.as_ref().ok_or(FaultError::Ended)?.uffd;
+                if let Err(source) = uffd.copy(addr, self.buffer.ptr, page_bytes) {
                     self.frames.release(frame);
-                    return Err(format!("UFFDIO_COPY of page {page}: {e}"));
+                    return Err(FaultError::Install {
+                        ioctl: "UFFDIO_COPY",
+                        page,
+                        source,
+                    });
                 }
                 bump(&self.live[index].swap_ins);
                 bump(&self.live[index].faults);
@@ -486,7 +499,7 @@ impl Handler {
 
     /// A frame for a fault of process `index`: a free one of its
     /// partition, or its policy's victim, evicted.
-    fn obtain_frame(&mut self, index: usize) -> Result<FrameId, String> {
+    fn obtain_frame(&mut self, index: usize) -> Result<FrameId, FaultError> {
         // A process that ends while we wait on its agent frees frames:
         // then look again (a handful of rounds at most).
         for _ in 0..=self.processes.len() {
@@ -508,7 +521,7 @@ impl Handler {
                 partition.first + partition.policy.victim(&mut bits)
             };
             let Some(owned) = self.frames.slots[victim] else {
-                return Err(format!("the policy chose frame {victim}, which is empty"));
+                return Err(FaultError::EmptyFrame(victim));
             };
             // The victim's process (if not this one) must unmap it, and
             // every process with bits cleared must have done so.
@@ -533,7 +546,7 @@ impl Handler {
             }
             return Ok(victim);
         }
-        Err("no frame could be freed".into())
+        Err(FaultError::NoFrameFreed)
     }
 
     /// Ask process `index`'s agent to unmap `page` (or nothing) and wait
@@ -583,11 +596,11 @@ impl Handler {
     /// Take `owned` (in `frame`, already unmapped from its process) out of
     /// memory, saving it if it changed. The frame is left empty and not
     /// on the free list: the caller fills it.
-    fn evict(&mut self, frame: FrameId, owned: OwnedFrame) -> Result<(), String> {
+    fn evict(&mut self, frame: FrameId, owned: OwnedFrame) -> Result<(), FaultError> {
         let page_size = self.page_size;
         let p = &mut self.processes[owned.process];
         let Some(running) = &p.running else {
-            return Err("the victim's process ended".into());
+            return Err(FaultError::VictimEnded);
         };
         let offset = owned.page as usize * page_size;
         // SAFETY: the page is resident and unmapped from its process, so
@@ -601,18 +614,19 @@ impl Handler {
         let state = if changed {
             let slot = match entry.slot {
                 Some(slot) => slot,
-                None => self.swap_map.allocate().ok_or_else(|| {
-                    SwapError::Full {
-                        slots: self.swap_map.capacity(),
-                        bytes: self.swap_map.capacity() * page_size as u64,
-                    }
-                    .to_string()
+                None => self.swap_map.allocate().ok_or(SwapError::Full {
+                    slots: self.swap_map.capacity(),
+                    bytes: self.swap_map.capacity() * page_size as u64,
                 })?,
             };
             p.table.entry(owned.page).slot = Some(slot);
             self.swap
                 .write_page(slot, contents)
-                .map_err(|e| format!("write-back of page {}: {e}", owned.page))?;
+                .map_err(|source| FaultError::WriteBack {
+                    count: 1,
+                    first: owned.page,
+                    source,
+                })?;
             bump(&live.write_backs);
             PageState::Swapped(slot)
         } else {
@@ -621,8 +635,10 @@ impl Handler {
                 None => PageState::Untouched,
             }
         };
-        punch(&running.memfd, offset, page_size)
-            .map_err(|e| format!("removing page {} from memory: {e}", owned.page))?;
+        punch(&running.memfd, offset, page_size).map_err(|source| FaultError::Punch {
+            page: owned.page,
+            source,
+        })?;
         p.table.entry(owned.page).state = state;
         self.frames.slots[frame] = None;
         bump(&live.evictions);
@@ -632,7 +648,7 @@ impl Handler {
     /// Answer a fault that cannot be served with SIGBUS, and keep why.
     /// A process that died meanwhile (its ioctls fail) is not blamed:
     /// the loop ends it when it sees its socket closed.
-    fn fail(&mut self, index: usize, fault: Fault, reason: String) {
+    fn fail(&mut self, index: usize, fault: Fault, reason: FaultError) {
         let p = &mut self.processes[index];
         if p.running.as_ref().is_some_and(|r| hung_up(&r.control)) {
             return;
@@ -659,7 +675,7 @@ impl Handler {
             }
         }
         if p.pager_error.is_none() {
-            p.pager_error = Some(reason);
+            p.pager_error = Some(reason.to_string());
         }
     }
 

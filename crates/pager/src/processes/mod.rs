@@ -19,6 +19,7 @@
 //! its own check of its data, and a fairness figure over the rates.
 
 pub mod child;
+pub mod error;
 pub mod frames;
 mod handler;
 pub mod wire;
@@ -39,7 +40,8 @@ use wire::{receive, Message, Received};
 
 /// The code each process runs on its memory: given its index, it works,
 /// checks its own data and returns what it checked (or what went wrong).
-pub type Workload<'a> = dyn Fn(usize, &mut ProcessMemory) -> Result<String, String> + Sync + 'a;
+pub type Workload<'a> =
+    dyn Fn(usize, &mut ProcessMemory) -> Result<String, error::WorkloadError> + Sync + 'a;
 
 /// One process's memory: a data region, and room for its heap to grow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,107 +230,17 @@ impl SharedPager {
             return Err(PagerError::Config("frames must be at least 1".into()));
         }
         let frames = frames::Frames::new(config.frames, n, config.replacement, &config.policy)
-            .map_err(PagerError::Config)?;
+            .map_err(|e| PagerError::Config(e.to_string()))?;
         let page_size = page_size();
         let mut forked = Forked::default();
         for (index, spec) in config.processes.iter().enumerate() {
-            let reserve = spec.data_pages + spec.heap_limit_pages;
-            if reserve == 0 {
-                return Err(PagerError::Config(format!(
-                    "process {index} has neither data pages nor room for a heap"
-                )));
-            }
-            let len = (reserve as usize)
-                .checked_mul(page_size)
-                .filter(|l| *l <= 1 << 40)
-                .ok_or_else(|| PagerError::Config(format!("{reserve} pages is too many")))?;
-            let memfd = memfd(len)?;
-            let own = Mapping::shared(&memfd, len)?;
-            let io = |what: &str| {
-                let what = what.to_string();
-                move |source| PagerError::Io { what, source }
-            };
-            let (control, child_control) = wire::socket_pair().map_err(io("a socket pair"))?;
-            let (agent, child_agent) = wire::socket_pair().map_err(io("a socket pair"))?;
-            // SAFETY: getpid has no preconditions.
-            let parent = unsafe { libc::getpid() };
-            // SAFETY: the child runs only `child::run`, which ends in
-            // _exit and takes no lock another thread may hold.
-            let pid = unsafe { libc::fork() };
-            if pid < 0 {
-                return Err(io("fork")(std::io::Error::last_os_error()));
-            }
-            if pid == 0 {
-                let child_memfd = memfd.try_clone().unwrap_or_else(|_| {
-                    // SAFETY: leaving the child at once.
-                    unsafe { libc::_exit(child::EXIT_SETUP) }
-                });
-                child::run(child::ChildSetup {
-                    index,
-                    parent,
-                    memfd: child_memfd,
-                    control: child_control,
-                    agent: child_agent,
-                    data_pages: spec.data_pages,
-                    heap_limit_pages: spec.heap_limit_pages,
-                    page_size,
-                    workload,
-                });
-            }
-            drop(child_control);
-            drop(child_agent);
-            forked.pids.push(pid);
-            forked.parts.push(Parts {
-                spec: *spec,
-                memfd,
-                own,
-                control,
-                agent,
-            });
+            forked.fork(index, spec, page_size, workload)?;
         }
         // Every process registers its region and says where it is.
         let mut processes = Vec::with_capacity(n);
         let live: Arc<Vec<LiveCounters>> = Arc::new((0..n).map(|_| Default::default()).collect());
         for (index, parts) in std::mem::take(&mut forked.parts).into_iter().enumerate() {
-            let (base, uffd) = match receive(&parts.control, 10_000) {
-                Ok(Received::Message(
-                    Message::Hello {
-                        base,
-                        len,
-                        features,
-                    },
-                    Some(fd),
-                )) if len == parts.own.len as u64 => {
-                    (base, Userfaultfd::from_received(fd, features, false))
-                }
-                Ok(Received::Message(Message::Verdict { text, .. }, _)) => {
-                    return Err(PagerError::Config(format!(
-                        "process {index} could not set up: {text}"
-                    )))
-                }
-                other => {
-                    let what = match other {
-                        Ok(Received::TimedOut) => "nothing within 10 s".to_string(),
-                        Ok(Received::Closed) => "it ended".to_string(),
-                        Ok(Received::Message(m, _)) => format!("{m:?}"),
-                        Err(e) => e.to_string(),
-                    };
-                    return Err(PagerError::Config(format!(
-                        "process {index} did not register its region: {what}"
-                    )));
-                }
-            };
-            processes.push(handler::Process::new(
-                forked.pids[index],
-                parts.spec,
-                base,
-                uffd,
-                parts.memfd,
-                parts.own,
-                parts.control,
-                parts.agent,
-                page_size,
-            ));
+            processes.push(registered(index, forked.pids[index], parts, page_size)?);
         }
         let pids = std::mem::take(&mut forked.pids);
         let stop = Arc::new(AtomicBool::new(false));
@@ -450,6 +362,123 @@ struct Parts {
 struct Forked {
     pids: Vec<i32>,
     parts: Vec<Parts>,
+}
+
+impl Forked {
+    /// Fork process `index` over a memfd of its own (its data and heap
+    /// reservation), with its control and agent sockets; the child runs
+    /// `child::run` and never comes back.
+    fn fork(
+        &mut self,
+        index: usize,
+        spec: &ProcessSpec,
+        page_size: usize,
+        workload: &Workload<'_>,
+    ) -> Result<(), PagerError> {
+        let reserve = spec.data_pages + spec.heap_limit_pages;
+        if reserve == 0 {
+            return Err(PagerError::Config(format!(
+                "process {index} has neither data pages nor room for a heap"
+            )));
+        }
+        let len = (reserve as usize)
+            .checked_mul(page_size)
+            .filter(|l| *l <= 1 << 40)
+            .ok_or_else(|| PagerError::Config(format!("{reserve} pages is too many")))?;
+        let memfd = memfd(len)?;
+        let own = Mapping::shared(&memfd, len)?;
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| PagerError::Io { what, source }
+        };
+        let (control, child_control) = wire::socket_pair().map_err(io("a socket pair"))?;
+        let (agent, child_agent) = wire::socket_pair().map_err(io("a socket pair"))?;
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: the child runs only `child::run`, which ends in
+        // _exit and takes no lock another thread may hold.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io("fork")(std::io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            let child_memfd = memfd.try_clone().unwrap_or_else(|_| {
+                // SAFETY: leaving the child at once.
+                unsafe { libc::_exit(child::EXIT_SETUP) }
+            });
+            child::run(child::ChildSetup {
+                index,
+                parent,
+                memfd: child_memfd,
+                control: child_control,
+                agent: child_agent,
+                data_pages: spec.data_pages,
+                heap_limit_pages: spec.heap_limit_pages,
+                page_size,
+                workload,
+            });
+        }
+        drop(child_control);
+        drop(child_agent);
+        self.pids.push(pid);
+        self.parts.push(Parts {
+            spec: *spec,
+            memfd,
+            own,
+            control,
+            agent,
+        });
+        Ok(())
+    }
+}
+
+/// Process `index` as the handler keeps it, once it has registered its
+/// region and passed its userfaultfd (within 10 s).
+fn registered(
+    index: usize,
+    pid: i32,
+    parts: Parts,
+    page_size: usize,
+) -> Result<handler::Process, PagerError> {
+    let (base, uffd) = match receive(&parts.control, 10_000) {
+        Ok(Received::Message(
+            Message::Hello {
+                base,
+                len,
+                features,
+            },
+            Some(fd),
+        )) if len == parts.own.len as u64 => {
+            (base, Userfaultfd::from_received(fd, features, false))
+        }
+        Ok(Received::Message(Message::Verdict { text, .. }, _)) => {
+            return Err(PagerError::Config(format!(
+                "process {index} could not set up: {text}"
+            )))
+        }
+        other => {
+            let what = match other {
+                Ok(Received::TimedOut) => "nothing within 10 s".to_string(),
+                Ok(Received::Closed) => "it ended".to_string(),
+                Ok(Received::Message(m, _)) => format!("{m:?}"),
+                Err(e) => e.to_string(),
+            };
+            return Err(PagerError::Config(format!(
+                "process {index} did not register its region: {what}"
+            )));
+        }
+    };
+    Ok(handler::Process::new(
+        pid,
+        parts.spec,
+        base,
+        uffd,
+        parts.memfd,
+        parts.own,
+        parts.control,
+        parts.agent,
+        page_size,
+    ))
 }
 
 impl Drop for Forked {

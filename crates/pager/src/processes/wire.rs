@@ -7,6 +7,7 @@
 //! short text. The peer is our own child, but a record that does not
 //! decode is still an error naming what arrived, never a panic.
 
+use super::error::WireError;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -90,17 +91,20 @@ impl Message {
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Message, String> {
+    pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         if bytes.len() != RECORD {
-            return Err(format!(
-                "a message of {} bytes (expected {RECORD})",
-                bytes.len()
-            ));
+            return Err(WireError::Length {
+                got: bytes.len(),
+                expected: RECORD,
+            });
         }
         let n = |i: usize| u64::from_le_bytes(bytes[1 + 8 * i..9 + 8 * i].try_into().unwrap());
         let text_len = u16::from_le_bytes([bytes[25], bytes[26]]) as usize;
         if text_len > TEXT {
-            return Err(format!("a text of {text_len} bytes (at most {TEXT})"));
+            return Err(WireError::TextTooLong {
+                len: text_len,
+                max: TEXT,
+            });
         }
         let text = String::from_utf8_lossy(&bytes[TEXT_AT..TEXT_AT + text_len]).into_owned();
         Ok(match bytes[0] {
@@ -128,7 +132,7 @@ impl Message {
                 ack: n(1) != 0,
             },
             ACK => Message::Ack,
-            other => return Err(format!("a message with the unknown tag {other}")),
+            other => return Err(WireError::UnknownTag(other)),
         })
     }
 }
@@ -331,6 +335,7 @@ mod tests {
         record[0] = 99;
         assert!(Message::decode(&record)
             .unwrap_err()
+            .to_string()
             .contains("unknown tag 99"));
         let mut record = Message::Go.encode();
         record[25] = 0xff;

@@ -3,18 +3,19 @@
 //! their own data at the end and say what they checked; a wrong word is
 //! an error naming it.
 
+use super::error::WorkloadError;
 use super::ProcessMemory;
 use std::time::Instant;
 
 /// Touch the pages of `trace` in order, each access adding one to a
 /// counter in its page; then every page's counter must equal the number
 /// of times the trace touched it.
-pub fn replay(memory: &mut ProcessMemory, trace: &[u64]) -> Result<String, String> {
+pub fn replay(memory: &mut ProcessMemory, trace: &[u64]) -> Result<String, WorkloadError> {
     let pages = memory.data_pages();
     if let Some(&bad) = trace.iter().find(|&&p| p >= pages) {
-        return Err(format!(
+        return Err(WorkloadError::Check(format!(
             "the trace touches page {bad}, the data region has {pages}"
-        ));
+        )));
     }
     let words_per_page = memory.page_size() / 8;
     let started = Instant::now();
@@ -36,9 +37,9 @@ pub fn replay(memory: &mut ProcessMemory, trace: &[u64]) -> Result<String, Strin
     for (page, &want) in expected.iter().enumerate() {
         let got = data[page * words_per_page];
         if got != want {
-            return Err(format!(
+            return Err(WorkloadError::Check(format!(
                 "page {page} was touched {want} times but its counter says {got}"
-            ));
+            )));
         }
     }
     Ok(format!(
@@ -60,7 +61,7 @@ pub fn grow_heap(
     index: usize,
     pages: u64,
     step: u64,
-) -> Result<String, String> {
+) -> Result<String, WorkloadError> {
     let step = step.max(1);
     let words_per_page = memory.page_size() / 8;
     let started = Instant::now();
@@ -82,9 +83,9 @@ pub fn grow_heap(
         let old = grown.wrapping_mul(0x9e37_79b9) % grown;
         let first = heap[old as usize * words_per_page];
         if first != heap_word(index, old, 0) {
-            return Err(format!(
+            return Err(WorkloadError::Check(format!(
                 "heap page {old} reads {first:#x} after the heap grew to {grown} pages"
-            ));
+            )));
         }
         accesses += 1;
     }
@@ -95,9 +96,9 @@ pub fn grow_heap(
             let got = heap[page as usize * words_per_page + w];
             let want = heap_word(index, page, w);
             if got != want {
-                return Err(format!(
+                return Err(WorkloadError::Check(format!(
                     "heap page {page} word {w} reads {got:#x}, {want:#x} was written"
-                ));
+                )));
             }
         }
     }
@@ -108,7 +109,7 @@ pub fn grow_heap(
 
 /// Fill the data region with pseudo-random words, sort them in place and
 /// check that they come out sorted with the same sum and xor.
-pub fn sort(memory: &mut ProcessMemory, seed: u64) -> Result<String, String> {
+pub fn sort(memory: &mut ProcessMemory, seed: u64) -> Result<String, WorkloadError> {
     let words = memory.data();
     let mut rng = osprobe_core::random::SplitMix64::new(seed);
     let (mut sum, mut xor) = (0u64, 0u64);
@@ -127,9 +128,9 @@ pub fn sort(memory: &mut ProcessMemory, seed: u64) -> Result<String, String> {
     let (mut check_sum, mut check_xor) = (0u64, 0u64);
     for (i, &v) in words.iter().enumerate() {
         if i > 0 && words[i - 1] > v {
-            return Err(format!(
+            return Err(WorkloadError::Check(format!(
                 "word {i} ({v:#x}) is smaller than the one before it"
-            ));
+            )));
         }
         check_sum = check_sum.wrapping_add(v);
         check_xor ^= v;

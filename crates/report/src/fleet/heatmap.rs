@@ -151,9 +151,36 @@ pub fn render(matrix: &Matrix, title: &str) -> Option<String> {
     svg.text(8.0, 20.0, 14.0, Anchor::Start, title);
     svg.text(left + grid / 2.0, 42.0, FONT, Anchor::Middle, "destination");
     svg.vertical_text(16.0, top + grid / 2.0, FONT, "source");
-    for (i, host) in matrix.hosts.iter().enumerate() {
+    host_labels(&mut svg, &matrix.hosts, left, top);
+    let cells = CellStyle {
+        norm,
+        better,
+        unit: &unit,
+        text_of: &text_of,
+    };
+    for (i, src) in matrix.hosts.iter().enumerate() {
+        for (j, dst) in matrix.hosts.iter().enumerate() {
+            let corner = (left + j as f64 * CELL, top + i as f64 * CELL);
+            let pair = (src.as_str(), dst.as_str());
+            match &matrix.values[i][j] {
+                Some((v, run)) => cells.measured(&mut svg, corner, pair, *v, run),
+                None => missing_cell(&mut svg, corner, pair),
+            }
+        }
+    }
+    legend(&mut svg, left, legend_top, norm, better, &unit, &text_of);
+    let label = format!(
+        "{title}: sources in rows, destinations in columns, {}",
+        point.label()
+    );
+    Some(svg.finish(&label))
+}
+
+/// The hosts' names: row labels end left of the grid, column labels rise
+/// above it.
+fn host_labels(svg: &mut Svg, hosts: &[String], left: f64, top: f64) {
+    for (i, host) in hosts.iter().enumerate() {
         let centre = i as f64 * CELL + CELL / 2.0;
-        // Row labels end left of the grid; column labels rise above it.
         svg.text(left - 6.0, top + centre + 4.0, FONT, Anchor::End, host);
         let (x, y) = (left + centre + 4.0, top - 6.0);
         svg.raw(&format!(
@@ -164,53 +191,61 @@ pub fn render(matrix: &Matrix, title: &str) -> Option<String> {
             y = num(y)
         ));
     }
-    for (i, src) in matrix.hosts.iter().enumerate() {
-        for (j, dst) in matrix.hosts.iter().enumerate() {
-            let (x, y) = (left + j as f64 * CELL, top + i as f64 * CELL);
-            let side = CELL - GAP;
-            match &matrix.values[i][j] {
-                Some((v, run)) => {
-                    let t = badness(better, norm.position(*v));
-                    let style = format!(r#"class="cell" fill="{}""#, colour(t));
-                    let hover = format!("{src} -> {dst}: {}{unit} (run {run})", text_of(*v));
-                    svg.rect(x, y, side, side, &style, Some(&hover));
-                    let text = text_of(*v);
-                    // Written in the cell when it fits; the hover has it anyway.
-                    if text.chars().count() as f64 * VALUE_FONT * 0.6 <= side - 6.0 {
-                        svg.raw(&format!(
-                            r#"<text x="{}" y="{}" font-size="{}" text-anchor="middle" fill="{}">{}</text>"#,
-                            num(x + side / 2.0),
-                            num(y + side / 2.0 + 4.0),
-                            num(VALUE_FONT),
-                            ink(t),
-                            crate::svg::escape(&text)
-                        ));
-                    }
-                }
-                None => {
-                    let (style, why) = if src == dst {
-                        (SELF_STYLE, "the same host")
-                    } else {
-                        (MISSING_STYLE, "not measured")
-                    };
-                    svg.rect(
-                        x + 0.5,
-                        y + 0.5,
-                        side - 1.0,
-                        side - 1.0,
-                        style,
-                        Some(&format!("{src} -> {dst}: {why}")),
-                    );
-                }
-            }
+}
+
+/// How the measured cells of one matrix are coloured and labelled.
+struct CellStyle<'a> {
+    norm: Norm,
+    better: Better,
+    /// ` unit` after a value, or empty.
+    unit: &'a str,
+    text_of: &'a dyn Fn(f64) -> String,
+}
+
+impl CellStyle<'_> {
+    /// The cell of a measured pair at `corner`: its colour, its value
+    /// written in it when it fits, and a hover naming the run.
+    fn measured(&self, svg: &mut Svg, corner: (f64, f64), pair: (&str, &str), v: f64, run: &str) {
+        let (x, y) = corner;
+        let (src, dst) = pair;
+        let side = CELL - GAP;
+        let t = badness(self.better, self.norm.position(v));
+        let style = format!(r#"class="cell" fill="{}""#, colour(t));
+        let text = (self.text_of)(v);
+        let hover = format!("{src} -> {dst}: {text}{} (run {run})", self.unit);
+        svg.rect(x, y, side, side, &style, Some(&hover));
+        // Written in the cell when it fits; the hover has it anyway.
+        if text.chars().count() as f64 * VALUE_FONT * 0.6 <= side - 6.0 {
+            svg.raw(&format!(
+                r#"<text x="{}" y="{}" font-size="{}" text-anchor="middle" fill="{}">{}</text>"#,
+                num(x + side / 2.0),
+                num(y + side / 2.0 + 4.0),
+                num(VALUE_FONT),
+                ink(t),
+                crate::svg::escape(&text)
+            ));
         }
     }
-    legend(&mut svg, left, legend_top, norm, better, &unit, &text_of);
-    let label = format!(
-        "{title}: sources in rows, destinations in columns, {}",
-        point.label()
+}
+
+/// The cell of a pair without a value: the diagonal, or not measured.
+fn missing_cell(svg: &mut Svg, corner: (f64, f64), pair: (&str, &str)) {
+    let (x, y) = corner;
+    let (src, dst) = pair;
+    let side = CELL - GAP;
+    let (style, why) = if src == dst {
+        (SELF_STYLE, "the same host")
+    } else {
+        (MISSING_STYLE, "not measured")
+    };
+    svg.rect(
+        x + 0.5,
+        y + 0.5,
+        side - 1.0,
+        side - 1.0,
+        style,
+        Some(&format!("{src} -> {dst}: {why}")),
     );
-    Some(svg.finish(&label))
 }
 
 /// The colour bar from the lowest to the highest value, its values below

@@ -134,53 +134,21 @@ impl Matrix {
     }
 }
 
-/// `SRC -> DST` as the fleet writes a pair label.
-pub fn parse_pair(label: &str) -> Option<(String, String)> {
-    let (src, dst) = label.split_once("->")?;
-    let (src, dst) = (src.trim(), dst.trim());
-    (!src.is_empty() && !dst.is_empty() && !dst.contains("->"))
-        .then(|| (src.to_string(), dst.to_string()))
-}
+/// `SRC -> DST` as the fleet writes a pair label (one definition, in
+/// core, shared with the check of `--label pair=...`).
+pub use osprobe_core::labels::parse_pair;
 
 /// Build the view of fleet `fleet` from its runs (any order).
 pub fn view(fleet: &str, runs: &[Run]) -> FleetView {
     let mut sorted: Vec<&Run> = runs.iter().collect();
     sorted.sort_by(|a, b| (&a.started, &a.id).cmp(&(&b.started, &b.id)));
+    let Labelled {
+        host_runs,
+        pair_runs,
+        not_shown,
+    } = Labelled::of(&sorted);
 
-    let mut host_runs: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
-    let mut pair_runs: BTreeMap<(String, String), Vec<&Run>> = BTreeMap::new();
-    let mut not_shown = Vec::new();
-    for run in &sorted {
-        if let Some(pair) = run.labels.get("pair") {
-            match parse_pair(pair) {
-                Some(key) => pair_runs.entry(key).or_default().push(run),
-                None => not_shown.push((
-                    run.id.clone(),
-                    format!("its pair label '{pair}' is not of the form SRC -> DST"),
-                )),
-            }
-        } else if let Some(host) = run.labels.get("host") {
-            host_runs.entry(host.clone()).or_default().push(run);
-        } else {
-            not_shown.push((
-                run.id.clone(),
-                "it has neither a host nor a pair label".into(),
-            ));
-        }
-    }
-
-    let hosts: Vec<HostRow> = host_runs
-        .iter()
-        .map(|(name, runs)| {
-            let latest = runs[runs.len() - 1];
-            HostRow {
-                name: name.clone(),
-                groups: latest.labels.get("groups").cloned().unwrap_or_default(),
-                hostname: latest.environment.hostname.clone(),
-                runs: runs.iter().map(|r| r.id.clone()).collect(),
-            }
-        })
-        .collect();
+    let hosts = host_rows(&host_runs);
     let host_list: Vec<&[&Run]> = host_runs.values().map(Vec::as_slice).collect();
     let columns = columns(&host_list);
 
@@ -224,6 +192,59 @@ pub fn view(fleet: &str, runs: &[Run]) -> FleetView {
         not_shown,
         span,
     }
+}
+
+/// A fleet's runs by their labels, oldest first in each list.
+struct Labelled<'a> {
+    host_runs: BTreeMap<String, Vec<&'a Run>>,
+    pair_runs: BTreeMap<(String, String), Vec<&'a Run>>,
+    /// Runs neither of a host nor of a pair, with why.
+    not_shown: Vec<(String, String)>,
+}
+
+impl<'a> Labelled<'a> {
+    fn of(sorted: &[&'a Run]) -> Labelled<'a> {
+        let mut out = Labelled {
+            host_runs: BTreeMap::new(),
+            pair_runs: BTreeMap::new(),
+            not_shown: Vec::new(),
+        };
+        for run in sorted {
+            if let Some(pair) = run.labels.get("pair") {
+                match parse_pair(pair) {
+                    Some(key) => out.pair_runs.entry(key).or_default().push(run),
+                    None => out.not_shown.push((
+                        run.id.clone(),
+                        format!("its pair label '{pair}' is not of the form SRC -> DST"),
+                    )),
+                }
+            } else if let Some(host) = run.labels.get("host") {
+                out.host_runs.entry(host.clone()).or_default().push(run);
+            } else {
+                out.not_shown.push((
+                    run.id.clone(),
+                    "it has neither a host nor a pair label".into(),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A row per host, described by its latest run.
+fn host_rows(host_runs: &BTreeMap<String, Vec<&Run>>) -> Vec<HostRow> {
+    host_runs
+        .iter()
+        .map(|(name, runs)| {
+            let latest = runs[runs.len() - 1];
+            HostRow {
+                name: name.clone(),
+                groups: latest.labels.get("groups").cloned().unwrap_or_default(),
+                hostname: latest.environment.hostname.clone(),
+                runs: runs.iter().map(|r| r.id.clone()).collect(),
+            }
+        })
+        .collect()
 }
 
 /// The headline of `experiment` in `run`: its first measurement.

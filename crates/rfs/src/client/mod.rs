@@ -41,6 +41,10 @@ use crate::auth;
 use crate::error::ClientError;
 use crate::pipeline::{ClientStats, Encoder, Job, Pipeline, Timing};
 use crate::protocol::{ErrorCode, Handle, RemoteError, Reply, Request, Transport, COOKIE_LEN};
+
+/// What a server's welcome carries: its nonce, whether it wants a proof,
+/// the export's root, its largest data, its duplicate cache's span.
+type Welcome = ([u8; 32], bool, Handle, u32, u32);
 use ops::{DirCursor, OpenFile};
 use options::check_packet;
 use std::collections::HashMap;
@@ -108,9 +112,10 @@ impl Client {
         Ok(client)
     }
 
-    fn hello(&mut self, token: Option<&str>) -> Result<(), ClientError> {
-        let client_nonce =
-            auth::random_bytes::<16>().map_err(|e| ClientError::io("getting random bytes", e))?;
+    /// The server's welcome to a hello with `client_nonce`: its nonce,
+    /// whether it wants a proof, the root, its largest data and its
+    /// duplicate cache's span.
+    fn welcome(&mut self, client_nonce: [u8; 16]) -> Result<Welcome, ClientError> {
         let server = self.server;
         // Over UDP the first hello is answered with a cookie (the server
         // validates our address before it keeps any state); the second,
@@ -119,7 +124,7 @@ impl Client {
         let mut cookie = [0u8; COOKIE_LEN];
         let mut retries = 0;
         let mut backed_off = Duration::ZERO;
-        let (nonce, auth_required, root, max_data, drc_span) = loop {
+        loop {
             let answer = self.call(
                 &Request::Hello {
                     nonce: client_nonce,
@@ -155,7 +160,7 @@ impl Client {
                 other => other?,
             };
             match answer {
-                Ok(welcome) => break welcome,
+                Ok(welcome) => return Ok(welcome),
                 Err(_) if retries == MAX_HELLO_RETRIES => {
                     return Err(ClientError::Unexpected {
                         server,
@@ -170,7 +175,14 @@ impl Client {
                     retries += 1;
                 }
             }
-        };
+        }
+    }
+
+    fn hello(&mut self, token: Option<&str>) -> Result<(), ClientError> {
+        let client_nonce =
+            auth::random_bytes::<16>().map_err(|e| ClientError::io("getting random bytes", e))?;
+        let server = self.server;
+        let (nonce, auth_required, root, max_data, drc_span) = self.welcome(client_nonce)?;
         self.root = root;
         self.max_data = max_data as usize;
         // Keep every retransmission inside the server's duplicate cache.

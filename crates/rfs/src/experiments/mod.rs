@@ -15,7 +15,8 @@ pub mod mounted;
 pub mod remote_read;
 pub mod throughput;
 
-use crate::protocol::{decode_reply, encode_request, Reply, Request};
+use crate::error::Unavailable;
+use crate::protocol::{decode_reply, encode_request, Handle, Reply, Request};
 use crate::service::{Outcome, Peer, Service, ServiceConfig};
 use crate::{Client, ClientError, ClientOptions, OpenMode, Server, ServerOptions, Transports};
 use osprobe_core::locator::ServiceLocator;
@@ -48,12 +49,19 @@ pub const WINDOW_PARAM: ParamSpec = ParamSpec {
 
 /// Whether this machine can build the netns and emulated paths; the
 /// reason when not.
-pub fn namespaces_available() -> Result<(), String> {
-    PathKind::Netns.available()
+pub fn namespaces_available() -> Result<(), Unavailable> {
+    available(PathKind::Netns)
 }
 
-pub fn emulator_available() -> Result<(), String> {
-    PathKind::Emulated.available()
+pub fn emulator_available() -> Result<(), Unavailable> {
+    available(PathKind::Emulated)
+}
+
+fn available(path: PathKind) -> Result<(), Unavailable> {
+    path.available().map_err(|reason| Unavailable {
+        path,
+        reason: reason.to_string(),
+    })
 }
 
 /// Where the measuring side reaches the servers.
@@ -89,7 +97,7 @@ impl Servers for RfsServers {
             let server = match server {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = ready.send(Err(e.to_string()));
+                    let _ = ready.send(Err(e.to_string().into()));
                     return Err(e);
                 }
             };
@@ -105,11 +113,11 @@ impl Servers for RfsServers {
             }) {
                 Ok(l) => l,
                 Err(e) => {
-                    let _ = ready.send(Err(e.to_string()));
+                    let _ = ready.send(Err(e.to_string().into()));
                     return Err(e);
                 }
             };
-            let _ = ready.send(listener.local_addr().map_err(|e| e.to_string()));
+            let _ = ready.send(listener.local_addr().map_err(Into::into));
             serve_sink(&listener, &stop);
             Ok(())
         })?;
@@ -248,10 +256,10 @@ impl TestPath {
         }
         Client::connect(self.server, options).map_err(|e| {
             if self.kind.is_remote() {
-                ExperimentError::Failed(format!(
-                    "the file service at {} ({}): {e}",
-                    self.server, self.description
-                ))
+                ExperimentError::setup(
+                    format!("the file service at {} ({})", self.server, self.description),
+                    e,
+                )
             } else {
                 failed(e)
             }
@@ -336,7 +344,7 @@ pub fn remote_write_failed(e: ClientError) -> ExperimentError {
         ClientError::Remote { error, .. } if error.code == crate::protocol::ErrorCode::ReadOnly
     );
     if read_only {
-        ExperimentError::Failed(format!("{e}: {READ_ONLY_HINT}"))
+        ExperimentError::failed(READ_ONLY_HINT, e)
     } else {
         failed(e)
     }
@@ -385,9 +393,13 @@ fn sink_one(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
     stream.write_all(&[1])
 }
 
-/// A client error as an experiment failure, the message intact.
+/// A client error as an experiment failure, kept as the source: a system
+/// call's error as such, any other after the words `the file service`.
 pub fn failed(e: ClientError) -> ExperimentError {
-    ExperimentError::Failed(e.to_string())
+    match e {
+        ClientError::Io { context, source } => ExperimentError::Io { context, source },
+        other => ExperimentError::failed("the file service", other),
+    }
 }
 
 /// Write a file of `size` seeded bytes into the export, directly (not
@@ -455,86 +467,9 @@ pub fn server_rate(
     packet: usize,
     budget: Duration,
 ) -> Result<f64, ExperimentError> {
-    let fail = |what: &str| ExperimentError::Failed(format!("measuring the server rate: {what}"));
-    let service = Service::new(
-        dir,
-        ServiceConfig {
-            read_only: false,
-            token: None,
-            max_clients: 4,
-            drc_budget: 4 << 20,
-            session_idle: Duration::from_secs(60),
-            resolver: None,
-            max_file_size: crate::server::DEFAULT_MAX_FILE_SIZE,
-            hash: crate::hasher::Limits {
-                max_bytes: crate::server::DEFAULT_MAX_FILE_SIZE,
-                timeout: Duration::from_secs(60),
-            },
-        },
-        None,
-    )
-    .map_err(|e| ExperimentError::io("starting an in-process service", e))?;
-    let peer = Peer::Udp(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9));
-    let transport = crate::Transport::Tcp;
-    let mut msg = Vec::with_capacity(packet + 128);
-    let mut out = Vec::with_capacity(packet + 128);
-    let mut exchange = |session: u64, xid: u64, req: &Request<'_>, out: &mut Vec<u8>| {
-        msg.clear();
-        out.clear();
-        encode_request(session, xid, req, &mut msg).map_err(|e| fail(&e.to_string()))?;
-        match service.handle(peer, transport, &msg, out) {
-            Outcome::Reply => Ok(()),
-            _ => Err(fail("the service sent no reply")),
-        }
-    };
-    exchange(
-        0,
-        1,
-        &Request::Hello {
-            nonce: [7; 16],
-            cookie: [0; crate::protocol::COOKIE_LEN],
-        },
-        &mut out,
-    )?;
-    let (header, _, reply) = decode_reply(&out).map_err(|e| fail(&e.to_string()))?;
-    let session = header.session;
-    let Ok(Reply::Welcome { root, .. }) = reply else {
-        return Err(fail("no welcome"));
-    };
-    let (file, size) = match op {
-        ServerOp::Read => {
-            exchange(
-                session,
-                2,
-                &Request::Lookup {
-                    dir: root,
-                    name: name.as_bytes(),
-                },
-                &mut out,
-            )?;
-            match decode_reply(&out).map_err(|e| fail(&e.to_string()))?.2 {
-                Ok(Reply::Handle { handle, attr }) => (handle, attr.size.max(1)),
-                other => return Err(fail(&format!("lookup of {name}: {other:?}"))),
-            }
-        }
-        ServerOp::Write => {
-            exchange(
-                session,
-                2,
-                &Request::Create {
-                    dir: root,
-                    name: name.as_bytes(),
-                    mode: 0o644,
-                    how: crate::CreateHow::Truncate,
-                },
-                &mut out,
-            )?;
-            match decode_reply(&out).map_err(|e| fail(&e.to_string()))?.2 {
-                Ok(Reply::Handle { handle, .. }) => (handle, 8 << 20),
-                other => return Err(fail(&format!("create of {name}: {other:?}"))),
-            }
-        }
-    };
+    let mut service = InProcess::start(dir, packet)?;
+    let (session, root) = service.hello()?;
+    let (file, size) = service.open(session, root, name, op)?;
     let data = vec![0xa5u8; packet];
     let started = Instant::now();
     let mut bytes = 0u64;
@@ -553,7 +488,7 @@ pub fn server_rate(
                 data: &data,
             },
         };
-        exchange(session, xid, &req, &mut out)?;
+        service.exchange(session, xid, &req)?;
         xid += 1;
         bytes += packet as u64;
         offset += packet as u64;
@@ -562,6 +497,122 @@ pub fn server_rate(
         }
     }
     Ok(bytes as f64 / started.elapsed().as_secs_f64())
+}
+
+const RATE: &str = "measuring the server rate";
+
+/// Why measuring the server rate failed: the words say which step.
+fn rate_failed(what: &str) -> ExperimentError {
+    ExperimentError::Failed(format!("{RATE}: {what}"))
+}
+
+/// A service in this thread, requests handed to it directly, and the
+/// buffers of one exchange.
+struct InProcess {
+    service: Service,
+    peer: Peer,
+    msg: Vec<u8>,
+    out: Vec<u8>,
+}
+
+impl InProcess {
+    fn start(dir: &Path, packet: usize) -> Result<InProcess, ExperimentError> {
+        let service = Service::new(
+            dir,
+            ServiceConfig {
+                read_only: false,
+                token: None,
+                max_clients: 4,
+                drc_budget: 4 << 20,
+                session_idle: Duration::from_secs(60),
+                resolver: None,
+                max_file_size: crate::server::DEFAULT_MAX_FILE_SIZE,
+                hash: crate::hasher::Limits {
+                    max_bytes: crate::server::DEFAULT_MAX_FILE_SIZE,
+                    timeout: Duration::from_secs(60),
+                },
+            },
+            None,
+        )
+        .map_err(|e| ExperimentError::io("starting an in-process service", e))?;
+        Ok(InProcess {
+            service,
+            peer: Peer::Udp(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9)),
+            msg: Vec::with_capacity(packet + 128),
+            out: Vec::with_capacity(packet + 128),
+        })
+    }
+
+    /// One request and its reply (left in `out`).
+    fn exchange(
+        &mut self,
+        session: u64,
+        xid: u64,
+        req: &Request<'_>,
+    ) -> Result<(), ExperimentError> {
+        self.msg.clear();
+        self.out.clear();
+        encode_request(session, xid, req, &mut self.msg)
+            .map_err(|e| ExperimentError::failed(RATE, e))?;
+        match self
+            .service
+            .handle(self.peer, crate::Transport::Tcp, &self.msg, &mut self.out)
+        {
+            Outcome::Reply => Ok(()),
+            _ => Err(rate_failed("the service sent no reply")),
+        }
+    }
+
+    /// A session: its number and the export's root.
+    fn hello(&mut self) -> Result<(u64, Handle), ExperimentError> {
+        self.exchange(
+            0,
+            1,
+            &Request::Hello {
+                nonce: [7; 16],
+                cookie: [0; crate::protocol::COOKIE_LEN],
+            },
+        )?;
+        let (header, _, reply) =
+            decode_reply(&self.out).map_err(|e| ExperimentError::failed(RATE, e))?;
+        let Ok(Reply::Welcome { root, .. }) = reply else {
+            return Err(rate_failed("no welcome"));
+        };
+        Ok((header.session, root))
+    }
+
+    /// The file to read (looked up) or to write (created, truncated), and
+    /// the size the offsets wrap at.
+    fn open(
+        &mut self,
+        session: u64,
+        root: Handle,
+        name: &str,
+        op: ServerOp,
+    ) -> Result<(Handle, u64), ExperimentError> {
+        let req = match op {
+            ServerOp::Read => Request::Lookup {
+                dir: root,
+                name: name.as_bytes(),
+            },
+            ServerOp::Write => Request::Create {
+                dir: root,
+                name: name.as_bytes(),
+                mode: 0o644,
+                how: crate::CreateHow::Truncate,
+            },
+        };
+        self.exchange(session, 2, &req)?;
+        let reply = decode_reply(&self.out)
+            .map_err(|e| ExperimentError::failed(RATE, e))?
+            .2;
+        match (op, reply) {
+            (ServerOp::Read, Ok(Reply::Handle { handle, attr })) => Ok((handle, attr.size.max(1))),
+            (ServerOp::Write, Ok(Reply::Handle { handle, .. })) => Ok((handle, 8 << 20)),
+            (ServerOp::Read, other) => Err(rate_failed(&format!("lookup of {name}: {other:?}"))),
+            (ServerOp::Write, other) => Err(rate_failed(&format!("create of {name}: {other:?}"))),
+        }
+    }
 }
 
 pub use osprobe_core::harness::value_measurement as rate_measurement;

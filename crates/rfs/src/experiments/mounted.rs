@@ -53,15 +53,18 @@ pub fn run(
     dir: &str,
     size: u64,
 ) -> Result<Vec<Measurement>, ExperimentError> {
-    let failed = |what: String| ExperimentError::Failed(what);
     let dir = Path::new(dir);
     if !dir.is_dir() {
-        return Err(failed(format!(
-            "dir={}: not a directory (expected a directory on a mounted file system, e.g. an NFS, CIFS, 9p or sshfs mount)",
-            dir.display()
-        )));
+        return Err(ExperimentError::invalid_parameter(
+            "dir",
+            format!(
+                "dir={}: not a directory (expected a directory on a mounted file system, e.g. an NFS, CIFS, 9p or sshfs mount)",
+                dir.display()
+            ),
+        ));
     }
-    let mount = mounts::mount_of(dir).map_err(|e| failed(format!("dir={e}")))?;
+    let mount = mounts::mount_of(dir)
+        .map_err(|e| ExperimentError::invalid_parameter("dir", format!("dir={e}")))?;
     let server = mount.server();
     let rtt = match &server {
         Some(s) => Some(connect_round_trip(
@@ -77,28 +80,16 @@ pub fn run(
     let file = write_file(dir, size)?;
     let blocks = (size / BLOCK as u64).max(1) as usize;
     let (handle, uncached) = open_uncached(&file.path)?;
-    let mut block = Box::new(Block([0; BLOCK]));
-    let read_block = |index: usize, block: &mut Block| -> Result<f64, ExperimentError> {
-        let offset = (index * BLOCK) as u64;
-        if uncached == Uncached::Dropped {
-            drop_cached(&handle, offset);
-        }
-        let t = Instant::now();
-        let n = handle
-            .read_at(&mut block.0, offset)
-            .map_err(|e| failed(format!("reading {}: {e}", file.path.display())))?;
-        let ns = t.elapsed().as_nanos() as f64;
-        if n != BLOCK {
-            return Err(failed(format!(
-                "short read: {n} of {BLOCK} bytes at block {index}"
-            )));
-        }
-        Ok(ns)
+    let mut reader = Reader {
+        handle,
+        uncached,
+        path: &file.path,
+        block: Box::new(Block([0; BLOCK])),
     };
     let harness = ctx.harness().max_samples(blocks.max(8));
     let mut next = 0usize;
     let mut seq = harness.each_reported(|| {
-        let ns = read_block(next % blocks, &mut block)?;
+        let ns = reader.read_block(next % blocks)?;
         next += 1;
         Ok(ns)
     })?;
@@ -107,15 +98,78 @@ pub fn run(
     let order = osprobe_core::random::shuffled(blocks, size ^ 0xb10c);
     let mut i = 0usize;
     let mut random = harness.each_reported(|| {
-        let ns = read_block(order[i % order.len()], &mut block)?;
+        let ns = reader.read_block(order[i % order.len()])?;
         i += 1;
         Ok(ns)
     })?;
     random
         .notes
         .push("one sample = one 4 KiB read at a shuffled block offset".into());
-    drop(handle);
+    drop(reader);
 
+    let common = mount_notes(&mount, uncached, size, server.as_ref(), rtt);
+    let mut out = Vec::new();
+    for (metric, samples) in [("sequential", &seq), ("random", &random)] {
+        let mut m = ctx.time_measurement(id, metric, params.clone(), samples as &Samples)?;
+        m.prediction = rtt.map(|(_, rtt_ns, _)| round_trip_prediction(rtt_ns));
+        m.notes.extend(common.iter().cloned());
+        out.push(m);
+    }
+    Ok(out)
+}
+
+/// One round trip to the server per block read.
+fn round_trip_prediction(rtt_ns: f64) -> Prediction {
+    Prediction::new(
+        rtt_ns,
+        format!(
+            "one round trip per block read: RTT to the server = {:.1} us (TCP connect, measured just before)",
+            rtt_ns / 1e3
+        ),
+    )
+    .within(0.5)
+}
+
+/// The test file open for uncached reads of one block at a time.
+struct Reader<'a> {
+    handle: File,
+    uncached: Uncached,
+    path: &'a Path,
+    block: Box<Block>,
+}
+
+impl Reader<'_> {
+    /// Time of one read of block `index`, its cached pages dropped first
+    /// where O_DIRECT is refused; ns.
+    fn read_block(&mut self, index: usize) -> Result<f64, ExperimentError> {
+        let offset = (index * BLOCK) as u64;
+        if self.uncached == Uncached::Dropped {
+            drop_cached(&self.handle, offset);
+        }
+        let t = Instant::now();
+        let n = self
+            .handle
+            .read_at(&mut self.block.0, offset)
+            .map_err(|e| ExperimentError::io(format!("reading {}", self.path.display()), e))?;
+        let ns = t.elapsed().as_nanos() as f64;
+        if n != BLOCK {
+            return Err(ExperimentError::Failed(format!(
+                "short read: {n} of {BLOCK} bytes at block {index}"
+            )));
+        }
+        Ok(ns)
+    }
+}
+
+/// The mount, how the reads avoid this machine's cache, the file, and the
+/// server with its round trip (or that there is none).
+fn mount_notes(
+    mount: &mounts::Mount,
+    uncached: Uncached,
+    size: u64,
+    server: Option<&mounts::Server>,
+    rtt: Option<(SocketAddr, f64, usize)>,
+) -> Vec<String> {
     let mut common = vec![
         format!("mount: {}", mount.describe()),
         match uncached {
@@ -124,7 +178,7 @@ pub fn run(
         },
         format!("a {size}-byte file written into the directory just before, removed after"),
     ];
-    match (&server, rtt) {
+    match (server, rtt) {
         (Some(s), Some((addr, rtt_ns, probes))) => common.push(format!(
             "server {}:{} ({addr}); round trip measured just before: {:.1} us (median of {probes} TCP connects to the file system's port)",
             s.host,
@@ -136,25 +190,7 @@ pub fn run(
             mount.fs_type
         )),
     }
-    let mut out = Vec::new();
-    for (metric, samples) in [("sequential", &seq), ("random", &random)] {
-        let mut m = ctx.time_measurement(id, metric, params.clone(), samples as &Samples)?;
-        if let Some((_, rtt_ns, _)) = rtt {
-            m.prediction = Some(
-                Prediction::new(
-                    rtt_ns,
-                    format!(
-                        "one round trip per block read: RTT to the server = {:.1} us (TCP connect, measured just before)",
-                        rtt_ns / 1e3
-                    ),
-                )
-                .within(0.5),
-            );
-        }
-        m.notes.extend(common.iter().cloned());
-        out.push(m);
-    }
-    Ok(out)
+    common
 }
 
 /// (address, median connect time in ns, probes) to the server's port.
@@ -162,14 +198,16 @@ fn connect_round_trip(
     server: &mounts::Server,
     probes: usize,
 ) -> Result<(SocketAddr, f64, usize), ExperimentError> {
-    let addr = mounts::resolve(server).map_err(|e| ExperimentError::Failed(e.to_string()))?;
+    let addr =
+        mounts::resolve(server).map_err(|e| ExperimentError::setup("the mount's server", e))?;
     let mut times = Vec::with_capacity(probes);
     for _ in 0..probes {
         let t = Instant::now();
         let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| {
-            ExperimentError::Failed(format!(
-                "the mount's server {addr} does not accept TCP connections on its port ({e}): no round trip to model with"
-            ))
+            ExperimentError::setup(
+                format!("the mount's server {addr} does not accept TCP connections on its port, so there is no round trip to model with"),
+                e,
+            )
         })?;
         times.push(t.elapsed().as_nanos() as f64);
         drop(stream);
@@ -201,10 +239,13 @@ fn write_file(dir: &Path, size: u64) -> Result<TestFile, ExperimentError> {
         f.sync_all()
     };
     write().map_err(|e| {
-        ExperimentError::Failed(format!(
-            "cannot write the test file {}: {e} (dir= must be writable)",
-            file.path.display()
-        ))
+        ExperimentError::io(
+            format!(
+                "cannot write the test file {} (dir= must be writable)",
+                file.path.display()
+            ),
+            e,
+        )
     })?;
     Ok(file)
 }
@@ -222,7 +263,7 @@ fn open_uncached(path: &Path) -> Result<(File, Uncached), ExperimentError> {
                 drop_cached(&f, 0);
                 (f, Uncached::Dropped)
             })
-            .map_err(|e| ExperimentError::Failed(format!("{}: {e}", path.display()))),
+            .map_err(|e| ExperimentError::io(path.display().to_string(), e)),
     }
 }
 

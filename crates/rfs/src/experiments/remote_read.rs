@@ -16,7 +16,8 @@ use super::{
     check, failed, getattr_round_trip_ns, server_rate, ServerOp, TestPath, DELAY_PARAM, PATH_PARAM,
     TO_PARAM, WINDOW_PARAM,
 };
-use crate::{ClientOptions, OpenMode, Transport};
+use crate::client::Fd;
+use crate::{Client, ClientOptions, OpenMode, Transport};
 use osprobe_core::model::Prediction;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -138,57 +139,9 @@ impl Experiment for RemoteRead {
             )?;
         let fd = client.open(FILE, OpenMode::Read).map_err(failed)?;
 
-        // Sequential: `window` consecutive blocks per call, wrapping at the end.
         let batch = window.min(blocks.max(1));
-        let mut buf = vec![0u8; batch * BLOCK];
-        let mut next = 0usize;
-        let harness = ctx.harness().max_samples(blocks.max(8));
-        let mut seq = harness.each_reported(|| {
-            if next + batch > blocks {
-                next = 0;
-            }
-            let t = Instant::now();
-            let n = client
-                .read_at(fd, (next * BLOCK) as u64, &mut buf)
-                .map_err(failed)?;
-            let ns = t.elapsed().as_nanos() as f64;
-            if n != buf.len() {
-                return Err(ExperimentError::Failed(format!(
-                    "short read: {n} of {} bytes at block {next}",
-                    buf.len()
-                )));
-            }
-            next += batch;
-            Ok(ns / batch as f64)
-        })?;
-        seq.notes.push(format!(
-            "one sample = read_at of {batch} consecutive 4 KiB block{} ({batch} request{} in flight), divided by {batch}",
-            if batch == 1 { "" } else { "s" },
-            if batch == 1 { "" } else { "s" }
-        ));
-
-        // Random: one block per call, in a shuffled order of all blocks.
-        let order = osprobe_core::random::shuffled(blocks.max(1), size ^ 0xb10c);
-        let mut i = 0usize;
-        let mut one = [0u8; BLOCK];
-        let mut random = harness.each_reported(|| {
-            let block = order[i % order.len()];
-            i += 1;
-            let t = Instant::now();
-            let n = client
-                .read_at(fd, (block * BLOCK) as u64, &mut one)
-                .map_err(failed)?;
-            let ns = t.elapsed().as_nanos() as f64;
-            if n != BLOCK {
-                return Err(ExperimentError::Failed(format!(
-                    "short read: {n} of {BLOCK} bytes at block {block}"
-                )));
-            }
-            Ok(ns)
-        })?;
-        random
-            .notes
-            .push("one sample = read_at of one 4 KiB block at a shuffled block offset".into());
+        let seq = sequential(ctx, &mut client, fd, blocks, batch)?;
+        let random = random(ctx, &mut client, fd, blocks, size)?;
         let _ = client.close(fd);
         let _ = client.disconnect();
 
@@ -223,6 +176,77 @@ impl Experiment for RemoteRead {
         }
         Ok(out)
     }
+}
+
+/// Sequential reads: `batch` consecutive blocks per call, wrapping at the
+/// end; ns per block.
+fn sequential(
+    ctx: &Context,
+    client: &mut Client,
+    fd: Fd,
+    blocks: usize,
+    batch: usize,
+) -> Result<Samples, ExperimentError> {
+    let mut buf = vec![0u8; batch * BLOCK];
+    let mut next = 0usize;
+    let mut seq = ctx.harness().max_samples(blocks.max(8)).each_reported(|| {
+        if next + batch > blocks {
+            next = 0;
+        }
+        let t = Instant::now();
+        let n = client
+            .read_at(fd, (next * BLOCK) as u64, &mut buf)
+            .map_err(failed)?;
+        let ns = t.elapsed().as_nanos() as f64;
+        if n != buf.len() {
+            return Err(ExperimentError::Failed(format!(
+                "short read: {n} of {} bytes at block {next}",
+                buf.len()
+            )));
+        }
+        next += batch;
+        Ok(ns / batch as f64)
+    })?;
+    seq.notes.push(format!(
+        "one sample = read_at of {batch} consecutive 4 KiB block{} ({batch} request{} in flight), divided by {batch}",
+        if batch == 1 { "" } else { "s" },
+        if batch == 1 { "" } else { "s" }
+    ));
+    Ok(seq)
+}
+
+/// Random reads: one block per call, in a shuffled order of all blocks;
+/// ns per block.
+fn random(
+    ctx: &Context,
+    client: &mut Client,
+    fd: Fd,
+    blocks: usize,
+    size: u64,
+) -> Result<Samples, ExperimentError> {
+    // Random: one block per call, in a shuffled order of all blocks.
+    let order = osprobe_core::random::shuffled(blocks.max(1), size ^ 0xb10c);
+    let mut i = 0usize;
+    let mut one = [0u8; BLOCK];
+    let mut random = ctx.harness().max_samples(blocks.max(8)).each_reported(|| {
+        let block = order[i % order.len()];
+        i += 1;
+        let t = Instant::now();
+        let n = client
+            .read_at(fd, (block * BLOCK) as u64, &mut one)
+            .map_err(failed)?;
+        let ns = t.elapsed().as_nanos() as f64;
+        if n != BLOCK {
+            return Err(ExperimentError::Failed(format!(
+                "short read: {n} of {BLOCK} bytes at block {block}"
+            )));
+        }
+        Ok(ns)
+    })?;
+    random
+        .notes
+        .push("one sample = read_at of one 4 KiB block at a shuffled block offset".into());
+    Ok(random)
 }
 
 #[cfg(test)]

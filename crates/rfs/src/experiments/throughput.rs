@@ -159,68 +159,196 @@ impl Experiment for Throughput {
                 transport.max_data()
             )));
         }
-        let (samples, cap) = match ctx.profile {
-            Profile::Smoke => (3, Duration::from_secs(2)),
-            Profile::Quick => (5, Duration::from_secs(3)),
-            Profile::Full => (7, Duration::from_secs(6)),
-        };
-
         let mut path = TestPath::open_for(ctx, params)?;
         path.put_file(FILE, size)?;
         path.will_remove(WRITTEN);
-        let mut client = path.client(ClientOptions {
+        let client = path.client(ClientOptions {
             transport,
             window: 1,
             packet,
             ..ClientOptions::default()
         })?;
         check(ctx)?;
-
-        // The round trips of the model, at window 1.
-        let probes = if ctx.profile == Profile::Smoke { 9 } else { 21 };
-        let small_rtt = getattr_round_trip_ns(&mut client, FILE, probes)?;
-        let rfd = client.open(FILE, OpenMode::Read).map_err(failed)?;
-        let wfd = client
-            .create(WRITTEN, CreateHow::Truncate, 0o644)
-            .map_err(super::remote_write_failed)?;
-        let mut one = vec![0u8; packet];
-        let read_rtt = median_ns(probes, || client.read_at(rfd, 0, &mut one).map(|_| ()))?;
-        let write_rtt = median_ns(probes, || client.write_at(wfd, 0, &one).map(|_| ()))?;
-        client.set_window(window).map_err(failed)?;
+        let timed = time_transfers(ctx, client, window, packet, size)?;
         check(ctx)?;
+        let terms = ModelTerms::measure(ctx, &path, window, packet)?;
 
-        // The samples: whole-file transfers.
-        let mut buf = vec![0u8; size as usize];
-        let read = transfers(ctx, samples, cap, || {
-            let t = Instant::now();
-            let n = client.read_at(rfd, 0, &mut buf).map_err(failed)?;
-            let elapsed = t.elapsed();
-            if n as u64 != size {
-                return Err(ExperimentError::Failed(format!(
-                    "read {n} of {size} bytes of {FILE}"
-                )));
-            }
-            Ok(elapsed)
-        })?;
-        let data = buf; // what was read: the file's bytes
-        let write = transfers(ctx, samples, cap, || {
-            let t = Instant::now();
-            let n = client.write_at(wfd, 0, &data).map_err(failed)?;
-            let elapsed = t.elapsed();
-            if n as u64 != size {
-                return Err(ExperimentError::Failed(format!(
-                    "wrote {n} of {size} bytes of {WRITTEN}"
-                )));
-            }
-            Ok(elapsed)
-        })?;
-        let stats = client.stats();
-        let _ = client.close(rfd);
-        let _ = client.close(wfd);
-        let _ = client.disconnect();
-        check(ctx)?;
+        let bits =
+            |secs: &[f64]| -> Vec<f64> { secs.iter().map(|s| size as f64 * 8.0 / s).collect() };
+        let [round_trip, client] = timed.client_notes();
+        let common_notes = [
+            format!(
+                "one sample = one transfer of a {size}-byte file, {window} x {packet}-byte requests in flight over {transport}"
+            ),
+            format!("path: {}", path.description),
+            round_trip,
+            client,
+        ];
+        let mut out = Vec::new();
+        for (metric, secs, rtt, server, extra) in [
+            (
+                "read",
+                &timed.read,
+                timed.read_rtt,
+                terms.server_read,
+                "read_at into memory; the server reads from its page cache",
+            ),
+            (
+                "write",
+                &timed.write,
+                timed.write_rtt,
+                terms.server_write,
+                "write_at over an existing file; no fsync (the server's page cache takes the bytes)",
+            ),
+        ] {
+            let values = bits(secs);
+            let mut m = rate_measurement(
+                self.id(),
+                metric,
+                params.clone(),
+                Unit::BitsPerSecond,
+                &values,
+            )?;
+            let (prediction, binding) = terms.model.predict(metric, rtt, server);
+            let ratio = m.summary.p50 / prediction.value;
+            m.prediction = Some(prediction);
+            m.notes.push(extra.to_string());
+            m.notes.extend(common_notes.iter().cloned());
+            m.notes.push(format!(
+                "measured / predicted = {ratio:.2}; the model's binding term: {binding}"
+            ));
+            out.push(m);
+        }
+        for m in &mut out {
+            m.notes.extend(path_notes(&path));
+        }
+        Ok(out)
+    }
+}
 
-        // The other terms of the model.
+/// What a remote or emulated path leaves out of the model or adds to it.
+fn path_notes(path: &TestPath) -> Vec<String> {
+    let mut notes = Vec::new();
+    if path.kind.is_remote() {
+        notes.push(
+            "path=remote: the path bandwidth term is not measured here (net.bandwidth against the same serve measures it); the server rate is this machine's service in-process".into(),
+        );
+    }
+    if path.kind.is_emulated() {
+        notes.push(
+            "the emulator's forwarders add their own per-packet cost; the TCP stream's rate includes it".into(),
+        );
+    }
+    notes
+}
+
+/// What the client measured: the round trips at window 1 (ns) and the
+/// whole-file transfers at the window (seconds each).
+struct Timed {
+    small_rtt: f64,
+    read_rtt: f64,
+    write_rtt: f64,
+    read: Vec<f64>,
+    write: Vec<f64>,
+    stats: crate::ClientStats,
+}
+
+impl Timed {
+    /// The service's round trip, and what the client saw.
+    fn client_notes(&self) -> [String; 2] {
+        let stats = &self.stats;
+        [
+            format!(
+                "service round trip (a getattr alone in flight): {:.1} us",
+                self.small_rtt / 1e3
+            ),
+            format!(
+                "client: {} requests, {} retransmissions, {} late replies",
+                stats.requests, stats.retransmissions, stats.late_replies
+            ),
+        ]
+    }
+}
+
+/// The round trips of the model at window 1, then the samples: whole-file
+/// reads of FILE and writes of WRITTEN at `window`.
+fn time_transfers(
+    ctx: &Context,
+    mut client: crate::Client,
+    window: usize,
+    packet: usize,
+    size: u64,
+) -> Result<Timed, ExperimentError> {
+    let (samples, cap) = match ctx.profile {
+        Profile::Smoke => (3, Duration::from_secs(2)),
+        Profile::Quick => (5, Duration::from_secs(3)),
+        Profile::Full => (7, Duration::from_secs(6)),
+    };
+    let probes = if ctx.profile == Profile::Smoke { 9 } else { 21 };
+    let small_rtt = getattr_round_trip_ns(&mut client, FILE, probes)?;
+    let rfd = client.open(FILE, OpenMode::Read).map_err(failed)?;
+    let wfd = client
+        .create(WRITTEN, CreateHow::Truncate, 0o644)
+        .map_err(super::remote_write_failed)?;
+    let mut one = vec![0u8; packet];
+    let read_rtt = median_ns(probes, || client.read_at(rfd, 0, &mut one).map(|_| ()))?;
+    let write_rtt = median_ns(probes, || client.write_at(wfd, 0, &one).map(|_| ()))?;
+    client.set_window(window).map_err(failed)?;
+    check(ctx)?;
+
+    let mut buf = vec![0u8; size as usize];
+    let read = transfers(ctx, samples, cap, || {
+        let t = Instant::now();
+        let n = client.read_at(rfd, 0, &mut buf).map_err(failed)?;
+        let elapsed = t.elapsed();
+        if n as u64 != size {
+            return Err(ExperimentError::Failed(format!(
+                "read {n} of {size} bytes of {FILE}"
+            )));
+        }
+        Ok(elapsed)
+    })?;
+    let data = buf; // what was read: the file's bytes
+    let write = transfers(ctx, samples, cap, || {
+        let t = Instant::now();
+        let n = client.write_at(wfd, 0, &data).map_err(failed)?;
+        let elapsed = t.elapsed();
+        if n as u64 != size {
+            return Err(ExperimentError::Failed(format!(
+                "wrote {n} of {size} bytes of {WRITTEN}"
+            )));
+        }
+        Ok(elapsed)
+    })?;
+    let stats = client.stats();
+    let _ = client.close(rfd);
+    let _ = client.close(wfd);
+    let _ = client.disconnect();
+    Ok(Timed {
+        small_rtt,
+        read_rtt,
+        write_rtt,
+        read,
+        write,
+        stats,
+    })
+}
+
+/// The model's other terms, measured on the path: its bandwidth and the
+/// server's own rates.
+struct ModelTerms {
+    model: Model,
+    server_read: f64,
+    server_write: f64,
+}
+
+impl ModelTerms {
+    fn measure(
+        ctx: &Context,
+        path: &TestPath,
+        window: usize,
+        packet: usize,
+    ) -> Result<ModelTerms, ExperimentError> {
         let stream_bytes: u64 = match (ctx.profile, path.kind) {
             (Profile::Smoke, _) => 8 << 20,
             _ => 32 << 20,
@@ -245,79 +373,16 @@ impl Experiment for Throughput {
             packet,
             server_budget,
         )?;
-
-        let bits =
-            |secs: &[f64]| -> Vec<f64> { secs.iter().map(|s| size as f64 * 8.0 / s).collect() };
-        let common_notes = [
-            format!(
-                "one sample = one transfer of a {size}-byte file, {window} x {packet}-byte requests in flight over {transport}"
-            ),
-            format!("path: {}", path.description),
-            format!(
-                "service round trip (a getattr alone in flight): {:.1} us",
-                small_rtt / 1e3
-            ),
-            format!(
-                "client: {} requests, {} retransmissions, {} late replies",
-                stats.requests, stats.retransmissions, stats.late_replies
-            ),
-        ];
-        let model = Model {
-            window,
-            packet,
-            bandwidth,
-            stream_bytes,
-        };
-        let mut out = Vec::new();
-        for (metric, secs, rtt, server, extra) in [
-            (
-                "read",
-                &read,
-                read_rtt,
-                server_read,
-                "read_at into memory; the server reads from its page cache",
-            ),
-            (
-                "write",
-                &write,
-                write_rtt,
-                server_write,
-                "write_at over an existing file; no fsync (the server's page cache takes the bytes)",
-            ),
-        ] {
-            let values = bits(secs);
-            let mut m = rate_measurement(
-                self.id(),
-                metric,
-                params.clone(),
-                Unit::BitsPerSecond,
-                &values,
-            )?;
-            let (prediction, binding) = model.predict(metric, rtt, server);
-            let ratio = m.summary.p50 / prediction.value;
-            m.prediction = Some(prediction);
-            m.notes.push(extra.to_string());
-            m.notes.extend(common_notes.iter().cloned());
-            m.notes.push(format!(
-                "measured / predicted = {ratio:.2}; the model's binding term: {binding}"
-            ));
-            out.push(m);
-        }
-        if path.kind.is_remote() {
-            for m in &mut out {
-                m.notes.push(
-                    "path=remote: the path bandwidth term is not measured here (net.bandwidth against the same serve measures it); the server rate is this machine's service in-process".into(),
-                );
-            }
-        }
-        if path.kind.is_emulated() {
-            for m in &mut out {
-                m.notes.push(
-                    "the emulator's forwarders add their own per-packet cost; the TCP stream's rate includes it".into(),
-                );
-            }
-        }
-        Ok(out)
+        Ok(ModelTerms {
+            model: Model {
+                window,
+                packet,
+                bandwidth,
+                stream_bytes,
+            },
+            server_read,
+            server_write,
+        })
     }
 }
 

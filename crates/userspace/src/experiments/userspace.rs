@@ -10,6 +10,7 @@
 use crate::clock::{ClockMode, CLOCK_VALUES};
 use crate::error::TransferError;
 use crate::outcome::{PathConfig, TransferConfig, TransferOutcome};
+use osprobe_core::error::CheckError;
 use osprobe_core::harness::value_measurement;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
@@ -60,14 +61,15 @@ const PARAMS: [ParamSpec; 8] = [
     },
 ];
 
-fn check_clock(raw: &str) -> Result<(), String> {
-    ClockMode::parse(raw).map(|_| ()).map_err(|e| e.reason)
+fn check_clock(raw: &str) -> Result<(), CheckError> {
+    ClockMode::parse(raw).map_err(|e| e.reason)?;
+    Ok(())
 }
 
-fn check_duration(raw: &str) -> Result<(), String> {
-    let d = parse::duration(raw).map_err(|e| e.to_string())?;
+fn check_duration(raw: &str) -> Result<(), CheckError> {
+    let d = parse::duration(raw)?;
     if d < Duration::from_millis(100) || d > Duration::from_secs(600) {
-        return Err(format!("duration '{raw}': accepted 100ms to 600s"));
+        return Err(format!("duration '{raw}': accepted 100ms to 600s").into());
     }
     Ok(())
 }
@@ -126,6 +128,22 @@ const MIDDLEBOX_PATH: Path = Path {
 impl Experiment for NetUserspace {
     fn id(&self) -> &'static str {
         ID
+    }
+
+    /// A colour per clock (the seed's question: what the clock does to
+    /// each stack), and the RTT estimates against the path's configured
+    /// round trip.
+    fn plot_view(&self) -> osprobe_core::plot_view::PlotView {
+        osprobe_core::plot_view::PlotView {
+            series: Some("clock"),
+            expected: Some(osprobe_core::plot_view::ExpectedLine {
+                metrics: &["min_rtt", "srtt"],
+                param: "delay",
+                factor: 2.0,
+                label: "configured round trip (2 x delay)",
+            }),
+            ..Default::default()
+        }
     }
 
     fn description(&self) -> &'static str {
@@ -298,6 +316,35 @@ fn measurements(
             outcome.notes.join("; ")
         )));
     }
+    let round_trip = config.path.delay * 2;
+    let clock_words = match (params.text("stack"), config.clock) {
+        (Some("kernel"), _) => "the kernel's own clock".to_string(),
+        (_, ClockMode::Fine) => "the fine clock (CLOCK_MONOTONIC)".to_string(),
+        (_, tick) => format!("clock {tick}"),
+    };
+    let mut out = vec![throughput(params, config, outcome)?];
+    out.extend(end_figures(params, outcome, &clock_words, round_trip)?);
+    // Every measurement says which stack and clock it was and what the
+    // path's round trip was configured to be, whatever a reader looks at.
+    let context = format!(
+        "{} with cc={} on {clock_words}; the path's configured round trip {} ms",
+        params.text("stack").unwrap_or("smoltcp"),
+        config.cc,
+        round_trip.as_millis()
+    );
+    for m in &mut out {
+        m.notes.insert(0, context.clone());
+    }
+    Ok(out)
+}
+
+/// The throughput per interval after the ramp-up (the whole transfer's
+/// rate when there is no sample), with how it was taken.
+fn throughput(
+    params: &Params,
+    config: &TransferConfig,
+    outcome: &TransferOutcome,
+) -> Result<Measurement, ExperimentError> {
     let skip = (omitted(config).as_nanos() / config.interval.as_nanos()) as usize;
     let samples: Vec<f64> = outcome.throughput_bps.iter().skip(skip).copied().collect();
     let samples = if samples.is_empty() {
@@ -306,29 +353,18 @@ fn measurements(
         samples
     };
     let whole = outcome.bytes as f64 * 8.0 / outcome.elapsed.as_secs_f64().max(1e-9);
-    let round_trip = config.path.delay * 2;
-    let clock_words = match (params.text("stack"), config.clock) {
-        (Some("kernel"), _) => "the kernel's own clock".to_string(),
-        (_, ClockMode::Fine) => "the fine clock (CLOCK_MONOTONIC)".to_string(),
-        (_, tick) => format!("clock {tick}"),
-    };
-    let mut throughput = if samples.is_empty() {
-        value_measurement(
-            ID,
-            "throughput",
-            params.clone(),
-            Unit::BitsPerSecond,
-            &[whole],
-        )?
+    let values: &[f64] = if samples.is_empty() {
+        &[whole]
     } else {
-        value_measurement(
-            ID,
-            "throughput",
-            params.clone(),
-            Unit::BitsPerSecond,
-            &samples,
-        )?
+        &samples
     };
+    let mut throughput = value_measurement(
+        ID,
+        "throughput",
+        params.clone(),
+        Unit::BitsPerSecond,
+        values,
+    )?;
     throughput.notes.push(format!(
         "samples: acknowledged bytes per {} ms interval after the first {} ms; whole transfer {:.1} Mbit/s ({} B in {:.2} s, from the handshake to the last byte acknowledged), verified by the receiver's xxh3",
         config.interval.as_millis(),
@@ -338,7 +374,18 @@ fn measurements(
         outcome.elapsed.as_secs_f64()
     ));
     throughput.notes.extend(outcome.notes.iter().cloned());
-    let mut out = vec![throughput];
+    Ok(throughput)
+}
+
+/// The figures read once at the end: the RTTs the stack saw, the
+/// retransmits and the CPU time per byte.
+fn end_figures(
+    params: &Params,
+    outcome: &TransferOutcome,
+    clock_words: &str,
+    round_trip: Duration,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    let mut out = Vec::new();
     let one = |metric: &str,
                unit: Unit,
                value: f64,
@@ -387,17 +434,6 @@ fn measurements(
                 outcome.bytes
             ),
         )?);
-    }
-    // Every measurement says which stack and clock it was and what the
-    // path's round trip was configured to be, whatever a reader looks at.
-    let context = format!(
-        "{} with cc={} on {clock_words}; the path's configured round trip {} ms",
-        params.text("stack").unwrap_or("smoltcp"),
-        config.cc,
-        round_trip.as_millis()
-    );
-    for m in &mut out {
-        m.notes.insert(0, context.clone());
     }
     Ok(out)
 }
@@ -496,7 +532,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_what_is_accepted() {
-        let e = check_clock("tick:ten").unwrap_err();
+        let e = check_clock("tick:ten").unwrap_err().to_string();
         assert!(e.contains("tick:10ms"), "{e}");
         assert!(check_duration("50ms").is_err());
         let params = Params::new().with("loss", "ge:p=1%,r=25%");

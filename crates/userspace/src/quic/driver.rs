@@ -106,17 +106,7 @@ pub fn run<A: App>(
     let mut closed_at: Option<Instant> = None;
     let mut connected = false;
     loop {
-        if osprobe_core::interrupt::requested() {
-            return Err(EndpointError::Interrupted);
-        }
-        if abort.load(Ordering::Relaxed) {
-            return Err(EndpointError::OtherEndpointFailed);
-        }
-        if Instant::now() >= deadline {
-            return Err(EndpointError::Deadline {
-                progress: app.progress(),
-            });
-        }
+        check_going(abort, deadline, &app)?;
         driver.receive()?;
         let now = clock.now_instant();
         let Some((handle, conn)) = driver.conn.as_mut() else {
@@ -127,24 +117,7 @@ pub fn run<A: App>(
         if conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
         }
-        while let Some(event) = conn.poll_endpoint_events() {
-            if let Some(reply) = driver.endpoint.handle_event(handle, event) {
-                conn.handle_event(reply);
-            }
-        }
-        while let Some(event) = conn.poll() {
-            match event {
-                Event::Connected => {
-                    connected = true;
-                    app.on_connected(conn)?;
-                }
-                Event::Stream(e) => app.on_stream_event(conn, e)?,
-                Event::ConnectionLost { reason } if !app.done() => {
-                    return Err(EndpointError::ConnectionLost(reason));
-                }
-                _ => {}
-            }
-        }
+        handle_events(&mut driver.endpoint, handle, conn, &mut app, &mut connected)?;
         if connected {
             app.pump(conn)?;
         }
@@ -165,19 +138,59 @@ pub fn run<A: App>(
         let timer = conn.poll_timeout();
         driver.wait(timer, deadline)?;
     }
-    let (_, conn) = driver
-        .conn
-        .as_ref()
-        .expect("the loop ends with a connection");
-    let path = conn.stats().path;
-    Ok(Finished {
-        app,
-        stats: Some(conn.stats()),
-        srtt: Some(path.rtt),
-        min_rtt: Some(conn.min_rtt()),
-        cpu: thread_cpu().saturating_sub(cpu_start),
-        timer_late: driver.timer_late,
-    })
+    Ok(driver.finished(app, cpu_start))
+}
+
+/// Whether the loop may go on: not interrupted, the other endpoint still
+/// running, the deadline not passed.
+fn check_going<A: App>(
+    abort: &AtomicBool,
+    deadline: Instant,
+    app: &A,
+) -> Result<(), EndpointError> {
+    if osprobe_core::interrupt::requested() {
+        return Err(EndpointError::Interrupted);
+    }
+    if abort.load(Ordering::Relaxed) {
+        return Err(EndpointError::OtherEndpointFailed);
+    }
+    if Instant::now() >= deadline {
+        return Err(EndpointError::Deadline {
+            progress: app.progress(),
+        });
+    }
+    Ok(())
+}
+
+/// The connection's events: those for the endpoint passed on (and their
+/// replies back), those for the application handed to it. A lost
+/// connection fails the loop unless the application was done.
+fn handle_events<A: App>(
+    endpoint: &mut Endpoint,
+    handle: ConnectionHandle,
+    conn: &mut Connection,
+    app: &mut A,
+    connected: &mut bool,
+) -> Result<(), EndpointError> {
+    while let Some(event) = conn.poll_endpoint_events() {
+        if let Some(reply) = endpoint.handle_event(handle, event) {
+            conn.handle_event(reply);
+        }
+    }
+    while let Some(event) = conn.poll() {
+        match event {
+            Event::Connected => {
+                *connected = true;
+                app.on_connected(conn)?;
+            }
+            Event::Stream(e) => app.on_stream_event(conn, e)?,
+            Event::ConnectionLost { reason } if !app.done() => {
+                return Err(EndpointError::ConnectionLost(reason));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 struct Driver {
@@ -197,6 +210,20 @@ struct Driver {
 }
 
 impl Driver {
+    /// What the loop leaves behind once the connection is over.
+    fn finished<A>(self, app: A, cpu_start: Duration) -> Finished<A> {
+        let (_, conn) = self.conn.as_ref().expect("the loop ends with a connection");
+        let path = conn.stats().path;
+        Finished {
+            app,
+            stats: Some(conn.stats()),
+            srtt: Some(path.rtt),
+            min_rtt: Some(conn.min_rtt()),
+            cpu: thread_cpu().saturating_sub(cpu_start),
+            timer_late: self.timer_late,
+        }
+    }
+
     fn new(
         udp: Udp,
         role: &Role,

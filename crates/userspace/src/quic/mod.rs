@@ -122,53 +122,29 @@ pub fn run_transfer_on(
         on_off(server_udp.gro)
     );
 
-    let deadline = Instant::now() + config.duration + GRACE;
-    let abort = Arc::new(AtomicBool::new(false));
-    let server = {
-        let abort = abort.clone();
-        let receiver = Receiver::new(config.interval);
-        let role = Role::Server {
-            config: Arc::new(server_config),
-        };
-        spawn("osprobe-quic-server", move || {
-            let r = driver::run(
-                server_udp,
-                role,
-                clock,
-                receiver,
-                deadline,
-                &abort,
-                max_payload,
-            );
-            if r.is_err() {
-                abort.store(true, Ordering::Relaxed);
-            }
-            r
-        })?
+    let endpoints = Endpoints {
+        clock,
+        deadline: Instant::now() + config.duration + GRACE,
+        abort: Arc::new(AtomicBool::new(false)),
+        max_payload,
     };
-    let client = {
-        let abort = abort.clone();
-        let sender = Sender::new(config.duration);
-        let role = Role::Client {
+    let server = endpoints.spawn(
+        "osprobe-quic-server",
+        server_udp,
+        Role::Server {
+            config: Arc::new(server_config),
+        },
+        Receiver::new(config.interval),
+    )?;
+    let client = endpoints.spawn(
+        "osprobe-quic-client",
+        client_udp,
+        Role::Client {
             server: server_addr,
             config: client_config,
-        };
-        spawn("osprobe-quic-client", move || {
-            let r = driver::run(
-                client_udp,
-                role,
-                clock,
-                sender,
-                deadline,
-                &abort,
-                max_payload,
-            );
-            if r.is_err() {
-                abort.store(true, Ordering::Relaxed);
-            }
-            r
-        })?
-    };
+        },
+        Sender::new(config.duration),
+    )?;
     let client = client.join().map_err(|_| QuicError::Panicked("client"))?;
     let server = server.join().map_err(|_| QuicError::Panicked("server"))?;
     let (client, server) = both_finished(client, server, config.duration + GRACE)?;
@@ -177,25 +153,76 @@ pub fn run_transfer_on(
         .notes
         .extend(cc::notes(&clock, kind, record.counts()));
     outcome.notes.push(offload);
-    outcome.notes.push(match &path {
+    outcome.notes.extend(path_notes(path, max_payload, &client));
+    outcome
+        .notes
+        .push(timer_note(&client.timer_late, &server.timer_late));
+    Ok(outcome)
+}
+
+/// What both endpoints' threads share: the clock, the deadline, the flag
+/// one sets when it fails so that the other stops, the largest payload.
+#[derive(Clone)]
+struct Endpoints {
+    clock: crate::clock::StackClock,
+    deadline: Instant,
+    abort: Arc<AtomicBool>,
+    max_payload: u16,
+}
+
+type EndpointThread<A> = thread::JoinHandle<Result<Finished<A>, EndpointError>>;
+
+impl Endpoints {
+    /// One endpoint's loop on a thread of its own.
+    fn spawn<A: app::App + Send + 'static>(
+        &self,
+        name: &str,
+        udp: Udp,
+        role: Role,
+        app: A,
+    ) -> Result<EndpointThread<A>, QuicError> {
+        let shared = self.clone();
+        spawn(name, move || {
+            let r = driver::run(
+                udp,
+                role,
+                shared.clock,
+                app,
+                shared.deadline,
+                &shared.abort,
+                shared.max_payload,
+            );
+            if r.is_err() {
+                shared.abort.store(true, Ordering::Relaxed);
+            }
+            r
+        })
+    }
+}
+
+/// Where the endpoints ran and what the path let through. The path is
+/// dropped (its namespaces closed) once described.
+fn path_notes(
+    path: Option<EmulatedPath>,
+    max_payload: u16,
+    client: &Finished<Sender>,
+) -> Vec<String> {
+    let placed = match &path {
         None => "endpoints on 127.0.0.1 (no emulated path: the path's delay, loss and rate were not applied)".into(),
         Some(path) => format!(
             "client in namespace A, server in B; {}; {}",
             path.describe(),
             path.counters_note()
         ),
-    });
-    outcome.notes.push(format!(
+    };
+    let mtu = format!(
         "largest UDP payload allowed: {max_payload} bytes (quinn-proto's path MTU discovery climbs to it from 1200; after a suspected black hole it drops to 1200 and tries again {} s later); QUIC packet size at the end: {} bytes; black holes suspected: {}",
         BLACK_HOLE_COOLDOWN.as_secs(),
         client.stats.map_or(0, |s| s.path.current_mtu),
         client.stats.map_or(0, |s| s.path.black_holes_detected)
-    ));
+    );
     drop(path);
-    outcome
-        .notes
-        .push(timer_note(&client.timer_late, &server.timer_late));
-    Ok(outcome)
+    vec![placed, mtu]
 }
 
 /// The transport's own timer and what it cost: how late the expired waits

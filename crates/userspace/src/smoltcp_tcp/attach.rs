@@ -54,7 +54,10 @@ pub fn attach(path: &EmulatedPath) -> Result<Attachment, TransferError> {
     let link = path.link();
     let sysctl = |key: &str, value: &str| {
         link.write_sysctl(Side::A, key, value)
-            .map_err(|e| TransferError::Failed(format!("namespace A: {e}")))
+            .map_err(|source| TransferError::Setup {
+                what: "namespace A".into(),
+                source,
+            })
     };
     sysctl("net.ipv4.ip_forward", "1")?;
     // Reverse-path filtering would pass these packets (each arrives on the

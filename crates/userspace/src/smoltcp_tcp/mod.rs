@@ -27,7 +27,7 @@ use crate::path::EmulatedPath;
 use crate::payload;
 use crate::receiver::Receiver;
 use crate::StackClock;
-use sender::SenderSetup;
+use sender::{SenderReport, SenderSetup};
 use smoltcp::socket::tcp::CongestionControl;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -100,6 +100,35 @@ pub fn run_transfer(config: &TransferConfig) -> Result<TransferOutcome, Transfer
     let expected = payload::expected_hash(report.acked);
     let verified = received.bytes == report.acked && received.hash == expected;
 
+    let unverified = (!verified).then(|| {
+        format!(
+            "NOT VERIFIED: smoltcp saw {} bytes acknowledged, the receiver got {} (hash {:016x}, expected {:016x})",
+            report.acked, received.bytes, received.hash, expected
+        )
+    });
+    let notes = transfer_notes(config, &path, &report, tx_buffer, unverified);
+    Ok(TransferOutcome {
+        bytes: received.bytes.min(report.acked),
+        elapsed: report.elapsed,
+        throughput_bps: report.rates_bps,
+        min_rtt: report.rtt.min,
+        srtt: report.rtt.srtt,
+        retransmits: report.retransmits,
+        cpu_time: report.cpu_time,
+        verified,
+        notes,
+    })
+}
+
+/// What the transfer's figures are and how they were taken (and, when the
+/// receiver's count or hash differs, that it was not verified).
+fn transfer_notes(
+    config: &TransferConfig,
+    path: &EmulatedPath,
+    report: &SenderReport,
+    tx_buffer: usize,
+    unverified: Option<String>,
+) -> Vec<String> {
     let mut notes = vec![
         format!(
             "stack: smoltcp 0.14 TCP ({}) on a TUN device in namespace A, forwarded by A's kernel onto the emulator, to the kernel's TCP in B; clock {}",
@@ -107,7 +136,7 @@ pub fn run_transfer(config: &TransferConfig) -> Result<TransferOutcome, Transfer
         ),
         format!(
             "configured round trip {} ms; {}",
-            round_trip.as_millis(),
+            path.round_trip().as_millis(),
             path.describe()
         ),
         format!(
@@ -134,29 +163,14 @@ pub fn run_transfer(config: &TransferConfig) -> Result<TransferOutcome, Transfer
         ),
         path.counters_note(),
     ];
-    if !verified {
-        notes.push(format!(
-            "NOT VERIFIED: smoltcp saw {} bytes acknowledged, the receiver got {} (hash {:016x}, expected {:016x})",
-            report.acked, received.bytes, received.hash, expected
-        ));
-    }
+    notes.extend(unverified);
     if let Some(tick) = config.clock.tick() {
         notes.push(format!(
             "tick clock: smoltcp's polls read the start of the current {} ms tick and its timers fire on tick boundaries; packets are handled when they arrive, stamped with the tick they arrive in",
             tick.as_secs_f64() * 1e3
         ));
     }
-    Ok(TransferOutcome {
-        bytes: received.bytes.min(report.acked),
-        elapsed: report.elapsed,
-        throughput_bps: report.rates_bps,
-        min_rtt: report.rtt.min,
-        srtt: report.rtt.srtt,
-        retransmits: report.retransmits,
-        cpu_time: report.cpu_time,
-        verified,
-        notes,
-    })
+    notes
 }
 
 pub(crate) fn duration_text(d: Option<Duration>) -> String {

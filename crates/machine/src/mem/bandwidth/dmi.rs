@@ -1,6 +1,8 @@
 //! The theoretical peak from the memory devices in DMI (SMBIOS type 17),
 //! read from /sys/firmware/dmi/entries or `dmidecode`.
 
+use crate::error::DmiError;
+
 const DMI_ENTRIES: &str = "/sys/firmware/dmi/entries";
 
 /// The sum over memory modules of transfer rate x data width.
@@ -34,7 +36,7 @@ impl MemoryDevice {
 }
 
 /// The theoretical peak, or why it is unknown.
-pub(super) fn memory_peak() -> Result<MemoryPeak, String> {
+pub(super) fn memory_peak() -> Result<MemoryPeak, DmiError> {
     let devices = read_dmi_entries().or_else(|| {
         let dmidecode = osprobe_core::find_program("dmidecode")?;
         let out = std::process::Command::new(dmidecode)
@@ -46,7 +48,7 @@ pub(super) fn memory_peak() -> Result<MemoryPeak, String> {
     });
     match devices {
         Some(d) => peak_of(&d),
-        None => Err("memory configuration not exposed (DMI type 17 absent)".to_string()),
+        None => Err(DmiError::Absent),
     }
 }
 
@@ -180,19 +182,16 @@ fn memory_type_known(value: &str) -> Option<String> {
 
 /// Sum of rate x width over the installed modules, when every installed
 /// module says both.
-fn peak_of(devices: &[MemoryDevice]) -> Result<MemoryPeak, String> {
+fn peak_of(devices: &[MemoryDevice]) -> Result<MemoryPeak, DmiError> {
     let installed: Vec<&MemoryDevice> = devices.iter().filter(|d| d.installed()).collect();
     if installed.is_empty() {
-        return Err("DMI type 17 lists no installed memory device".to_string());
+        return Err(DmiError::NoDevice);
     }
     let mut total = 0.0;
     let mut terms = Vec::new();
     for d in &installed {
         let (Some(rate), Some(width)) = (d.rate_mts(), d.data_width_bits) else {
-            return Err(format!(
-                "DMI type 17 lists {} memory device(s) without speed or data width",
-                installed.len()
-            ));
+            return Err(DmiError::Incomplete(installed.len()));
         };
         total += rate as f64 * 1e6 * width as f64 / 8.0;
         terms.push(format!(
@@ -247,7 +246,10 @@ mod tests {
         assert!(peak.formula.contains("2133 MT/s x 8 B (LPDDR3)"));
         // A VM's DMI: a module without speed gives no peak, with the reason.
         let vm = parse_type17(&type17(24576, 0xFFFF, 0, 0, 0x07)).unwrap();
-        assert!(peak_of(&[vm]).unwrap_err().contains("without speed"));
+        assert!(peak_of(&[vm])
+            .unwrap_err()
+            .to_string()
+            .contains("without speed"));
         assert!(peak_of(&[empty]).is_err());
         // Extended size and speed fields.
         let mut raw = type17(0x7FFF, 64, 0xFFFF, 0xFFFF, 0x22);

@@ -60,6 +60,7 @@ mod plan;
 mod region;
 mod team;
 
+use crate::error::bad_value;
 use dmi::{memory_peak, MemoryPeak};
 use measure::measure;
 use osprobe_core::affinity::allowed_cpus;
@@ -199,10 +200,11 @@ impl Op {
                 _ => None,
             }),
             other => {
-                return Err(ExperimentError::Failed(format!(
-                    "invalid value '{other}' for parameter 'op': expected one of {}",
-                    OPS.join(", ")
-                )))
+                return Err(bad_value(
+                    "op",
+                    other,
+                    format_args!("one of {}", OPS.join(", ")),
+                ))
             }
         };
         let streaming = matches!(op, Op::WriteNt | Op::Copy(Some(CopyMethod::LoopNt)));

@@ -24,6 +24,23 @@ pub(super) struct BufferPlan {
     pub(super) notes: Vec<String>,
 }
 
+/// Why no buffer fits in this machine's memory (the point is skipped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum BufferError {
+    /// The size asked for (`bytes`, rounded to pages) does not fit; up to
+    /// `limit` would.
+    #[error("size={}: {buffers} buffer(s) of that size exceed a quarter of the {} of available memory; accepted up to {}", format_mib(*.bytes), format_mib(*.available), format_mib(*.limit))]
+    TooLarge {
+        bytes: u64,
+        buffers: u64,
+        available: u64,
+        limit: u64,
+    },
+    /// The bytes available: too little for any buffer.
+    #[error("only {} of memory available: too little for a bandwidth buffer", format_mib(*.0))]
+    TooLittleMemory(u64),
+}
+
 pub(super) fn plan_buffers(
     ctx: &Context,
     requested: Option<u64>,
@@ -38,7 +55,7 @@ pub(super) fn plan_buffers(
         .filter(|&s| s > 0);
     let available = mem_available_bytes(ctx);
     choose_buffer_size(ctx.profile, largest_cache, requested, buffers, available)
-        .map_err(ExperimentError::Unsupported)
+        .map_err(|e| ExperimentError::Unsupported(e.to_string()))
 }
 
 /// The buffer size: `requested`, or max(8 x `largest_cache`, 256 MiB) (64
@@ -49,7 +66,7 @@ fn choose_buffer_size(
     requested: Option<u64>,
     buffers: u64,
     available: Option<u64>,
-) -> Result<BufferPlan, String> {
+) -> Result<BufferPlan, BufferError> {
     let mut notes = Vec::new();
     let (mut bytes, mut size_reason) = match (requested, profile) {
         (Some(r), _) => (r.div_ceil(4096) * 4096, "size= as given".to_string()),
@@ -78,18 +95,15 @@ fn choose_buffer_size(
         let limit = avail / 4 / buffers / 4096 * 4096;
         if bytes > limit {
             if requested.is_some() {
-                return Err(format!(
-                    "size={}: {buffers} buffer(s) of that size exceed a quarter of the {} of available memory; accepted up to {}",
-                    format_mib(bytes),
-                    format_mib(avail),
-                    format_mib(limit)
-                ));
+                return Err(BufferError::TooLarge {
+                    bytes,
+                    buffers,
+                    available: avail,
+                    limit,
+                });
             }
             if limit < 16 * MIB {
-                return Err(format!(
-                    "only {} of memory available: too little for a bandwidth buffer",
-                    format_mib(avail)
-                ));
+                return Err(BufferError::TooLittleMemory(avail));
             }
             notes.push(format!(
                 "buffer reduced from {} to {} to stay within a quarter of the {} available",
@@ -152,7 +166,8 @@ mod tests {
         assert!(p.notes.iter().any(|n| n.contains("4.0x the largest cache")));
         // A requested size that does not fit is refused, naming it.
         let e = choose_buffer_size(Profile::Quick, Some(l3), Some(1 << 30), 2, Some(1 << 30))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("size=1024 MiB"), "{e}");
         let p = choose_buffer_size(Profile::Smoke, Some(l3), None, 2, None).unwrap();
         assert_eq!(p.bytes, SMOKE_BUFFER);

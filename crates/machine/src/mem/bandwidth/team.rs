@@ -1,6 +1,7 @@
 //! The thread team: one thread per CPU, pinned, released together, and a
 //! pass timed from the first start to the last finish.
 
+use crate::error::WorkerError;
 use osprobe_core::affinity::{allowed_cpus, pin_current_thread};
 use osprobe_core::clock::monotonic_ns;
 use osprobe_core::ExperimentError;
@@ -84,7 +85,7 @@ pub(super) fn run_team<P: Send>(
 ) -> Result<f64, ExperimentError> {
     let gate = StartGate::new();
     let n = parts.len();
-    let results: Vec<Result<(u64, u64), String>> = std::thread::scope(|scope| {
+    let results: Vec<Result<(u64, u64), ExperimentError>> = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(n);
         for (&cpu, part) in cpus.iter().zip(parts) {
             let gate = &gate;
@@ -93,9 +94,14 @@ pub(super) fn run_team<P: Send>(
                 .spawn_scoped(scope, move || {
                     let pinned = pin_current_thread(cpu);
                     if !gate.arrive() {
-                        return Err("aborted".to_string());
+                        return Err(ExperimentError::failed(
+                            format!("the bandwidth thread on CPU {cpu}"),
+                            WorkerError::Aborted,
+                        ));
                     }
-                    pinned.map_err(|e| format!("pinning a thread to CPU {cpu}: {e}"))?;
+                    pinned.map_err(|e| {
+                        ExperimentError::io(format!("pinning a thread to CPU {cpu}"), e)
+                    })?;
                     let start = monotonic_ns();
                     work(part);
                     Ok((start, monotonic_ns()))
@@ -104,8 +110,9 @@ pub(super) fn run_team<P: Send>(
                 Ok(h) => handles.push(h),
                 Err(e) => {
                     gate.abort();
-                    let mut out: Vec<_> = handles.into_iter().map(join).collect();
-                    out.push(Err(format!("starting a thread: {e}")));
+                    // The cause first: it is the error reported.
+                    let mut out = vec![Err(ExperimentError::io("starting a thread", e))];
+                    out.extend(handles.into_iter().map(join));
                     return out;
                 }
             }
@@ -116,7 +123,7 @@ pub(super) fn run_team<P: Send>(
     let mut first_start = u64::MAX;
     let mut last_end = 0;
     for r in results {
-        let (start, end) = r.map_err(ExperimentError::Failed)?;
+        let (start, end) = r?;
         first_start = first_start.min(start);
         last_end = last_end.max(end);
     }
@@ -124,10 +131,14 @@ pub(super) fn run_team<P: Send>(
 }
 
 fn join(
-    h: std::thread::ScopedJoinHandle<'_, Result<(u64, u64), String>>,
-) -> Result<(u64, u64), String> {
-    h.join()
-        .unwrap_or_else(|_| Err("a bandwidth thread panicked".to_string()))
+    h: std::thread::ScopedJoinHandle<'_, Result<(u64, u64), ExperimentError>>,
+) -> Result<(u64, u64), ExperimentError> {
+    h.join().unwrap_or_else(|_| {
+        Err(ExperimentError::failed(
+            "a bandwidth thread",
+            WorkerError::Panicked,
+        ))
+    })
 }
 
 #[cfg(test)]

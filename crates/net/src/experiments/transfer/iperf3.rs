@@ -85,7 +85,7 @@ pub fn run(
             Err(e) => {
                 let server_gone = server.0.try_wait().ok().flatten().is_some();
                 if Instant::now() > deadline || server_gone {
-                    return Err(ExperimentError::Failed(format!("iperf3: {e}")));
+                    return Err(ExperimentError::failed("iperf3", e));
                 }
             }
         }
@@ -105,18 +105,33 @@ fn free_port(addr: IpAddr) -> Result<u16, ExperimentError> {
     Ok(5201)
 }
 
+/// Why `iperf3 -J` output gave no result.
+#[derive(Debug, thiserror::Error)]
+enum Iperf3Error {
+    #[error("unreadable JSON output ({0})")]
+    Unreadable(#[source] serde_json::Error),
+    /// iperf3's own error message.
+    #[error("{0}")]
+    Reported(String),
+    /// A part of the output that must be there is not.
+    #[error("{0}")]
+    Missing(&'static str),
+}
+
 /// Per-stream receiver rates and their sum from `iperf3 -J` output.
-fn parse(json: &str) -> Result<Iperf3Result, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| format!("unreadable JSON output ({e})"))?;
+fn parse(json: &str) -> Result<Iperf3Result, Iperf3Error> {
+    let value: serde_json::Value = serde_json::from_str(json).map_err(Iperf3Error::Unreadable)?;
     if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
-        return Err(error.to_string());
+        return Err(Iperf3Error::Reported(error.to_string()));
     }
-    let end = value.get("end").ok_or("no 'end' section in the output")?;
+    let missing = Iperf3Error::Missing;
+    let end = value
+        .get("end")
+        .ok_or(missing("no 'end' section in the output"))?;
     let per_stream_bits: Vec<f64> = end
         .get("streams")
         .and_then(|s| s.as_array())
-        .ok_or("no per-stream results")?
+        .ok_or(missing("no per-stream results"))?
         .iter()
         .filter_map(|s| {
             s.pointer("/receiver/bits_per_second")
@@ -126,9 +141,9 @@ fn parse(json: &str) -> Result<Iperf3Result, String> {
     let sum_received_bits = end
         .pointer("/sum_received/bits_per_second")
         .and_then(|b| b.as_f64())
-        .ok_or("no sum_received")?;
+        .ok_or(missing("no sum_received"))?;
     if per_stream_bits.is_empty() {
-        return Err("no per-stream receiver rates".into());
+        return Err(missing("no per-stream receiver rates"));
     }
     let version = value
         .pointer("/start/version")
@@ -162,6 +177,7 @@ mod tests {
     fn reports_iperf3_errors_and_garbage() {
         assert!(parse(r#"{"error":"unable to connect to server"}"#)
             .unwrap_err()
+            .to_string()
             .contains("unable to connect"));
         assert!(parse("iperf3: error").is_err());
         assert!(parse(r#"{"end":{"streams":[]}}"#).is_err());

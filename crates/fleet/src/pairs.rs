@@ -3,9 +3,10 @@
 //! token (sent on stdin into a 0600 file there, never on a command line),
 //! the client on src with `--to`, the server stopped afterwards.
 
-use crate::fleet::inventory::{Host, Inventory};
-use crate::fleet::remote;
-use crate::fleet::ssh::{ExecError, Input, Ssh, Target};
+pub use crate::error::{PairError, PlanError};
+use crate::inventory::{Host, Inventory};
+use crate::remote;
+use crate::ssh::{ExecError, Input, Ssh, Target};
 use osprobe_core::Run;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Child;
@@ -18,7 +19,7 @@ pub const TESTS: [&str; 3] = ["rtt", "connect", "bandwidth"];
 const SERVER_START: Duration = Duration::from_secs(30);
 
 /// Ordered (src, dst) pairs, as indexes into `inventory.hosts`.
-pub fn plan(spec: &str, inventory: &Inventory) -> Result<Vec<(usize, usize)>, String> {
+pub fn plan(spec: &str, inventory: &Inventory) -> Result<Vec<(usize, usize)>, PlanError> {
     let all: Vec<usize> = (0..inventory.hosts.len()).collect();
     let every_ordered = |members: &[usize]| {
         let mut out = Vec::new();
@@ -43,17 +44,14 @@ pub fn plan(spec: &str, inventory: &Inventory) -> Result<Vec<(usize, usize)>, St
         }
         other => {
             let Some(group) = other.strip_prefix("group:") else {
-                return Err(format!(
-                    "--pairs '{other}': expected all, ring or group:NAME"
-                ));
+                return Err(PlanError::Spec(other.to_string()));
             };
             let Some(members) = inventory.groups.get(group) else {
-                let known: Vec<&str> = inventory.groups.keys().map(String::as_str).collect();
-                return Err(format!(
-                    "--pairs group:{group}: no such group in {}; its groups: {}",
-                    inventory.path.display(),
-                    known.join(", ")
-                ));
+                return Err(PlanError::NoSuchGroup {
+                    group: group.to_string(),
+                    file: inventory.path.clone(),
+                    known: inventory.groups.keys().cloned().collect(),
+                });
             };
             let indexes: Vec<usize> = all
                 .iter()
@@ -64,11 +62,20 @@ pub fn plan(spec: &str, inventory: &Inventory) -> Result<Vec<(usize, usize)>, St
         }
     };
     if pairs.is_empty() {
-        return Err(format!(
-            "--pairs {spec}: names no pair of two hosts; a pair needs at least two"
-        ));
+        return Err(PlanError::NoPair(spec.to_string()));
     }
     Ok(pairs)
+}
+
+/// `--pair-tests`: every test must be one of [`TESTS`].
+pub fn check_tests(tests: &[String]) -> Result<(), PlanError> {
+    match tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
+        Some(test) => Err(PlanError::UnknownTest {
+            test: test.clone(),
+            accepted: TESTS.to_vec(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// One end of a pair: how to reach it and its osprobe binary there.
@@ -104,9 +111,18 @@ impl<'a> End<'a> {
 /// One test of one pair: the run, or why there is none.
 pub struct PairResult {
     pub test: String,
-    pub run: Result<Run, String>,
-    /// The run exists but the client reported a failure too.
-    pub warning: Option<String>,
+    pub run: TestRun,
+}
+
+/// What one test of a pair left.
+pub enum TestRun {
+    /// A run; `warning` when the client reported a failure too.
+    Ran {
+        run: Box<Run>,
+        warning: Option<String>,
+    },
+    /// No run: what the client said.
+    Nothing { reason: String },
 }
 
 /// Measure `tests` from `src` to `dst`. `Err` when no test could run (the
@@ -152,51 +168,44 @@ pub fn measure(
         let finished = match ssh.exec(src.target, &script, Input::Hold(line.as_bytes()), deadline) {
             Ok(f) => f,
             Err(ExecError::Interrupted) => return Err(PairError::Interrupted),
-            Err(ExecError::Local(e)) => return Err(PairError::Failed(e)),
             Err(ExecError::TimedOut) => {
-                return Err(PairError::Failed(format!(
-                    "net {test} on {} gave up after --host-timeout {} s",
-                    src.target.name,
-                    timeout.unwrap_or_default().as_secs()
-                )))
+                return Err(PairError::TimedOut {
+                    test: test.clone(),
+                    host: src.target.name.clone(),
+                    secs: timeout.unwrap_or_default().as_secs(),
+                })
             }
+            Err(e) => return Err(PairError::Exec(e)),
         };
-        let run = serde_json::from_slice::<Run>(&finished.stdout);
-        results.push(match run {
-            Ok(run) => PairResult {
-                test: test.clone(),
+        let run = match serde_json::from_slice::<Run>(&finished.stdout) {
+            Ok(run) => TestRun::Ran {
+                run: Box::new(run),
                 warning: (!finished.ok()).then(|| finished.reason()),
-                run: Ok(run),
             },
-            Err(_) => PairResult {
-                test: test.clone(),
-                run: Err(finished.reason()),
-                warning: None,
+            Err(_) => TestRun::Nothing {
+                reason: finished.reason(),
             },
+        };
+        results.push(PairResult {
+            test: test.clone(),
+            run,
         });
         // The server may have died under the test: say so rather than run
         // the next tests against nothing.
         if let Some(why) = server.exited() {
-            return Err(PairError::Failed(format!(
-                "osprobe serve on {} stopped: {why}",
-                dst.target.name
-            )));
+            return Err(PairError::ServerStopped {
+                host: dst.target.name.clone(),
+                why,
+            });
         }
     }
     server.stop();
     Ok(results)
 }
 
-#[derive(Debug)]
-pub enum PairError {
-    Interrupted,
-    Failed(String),
-}
-
 /// A fresh secret for one pair: 128 random bits, hex.
 fn token() -> Result<String, PairError> {
-    let bytes = osprobe_core::random::os_random_bytes::<16>()
-        .map_err(|e| PairError::Failed(format!("no random bytes for a token: {e}")))?;
+    let bytes = osprobe_core::random::os_random_bytes::<16>().map_err(PairError::Token)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -212,7 +221,7 @@ impl Server {
     fn start(ssh: &Ssh, dst: &End<'_>, token: &str) -> Result<Server, PairError> {
         let mut child = ssh
             .spawn(dst.target, &remote::serve(dst.binary, &dst.bind))
-            .map_err(PairError::Failed)?;
+            .map_err(PairError::Exec)?;
         let mut stdin = child.stdin.take();
         if let Some(pipe) = stdin.as_mut() {
             let _ = pipe.write_all(format!("{token}\n").as_bytes());
@@ -258,19 +267,17 @@ impl Server {
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let why = server.finish();
-                    return Err(PairError::Failed(format!(
-                        "osprobe serve on {} did not start: {why}",
-                        dst.target.name
-                    )));
+                    return Err(PairError::ServerDidNotStart {
+                        host: dst.target.name.clone(),
+                        why: server.finish(),
+                    });
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() > deadline => {
-                    let why = server.finish();
-                    return Err(PairError::Failed(format!(
-                        "osprobe serve on {} said nothing within {} s: {why}",
-                        dst.target.name,
-                        SERVER_START.as_secs()
-                    )));
+                    return Err(PairError::ServerSilent {
+                        host: dst.target.name.clone(),
+                        secs: SERVER_START.as_secs(),
+                        why: server.finish(),
+                    });
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
@@ -353,14 +360,26 @@ mod tests {
     #[test]
     fn bad_pair_specs_say_what_is_accepted() {
         let inv = inventory();
-        let err = plan("mesh", &inv).unwrap_err();
+        let err = plan("mesh", &inv).unwrap_err().to_string();
         assert!(err.contains("all, ring or group:NAME"), "{err}");
-        let err = plan("group:nope", &inv).unwrap_err();
+        let err = plan("group:nope", &inv).unwrap_err().to_string();
         assert!(
             err.contains("no such group") && err.contains("web"),
             "{err}"
         );
-        let err = plan("group:solo", &inv).unwrap_err();
+        let err = plan("group:solo", &inv).unwrap_err().to_string();
         assert!(err.contains("at least two"), "{err}");
+    }
+
+    #[test]
+    fn pair_tests_must_be_known_ones() {
+        let tests = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(check_tests(&tests(&["rtt", "bandwidth"])), Ok(()));
+        let err = check_tests(&tests(&["rtt", "jitter"])).unwrap_err();
+        assert!(matches!(&err, PlanError::UnknownTest { test, .. } if test == "jitter"));
+        assert_eq!(
+            err.to_string(),
+            "--pair-tests 'jitter': expected some of rtt,connect,bandwidth"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! `osprobe fleet run` shares the id). `latest` is the fleet of the most
 //! recent run that has one; otherwise the id, or a unique prefix of it.
 
-use osprobe_store::RunSummary;
+use crate::RunSummary;
 
 /// A fleet found in the store: its id and its runs' ids, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,14 +11,26 @@ pub struct Fleet {
     pub runs: Vec<String>,
 }
 
+/// Why `--fleet REF` names no fleet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FleetRefError {
+    #[error("--fleet {reference}: no run in the store carries a fleet label (the runs of `osprobe fleet run` do; see `osprobe history --json`)")]
+    NoFleets { reference: String },
+    /// `fleets`: each fleet id with its number of runs, for the message.
+    #[error("--fleet {reference}: no such fleet; fleets in the store: {fleets} (or give latest)")]
+    Unknown { reference: String, fleets: String },
+    #[error("--fleet {reference}: ambiguous, it starts {matches} fleet ids; give more characters")]
+    Ambiguous { reference: String, matches: usize },
+}
+
 /// Resolve `reference` (`latest`, a fleet id or a unique prefix of one)
 /// among `runs` (oldest first, as `list_runs` returns them).
-pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Fleet, String> {
+pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Fleet, FleetRefError> {
     let fleets = fleets(runs);
     if fleets.is_empty() {
-        return Err(format!(
-            "--fleet {reference}: no run in the store carries a fleet label (the runs of `osprobe fleet run` do; see `osprobe history --json`)"
-        ));
+        return Err(FleetRefError::NoFleets {
+            reference: reference.to_string(),
+        });
     }
     let id = if reference == "latest" {
         runs.iter()
@@ -26,30 +38,8 @@ pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Fleet, String> {
             .find_map(|r| r.labels.get("fleet"))
             .cloned()
             .unwrap_or_default()
-    } else if fleets.iter().any(|(id, _)| id == reference) {
-        reference.to_string()
     } else {
-        let wanted = reference.to_ascii_lowercase();
-        let matches: Vec<&String> = fleets
-            .iter()
-            .map(|(id, _)| id)
-            .filter(|id| id.to_ascii_lowercase().starts_with(&wanted))
-            .collect();
-        match matches.as_slice() {
-            [one] => (*one).clone(),
-            [] => {
-                return Err(format!(
-                    "--fleet {reference}: no such fleet; fleets in the store: {} (or give latest)",
-                    listing(&fleets)
-                ))
-            }
-            many => {
-                return Err(format!(
-                    "--fleet {reference}: ambiguous, it starts {} fleet ids; give more characters",
-                    many.len()
-                ))
-            }
-        }
+        by_id(&fleets, reference)?
     };
     let runs = runs
         .iter()
@@ -57,6 +47,31 @@ pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Fleet, String> {
         .map(|r| r.id.clone())
         .collect();
     Ok(Fleet { id, runs })
+}
+
+/// The fleet whose id is `reference`, or the one it is a unique prefix of
+/// (any case).
+fn by_id(fleets: &[(String, usize)], reference: &str) -> Result<String, FleetRefError> {
+    if fleets.iter().any(|(id, _)| id == reference) {
+        return Ok(reference.to_string());
+    }
+    let wanted = reference.to_ascii_lowercase();
+    let matches: Vec<&String> = fleets
+        .iter()
+        .map(|(id, _)| id)
+        .filter(|id| id.to_ascii_lowercase().starts_with(&wanted))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(FleetRefError::Unknown {
+            reference: reference.to_string(),
+            fleets: listing(fleets),
+        }),
+        many => Err(FleetRefError::Ambiguous {
+            reference: reference.to_string(),
+            matches: many.len(),
+        }),
+    }
 }
 
 /// Each fleet id with its number of runs, in order of first appearance.
@@ -79,29 +94,13 @@ fn listing(fleets: &[(String, usize)]) -> String {
         .join(", ")
 }
 
-/// A file name made of the fleet id: anything but letters, digits, `.`,
-/// `_` and `-` becomes `_` (a label may hold `/`).
-pub fn file_name(id: &str) -> String {
-    let safe: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("osprobe-fleet-{}.html", safe.trim_start_matches('.'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn run(id: &str, fleet: Option<&str>) -> RunSummary {
         let labels: Vec<(&str, &str)> = fleet.map(|f| ("fleet", f)).into_iter().collect();
-        crate::labels::test_summary(id, "h", &labels)
+        crate::hostref::test_summary(id, "h", &labels)
     }
 
     fn store() -> Vec<RunSummary> {
@@ -126,9 +125,9 @@ mod tests {
     fn ids_and_unique_prefixes_find_every_run_of_the_fleet() {
         assert_eq!(resolve(&store(), "01JAAA").unwrap().runs, ["1", "2"]);
         assert_eq!(resolve(&store(), "01jb").unwrap().id, "01JBBB");
-        let err = resolve(&store(), "01JA").unwrap_err();
+        let err = resolve(&store(), "01JA").unwrap_err().to_string();
         assert!(err.contains("ambiguous, it starts 2 fleet ids"), "{err}");
-        let err = resolve(&store(), "nope").unwrap_err();
+        let err = resolve(&store(), "nope").unwrap_err().to_string();
         assert_eq!(
             err,
             "--fleet nope: no such fleet; fleets in the store: 01JAAA (2 runs), 01JBBB (1 run), 01JABC (1 run) (or give latest)"
@@ -137,16 +136,12 @@ mod tests {
 
     #[test]
     fn a_store_without_fleets_says_so() {
-        let err = resolve(&[run("1", None)], "latest").unwrap_err();
+        let err = resolve(&[run("1", None)], "latest")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("no run in the store carries a fleet label"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn file_names_keep_only_safe_characters() {
-        assert_eq!(file_name("01JAAA"), "osprobe-fleet-01JAAA.html");
-        assert_eq!(file_name("../x y/z"), "osprobe-fleet-_x_y_z.html");
     }
 }

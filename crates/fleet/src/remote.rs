@@ -2,6 +2,8 @@
 //! (each run by `sh -c`, whatever the login shell) and the reading of what
 //! they print. Values are single-quoted; secrets travel on stdin only.
 
+use crate::error::{BinaryError, ProbeError};
+
 /// `text` single-quoted for a POSIX shell.
 pub fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
@@ -21,20 +23,24 @@ pub struct LocalBinary {
 }
 
 impl LocalBinary {
-    pub fn this() -> Result<LocalBinary, String> {
+    /// This process's executable; `version_line` is what its `--version`
+    /// prints, to check the copy on a host runs as this one.
+    pub fn this(version_line: String) -> Result<LocalBinary, BinaryError> {
         use sha2::Digest;
         use std::io::Read;
-        let path = std::env::current_exe()
-            .map_err(|e| format!("cannot find this osprobe binary to copy to hosts: {e}"))?;
-        let mut file = std::fs::File::open(&path)
-            .map_err(|e| format!("cannot read {} to copy it: {e}", path.display()))?;
+        let path = std::env::current_exe().map_err(BinaryError::Locate)?;
+        let mut file = std::fs::File::open(&path).map_err(|source| BinaryError::Open {
+            path: path.clone(),
+            source,
+        })?;
         let mut hasher = sha2::Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut bytes = 0u64;
         loop {
-            let n = file
-                .read(&mut buf)
-                .map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let n = file.read(&mut buf).map_err(|source| BinaryError::Read {
+                path: path.clone(),
+                source,
+            })?;
             if n == 0 {
                 break;
             }
@@ -48,7 +54,7 @@ impl LocalBinary {
             .collect();
         Ok(LocalBinary {
             file_name: format!("osprobe-{}-{}", env!("CARGO_PKG_VERSION"), &sha256[..16]),
-            version_line: format!("osprobe {}", crate::version::TEXT),
+            version_line,
             path,
             sha256,
             bytes,
@@ -89,7 +95,7 @@ pub struct Probed {
     pub path: String,
 }
 
-pub fn parse_probe(stdout: &[u8]) -> Result<Probed, String> {
+pub fn parse_probe(stdout: &[u8]) -> Result<Probed, ProbeError> {
     let text = String::from_utf8_lossy(stdout);
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     match lines.as_slice() {
@@ -98,10 +104,9 @@ pub fn parse_probe(stdout: &[u8]) -> Result<Probed, String> {
             cached_sha256: (*hash != "missing").then(|| hash.to_string()),
             path: path.to_string(),
         }),
-        _ => Err(format!(
-            "unexpected answer to the probe (uname -m; sha256sum): {:?}",
-            text.chars().take(200).collect::<String>()
-        )),
+        _ => Err(ProbeError {
+            answer: text.chars().take(200).collect(),
+        }),
     }
 }
 

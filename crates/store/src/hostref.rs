@@ -8,8 +8,8 @@
 //! carries that label, the runs whose recorded hostname is HOST stand in,
 //! and the resolution says so.
 
-use crate::labels::host_of;
-use osprobe_store::RunSummary;
+use crate::RunSummary;
+use osprobe_core::labels::host_of;
 
 /// A resolved host reference: the run's full id and, when the hostname
 /// stood in for the label, a note saying so.
@@ -18,6 +18,42 @@ pub struct Resolved {
     pub id: String,
     pub host: String,
     pub note: Option<String>,
+}
+
+/// Why a `HOST:REF` names no run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostRefError {
+    #[error("run reference '{reference}': expected HOST:REF, e.g. web-1:latest, with REF latest, latest~N or a run id prefix")]
+    Malformed { reference: String },
+    /// `hosts`: every host the store knows, for the message.
+    #[error("{reference}: no run of host '{host}'; hosts in the store: {hosts}")]
+    UnknownHost {
+        reference: String,
+        host: String,
+        hosts: String,
+    },
+    #[error("{reference}: {problem}")]
+    NoRun {
+        reference: String,
+        problem: PickError,
+    },
+}
+
+/// Why REF picks no run among one host's runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PickError {
+    #[error("'{rest}': write latest~N with N a whole number, e.g. latest~1 for the run before the latest")]
+    NotAWholeNumber { rest: String },
+    #[error("'{rest}': the host has {}, so latest~{} is the oldest", count(*.runs), .runs - 1)]
+    TooFarBack { rest: String, runs: usize },
+    #[error("no run of this host starts with '{rest}'; give latest, latest~N or a prefix of one of its {} ids", count(*.runs))]
+    NoMatch { rest: String, runs: usize },
+    #[error("'{rest}' is ambiguous: it starts {} of this host; give more characters", count(*.matches))]
+    Ambiguous { rest: String, matches: usize },
+}
+
+fn count(n: usize) -> String {
+    format!("{n} run{}", if n == 1 { "" } else { "s" })
 }
 
 /// `Some((host, rest))` when `reference` has the `HOST:REF` form. Run ids
@@ -29,41 +65,27 @@ pub fn split(reference: &str) -> Option<(&str, &str)> {
 
 /// Resolve `HOST:REF` among `runs` (oldest first, as `list_runs` returns
 /// them); `Ok(None)` when `reference` names no host (a plain id, `latest`).
-pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Option<Resolved>, String> {
+pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Option<Resolved>, HostRefError> {
     let Some((host, rest)) = split(reference) else {
         return Ok(None);
     };
     if host.is_empty() || rest.is_empty() {
-        return Err(format!(
-            "run reference '{reference}': expected HOST:REF, e.g. web-1:latest, with REF latest, latest~N or a run id prefix"
-        ));
+        return Err(HostRefError::Malformed {
+            reference: reference.to_string(),
+        });
     }
-    let not_pair = |r: &&RunSummary| !r.labels.contains_key("pair");
-    let labelled: Vec<&RunSummary> = runs
-        .iter()
-        .filter(not_pair)
-        .filter(|r| r.labels.get("host").map(String::as_str) == Some(host))
-        .collect();
-    let (candidates, note) = if labelled.is_empty() {
-        let by_hostname: Vec<&RunSummary> = runs
-            .iter()
-            .filter(not_pair)
-            .filter(|r| r.hostname == host)
-            .collect();
-        let note = format!(
-            "{reference}: no run is labelled host={host}; using the runs whose machine hostname is {host}"
-        );
-        (by_hostname, Some(note))
-    } else {
-        (labelled, None)
-    };
+    let (candidates, note) = runs_of(runs, host, reference);
     if candidates.is_empty() {
-        return Err(format!(
-            "{reference}: no run of host '{host}'; hosts in the store: {}",
-            hosts(runs)
-        ));
+        return Err(HostRefError::UnknownHost {
+            reference: reference.to_string(),
+            host: host.to_string(),
+            hosts: hosts(runs),
+        });
     }
-    let id = pick(&candidates, rest).map_err(|why| format!("{reference}: {why}"))?;
+    let id = pick(&candidates, rest).map_err(|problem| HostRefError::NoRun {
+        reference: reference.to_string(),
+        problem,
+    })?;
     Ok(Some(Resolved {
         id,
         host: host.to_string(),
@@ -71,37 +93,62 @@ pub fn resolve(runs: &[RunSummary], reference: &str) -> Result<Option<Resolved>,
     }))
 }
 
+/// The runs of `host` (pair results left out): those labelled with it,
+/// else those whose hostname it is, with a note saying so.
+fn runs_of<'r>(
+    runs: &'r [RunSummary],
+    host: &str,
+    reference: &str,
+) -> (Vec<&'r RunSummary>, Option<String>) {
+    let not_pair = |r: &&RunSummary| !r.labels.contains_key("pair");
+    let labelled: Vec<&RunSummary> = runs
+        .iter()
+        .filter(not_pair)
+        .filter(|r| r.labels.get("host").map(String::as_str) == Some(host))
+        .collect();
+    if !labelled.is_empty() {
+        return (labelled, None);
+    }
+    let by_hostname = runs
+        .iter()
+        .filter(not_pair)
+        .filter(|r| r.hostname == host)
+        .collect();
+    let note = format!(
+        "{reference}: no run is labelled host={host}; using the runs whose machine hostname is {host}"
+    );
+    (by_hostname, Some(note))
+}
+
 /// `latest`, `latest~N` or an id prefix among one host's runs.
-fn pick(runs: &[&RunSummary], rest: &str) -> Result<String, String> {
-    let count = |n: usize| format!("{n} run{}", if n == 1 { "" } else { "s" });
+fn pick(runs: &[&RunSummary], rest: &str) -> Result<String, PickError> {
     if rest == "latest" {
         return Ok(runs[runs.len() - 1].id.clone());
     }
     if let Some(back) = rest.strip_prefix("latest~") {
-        let n: usize = back.parse().map_err(|_| {
-            format!("'{rest}': write latest~N with N a whole number, e.g. latest~1 for the run before the latest")
+        let n: usize = back.parse().map_err(|_| PickError::NotAWholeNumber {
+            rest: rest.to_string(),
         })?;
         return match runs.len().checked_sub(n + 1) {
             Some(i) => Ok(runs[i].id.clone()),
-            None => Err(format!(
-                "'{rest}': the host has {}, so latest~{} is the oldest",
-                count(runs.len()),
-                runs.len() - 1
-            )),
+            None => Err(PickError::TooFarBack {
+                rest: rest.to_string(),
+                runs: runs.len(),
+            }),
         };
     }
     let wanted = rest.to_ascii_uppercase();
     let matches: Vec<&&RunSummary> = runs.iter().filter(|r| r.id.starts_with(&wanted)).collect();
     match matches.as_slice() {
         [one] => Ok(one.id.clone()),
-        [] => Err(format!(
-            "no run of this host starts with '{rest}'; give latest, latest~N or a prefix of one of its {} ids",
-            count(runs.len())
-        )),
-        many => Err(format!(
-            "'{rest}' is ambiguous: it starts {} of this host; give more characters",
-            count(many.len())
-        )),
+        [] => Err(PickError::NoMatch {
+            rest: rest.to_string(),
+            runs: runs.len(),
+        }),
+        many => Err(PickError::Ambiguous {
+            rest: rest.to_string(),
+            matches: many.len(),
+        }),
     }
 }
 
@@ -122,12 +169,31 @@ fn hosts(runs: &[RunSummary]) -> String {
     }
 }
 
+/// A run's summary line for unit tests of the host and fleet lookups.
+#[cfg(test)]
+pub(crate) fn test_summary(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
+    RunSummary {
+        id: id.into(),
+        started: String::new(),
+        ended: String::new(),
+        profile: "smoke".into(),
+        command: String::new(),
+        hostname: hostname.into(),
+        osprobe_version: String::new(),
+        measurements: 1,
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn run(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-        crate::labels::test_summary(id, hostname, labels)
+        test_summary(id, hostname, labels)
     }
 
     fn store() -> Vec<RunSummary> {
@@ -149,6 +215,10 @@ mod tests {
         resolve(&store(), reference).unwrap().unwrap().id
     }
 
+    fn error(runs: &[RunSummary], reference: &str) -> String {
+        resolve(runs, reference).unwrap_err().to_string()
+    }
+
     #[test]
     fn plain_references_are_left_to_the_store() {
         assert_eq!(resolve(&store(), "latest"), Ok(None));
@@ -162,9 +232,9 @@ mod tests {
         assert_eq!(id("web-1:latest~1"), "01CCC");
         assert_eq!(id("web-1:latest~2"), "01AAA");
         assert_eq!(id("web-2:latest"), "01BBB");
-        let err = resolve(&store(), "web-1:latest~3").unwrap_err();
+        let err = error(&store(), "web-1:latest~3");
         assert!(err.contains("has 3 runs"), "{err}");
-        let err = resolve(&store(), "web-1:latest~x").unwrap_err();
+        let err = error(&store(), "web-1:latest~x");
         assert!(err.contains("whole number"), "{err}");
     }
 
@@ -172,9 +242,9 @@ mod tests {
     fn id_prefixes_are_unique_among_the_hosts_runs() {
         // 01C starts two runs in the store, one of web-1's.
         assert_eq!(id("web-1:01c"), "01CCC");
-        let err = resolve(&store(), "web-1:01").unwrap_err();
+        let err = error(&store(), "web-1:01");
         assert!(err.contains("ambiguous") && err.contains("3 runs"), "{err}");
-        let err = resolve(&store(), "web-1:01BBB").unwrap_err();
+        let err = error(&store(), "web-1:01BBB");
         assert!(
             err.contains("no run of this host starts with '01BBB'"),
             "{err}"
@@ -195,12 +265,12 @@ mod tests {
 
     #[test]
     fn an_unknown_host_names_the_hosts_there_are() {
-        let err = resolve(&store(), "db-1:latest").unwrap_err();
+        let err = error(&store(), "db-1:latest");
         assert_eq!(
             err,
             "db-1:latest: no run of host 'db-1'; hosts in the store: laptop, web-1, web-2"
         );
-        let err = resolve(&[], "db-1:latest").unwrap_err();
+        let err = error(&[], "db-1:latest");
         assert!(err.contains("none (the store holds no runs)"), "{err}");
     }
 
@@ -216,7 +286,7 @@ mod tests {
     #[test]
     fn malformed_host_references_say_the_form() {
         for bad in [":latest", "web-1:", "web-1::"] {
-            let err = resolve(&store(), bad).unwrap_err();
+            let err = error(&store(), bad);
             assert!(err.contains("expected HOST:REF"), "{bad}: {err}");
         }
     }

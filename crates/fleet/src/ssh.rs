@@ -7,7 +7,8 @@
 //! closed by `close` at the end. BatchMode is always on: a fleet run must
 //! never stop at a password or host-key prompt nobody sees.
 
-use crate::fleet::inventory::Host;
+pub use crate::error::{ExecError, SshError};
+use crate::inventory::Host;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -98,27 +99,6 @@ impl Finished {
     }
 }
 
-/// Why a remote command has no result.
-#[derive(Debug)]
-pub enum ExecError {
-    /// Ctrl-C (or SIGTERM/SIGHUP) here: the command was stopped.
-    Interrupted,
-    /// ssh could not be started or talked to.
-    Local(String),
-    /// The deadline (--host-timeout) passed: the command was stopped.
-    TimedOut,
-}
-
-impl std::fmt::Display for ExecError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ExecError::Interrupted => f.write_str("interrupted"),
-            ExecError::Local(e) => f.write_str(e),
-            ExecError::TimedOut => f.write_str("timed out"),
-        }
-    }
-}
-
 /// What a remote command reads on its standard input.
 pub enum Input<'a> {
     /// Nothing: /dev/null.
@@ -132,20 +112,18 @@ pub enum Input<'a> {
 }
 
 impl Ssh {
-    pub fn new(config: Option<PathBuf>, options: Vec<String>) -> Result<Ssh, String> {
-        let program = osprobe_core::find_program("ssh").ok_or_else(|| {
-            "no `ssh` client found in PATH; install OpenSSH's client (Debian: apt-get install openssh-client)".to_string()
-        })?;
+    pub fn new(config: Option<PathBuf>, options: Vec<String>) -> Result<Ssh, SshError> {
+        let program = osprobe_core::find_program("ssh").ok_or(SshError::NoClient)?;
         if let Some(config) = &config {
             if !config.is_file() {
-                return Err(format!("--ssh-config {}: no such file", config.display()));
+                return Err(SshError::NoConfig(config.clone()));
             }
         }
         // A short path: a control socket's path must fit in 108 bytes.
         let control = tempfile::Builder::new()
             .prefix("osprobe-ssh-")
             .tempdir_in("/tmp")
-            .map_err(|e| format!("cannot make a directory for ssh control sockets in /tmp: {e}"))?;
+            .map_err(SshError::ControlDir)?;
         Ok(Ssh {
             program,
             config,
@@ -199,16 +177,14 @@ impl Ssh {
         let mut cmd = self.command(target);
         cmd.arg("--")
             .arg(&target.destination)
-            .arg(format!("sh -c {}", crate::fleet::remote::quote(script)))
+            .arg(format!("sh -c {}", crate::remote::quote(script)))
             .stdin(match input {
                 Input::Null => Stdio::null(),
                 _ => Stdio::piped(),
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| ExecError::Local(format!("cannot run {}: {e}", self.program.display())))?;
+        let mut child = cmd.spawn().map_err(|e| self.spawn_error(e))?;
         let stdout = reader(child.stdout.take(), MAX_OUTPUT);
         let stderr = reader(child.stderr.take(), 1 << 20);
         // Feed stdin from a thread: a command may write before it has read
@@ -226,7 +202,7 @@ impl Ssh {
                 Some(std::thread::spawn(move || {
                     let copied = std::fs::File::open(&path)
                         .and_then(|mut f| std::io::copy(&mut f, &mut pipe));
-                    copied.map(|_| ()).map_err(|e| e.to_string())
+                    copied.map(|_| ())
                 }))
             }
             _ => None,
@@ -249,16 +225,22 @@ impl Ssh {
 
     /// Start `script` and return at once, its stdin, stdout and stderr
     /// piped: for a server that runs while other commands use it.
-    pub fn spawn(&self, target: &Target, script: &str) -> Result<Child, String> {
+    pub fn spawn(&self, target: &Target, script: &str) -> Result<Child, ExecError> {
         let mut cmd = self.command(target);
         cmd.arg("--")
             .arg(&target.destination)
-            .arg(format!("sh -c {}", crate::fleet::remote::quote(script)))
+            .arg(format!("sh -c {}", crate::remote::quote(script)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        cmd.spawn()
-            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))
+        cmd.spawn().map_err(|e| self.spawn_error(e))
+    }
+
+    fn spawn_error(&self, source: std::io::Error) -> ExecError {
+        ExecError::Spawn {
+            program: self.program.clone(),
+            source,
+        }
     }
 
     /// End the control master of `target`, if one runs (at the end of a
@@ -302,7 +284,7 @@ pub fn wait_interruptibly(
         match child.try_wait() {
             Ok(Some(status)) => return Ok(status),
             Ok(None) => {}
-            Err(e) => return Err(ExecError::Local(format!("waiting for ssh: {e}"))),
+            Err(e) => return Err(ExecError::Wait(e)),
         }
         if osprobe_core::interrupt::requested() {
             let _ = child.kill();

@@ -1,9 +1,10 @@
-//! Run labels given on the command line (`--label k=v`) and the filters of
-//! `history --host H --label k=v`. A label is `key=value`: the key in
-//! `[a-z0-9_.-]`, the value printable text; both bounded, since labels are
-//! stored with every run and shown in tables.
+//! Run labels (`--label k=v`) and the filters of `history --host H --label
+//! k=v`. A label is `key=value`: the key in `[a-z0-9_.-]`, the value
+//! printable text; both bounded, since labels are stored with every run
+//! and shown in tables. The `pair` label (`SRC -> DST`) is read back by the
+//! fleet page, so its form is checked here, where both sides find it.
 
-use osprobe_store::RunSummary;
+use crate::model::RunSummary;
 use std::collections::BTreeMap;
 
 /// Longest key accepted.
@@ -11,58 +12,95 @@ pub const MAX_KEY: usize = 64;
 /// Longest value accepted, in characters.
 pub const MAX_VALUE: usize = 256;
 
+/// Why a label, or a set of them, is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// `shown` is the input as it may be echoed (control characters
+    /// replaced, cut short).
+    #[error("'{shown}': {problem}")]
+    Malformed {
+        shown: String,
+        problem: LabelProblem,
+    },
+    #[error("--label {key}: given twice ({key}={first} and {key}={second}); give each key once")]
+    GivenTwice {
+        key: String,
+        first: String,
+        second: String,
+    },
+}
+
+/// What is wrong with one `key=value`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelProblem {
+    #[error("expected KEY=VALUE, e.g. team=db or host=web-1")]
+    NoEquals,
+    #[error("the key is empty; expected KEY=VALUE")]
+    EmptyKey,
+    #[error("the key is longer than {MAX_KEY} characters")]
+    KeyTooLong,
+    #[error("the key may hold only a-z, 0-9, '_', '.' and '-' (found {0:?})")]
+    KeyCharacter(char),
+    #[error("the value is empty; expected KEY=VALUE with a value")]
+    EmptyValue,
+    #[error("the value is longer than {MAX_VALUE} characters")]
+    ValueTooLong,
+    #[error("the value holds a control character; only printable text is accepted")]
+    ControlCharacter,
+    #[error("the value starts or ends with white space")]
+    WhiteSpace,
+    #[error("a pair label is SRC -> DST, e.g. pair=web-1 -> web-2")]
+    NotAPair,
+}
+
 /// Parse `key=value` (clap's value parser for `--label`), naming what is
 /// accepted when it is not.
-pub fn parse_label(raw: &str) -> Result<(String, String), String> {
-    let Some((key, value)) = raw.split_once('=') else {
-        return Err(format!(
-            "'{}': expected KEY=VALUE, e.g. team=db or host=web-1",
-            shown(raw)
-        ));
+pub fn parse_label(raw: &str) -> Result<(String, String), LabelError> {
+    let malformed = |problem| LabelError::Malformed {
+        shown: shown(raw),
+        problem,
     };
-    check_key(key).map_err(|why| format!("'{}': {why}", shown(raw)))?;
-    check_value(value).map_err(|why| format!("'{}': {why}", shown(raw)))?;
+    let (key, value) = raw
+        .split_once('=')
+        .ok_or_else(|| malformed(LabelProblem::NoEquals))?;
+    check_key(key).map_err(malformed)?;
+    check_value(value).map_err(malformed)?;
     // A pair label is read back by the fleet page: refuse one it could
     // not read rather than store a run it must leave out.
-    if key == "pair" && osprobe_report::fleet::view::parse_pair(value).is_none() {
-        return Err(format!(
-            "'{}': a pair label is SRC -> DST, e.g. pair=web-1 -> web-2",
-            shown(raw)
-        ));
+    if key == "pair" && parse_pair(value).is_none() {
+        return Err(malformed(LabelProblem::NotAPair));
     }
     Ok((key.to_string(), value.to_string()))
 }
 
-fn check_key(key: &str) -> Result<(), String> {
+fn check_key(key: &str) -> Result<(), LabelProblem> {
     if key.is_empty() {
-        return Err("the key is empty; expected KEY=VALUE".into());
+        return Err(LabelProblem::EmptyKey);
     }
     if key.len() > MAX_KEY {
-        return Err(format!("the key is longer than {MAX_KEY} characters"));
+        return Err(LabelProblem::KeyTooLong);
     }
-    if let Some(c) = key
+    match key
         .chars()
         .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '.' | '-'))
     {
-        return Err(format!(
-            "the key may hold only a-z, 0-9, '_', '.' and '-' (found {c:?})"
-        ));
+        Some(c) => Err(LabelProblem::KeyCharacter(c)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
-fn check_value(value: &str) -> Result<(), String> {
+fn check_value(value: &str) -> Result<(), LabelProblem> {
     if value.is_empty() {
-        return Err("the value is empty; expected KEY=VALUE with a value".into());
+        return Err(LabelProblem::EmptyValue);
     }
     if value.chars().count() > MAX_VALUE {
-        return Err(format!("the value is longer than {MAX_VALUE} characters"));
+        return Err(LabelProblem::ValueTooLong);
     }
     if value.chars().any(char::is_control) {
-        return Err("the value holds a control character; only printable text is accepted".into());
+        return Err(LabelProblem::ControlCharacter);
     }
     if value.trim() != value {
-        return Err("the value starts or ends with white space".into());
+        return Err(LabelProblem::WhiteSpace);
     }
     Ok(())
 }
@@ -81,15 +119,26 @@ fn shown(raw: &str) -> String {
     }
 }
 
+/// A `pair` label's two ends, `SRC -> DST`; None when it is not of that
+/// form.
+pub fn parse_pair(label: &str) -> Option<(String, String)> {
+    let (src, dst) = label.split_once("->")?;
+    let (src, dst) = (src.trim(), dst.trim());
+    (!src.is_empty() && !dst.is_empty() && !dst.contains("->"))
+        .then(|| (src.to_string(), dst.to_string()))
+}
+
 /// The labels of a run made here from the repeated `--label`s; a key given
 /// twice is an error (which value was meant?).
-pub fn collect(labels: &[(String, String)]) -> Result<BTreeMap<String, String>, String> {
+pub fn collect(labels: &[(String, String)]) -> Result<BTreeMap<String, String>, LabelError> {
     let mut out = BTreeMap::new();
     for (key, value) in labels {
         if let Some(first) = out.insert(key.clone(), value.clone()) {
-            return Err(format!(
-                "--label {key}: given twice ({key}={first} and {key}={value}); give each key once"
-            ));
+            return Err(LabelError::GivenTwice {
+                key: key.clone(),
+                first,
+                second: value.clone(),
+            });
         }
     }
     Ok(out)
@@ -134,29 +183,26 @@ pub fn host_of(run: &RunSummary) -> &str {
         .unwrap_or(&run.hostname)
 }
 
-/// A run's summary line for unit tests of the cli's label, host and fleet
-/// lookups.
-#[cfg(test)]
-pub(crate) fn test_summary(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-    RunSummary {
-        id: id.into(),
-        started: String::new(),
-        ended: String::new(),
-        profile: "smoke".into(),
-        command: String::new(),
-        hostname: hostname.into(),
-        osprobe_version: String::new(),
-        measurements: 1,
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn summary(hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
+        RunSummary {
+            id: "01".into(),
+            started: String::new(),
+            ended: String::new(),
+            profile: "smoke".into(),
+            command: String::new(),
+            hostname: hostname.into(),
+            osprobe_version: String::new(),
+            measurements: 1,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
 
     #[test]
     fn labels_parse_and_bad_ones_say_what_is_accepted() {
@@ -180,26 +226,39 @@ mod tests {
             ("pair=web-1", "SRC -> DST"),
             ("pair=a -> b -> c", "SRC -> DST"),
         ] {
-            let err = parse_label(raw).unwrap_err();
+            let err = parse_label(raw).unwrap_err().to_string();
             assert!(err.contains(why), "{raw}: {err}");
             assert!(!err.contains('\u{1b}'), "{err}");
         }
         let long = format!("k={}", "v".repeat(MAX_VALUE + 1));
-        assert!(parse_label(&long).unwrap_err().contains("longer than 256"));
+        assert!(parse_label(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("longer than 256"));
         let key = format!("{}=v", "k".repeat(MAX_KEY + 1));
-        assert!(parse_label(&key).unwrap_err().contains("longer than 64"));
+        assert!(parse_label(&key)
+            .unwrap_err()
+            .to_string()
+            .contains("longer than 64"));
     }
 
     #[test]
     fn a_key_given_twice_is_refused() {
         let twice = [("a".into(), "1".into()), ("a".into(), "2".into())];
-        assert!(collect(&twice).unwrap_err().contains("given twice"));
+        assert!(collect(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("given twice"));
         let once = [("a".into(), "1".into()), ("b".into(), "2".into())];
         assert_eq!(collect(&once).unwrap().len(), 2);
     }
 
-    fn summary(hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-        test_summary("01", hostname, labels)
+    #[test]
+    fn pairs_have_two_ends() {
+        assert_eq!(parse_pair(" a -> b "), Some(("a".into(), "b".into())));
+        for bad in ["a", "a ->", "-> b", "a -> b -> c"] {
+            assert_eq!(parse_pair(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! stderr is a terminal, else one line per change of a host's state (what
 //! a log or CI keeps), nothing with --quiet. Only the main thread draws.
 
+use crate::run::Observer;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::time::Duration;
 
+/// The progress of a fleet run on stderr, drawn from the calling thread.
 pub struct Progress {
     mode: Mode,
     names: Vec<String>,
@@ -48,9 +50,11 @@ impl Progress {
             width,
         }
     }
+}
 
+impl Observer for Progress {
     /// Host `index` is now doing `what`.
-    pub fn state(&mut self, index: usize, what: &str) {
+    fn state(&mut self, index: usize, what: &str) {
         match &self.mode {
             Mode::Quiet => {}
             Mode::Lines => line(&format!(
@@ -63,7 +67,7 @@ impl Progress {
     }
 
     /// Host `index` is done: its last word.
-    pub fn done(&mut self, index: usize, what: &str) {
+    fn done(&mut self, index: usize, what: &str) {
         match &self.mode {
             Mode::Bars(_, bars) => bars[index].finish_with_message(what.to_string()),
             _ => self.state(index, what),
@@ -71,7 +75,7 @@ impl Progress {
     }
 
     /// A line not about one host (the pairs), above the bars.
-    pub fn note(&mut self, text: &str) {
+    fn note(&mut self, text: &str) {
         match &self.mode {
             Mode::Quiet => {}
             Mode::Lines => line(&format!("fleet: {text}")),
