@@ -13,7 +13,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 STREAM_BYTES = 8 << 20
@@ -44,44 +43,49 @@ def bench(osprobe, params, profile="quick"):
     return found, ""
 
 
-def plain_tcp_stream(nbytes):
-    """bits/s of one plain TCP stream of nbytes over 127.0.0.1, receiver side."""
+def plain_tcp_stream(nbytes, transfers=5):
+    """bits/s of a plain TCP stream over 127.0.0.1: the median of `transfers`
+    transfers of nbytes on one connection, a peer as fair as rfs.throughput's
+    read: a connection already warm (rfs reads on one connection, sample after
+    sample; the first transfer here only warms up), each transfer timed from
+    the receiver's request to its last byte (as a read_at is), the bytes landing
+    in a buffer of nbytes in reads of at most 1 MiB (the rfs client's reply
+    buffer), the sender a process of its own (rfs's server is a thread of
+    osprobe, not sharing Python's lock) and neither side pinned (nor is rfs)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    result = {}
-
-    def receive():
-        conn, _ = listener.accept()
-        buf = bytearray(1 << 20)
-        view = memoryview(buf)
-        got = 0
-        start = None
-        while got < nbytes:
-            n = conn.recv_into(view)
-            if n == 0:
-                break
-            if start is None:
-                start = time.perf_counter()
-            got += n
-        result["seconds"] = time.perf_counter() - start
-        result["bytes"] = got
-        conn.sendall(b"k")
-        conn.close()
-
-    t = threading.Thread(target=receive)
-    t.start()
-    client = socket.create_connection(listener.getsockname())
-    chunk = b"\x5a" * (1 << 20)
-    sent = 0
-    while sent < nbytes:
-        client.sendall(chunk)
-        sent += len(chunk)
-    client.recv(1)
-    client.close()
-    t.join(timeout=60)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            conn, _ = listener.accept()
+            data = b"\x5a" * nbytes
+            while conn.recv(1) == b"g":
+                conn.sendall(data)
+        finally:
+            os._exit(0)
+    listener_addr = listener.getsockname()
     listener.close()
-    return result["bytes"] * 8 / result["seconds"]
+    rates = []
+    try:
+        rx = socket.create_connection(listener_addr)
+        buf = bytearray(nbytes)
+        view = memoryview(buf)
+        for i in range(transfers + 1):
+            start = time.perf_counter()
+            rx.sendall(b"g")
+            got = 0
+            while got < nbytes:
+                n = rx.recv_into(view[got:got + (1 << 20)])
+                if n == 0:
+                    fail("the plain TCP stream's sender closed early")
+                got += n
+            if i > 0:
+                rates.append(nbytes * 8 / (time.perf_counter() - start))
+        rx.close()
+    finally:
+        os.waitpid(pid, 0)
+    return statistics.median(rates)
 
 
 def mbit(bits):

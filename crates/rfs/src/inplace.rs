@@ -122,7 +122,9 @@ impl Placer {
                 }
                 iov.push(IoSliceMut::new(&mut place[d0..]));
             }
-            let tail = frames.space(frames.capacity() - wanted);
+            // Room for the tail such that, if all of this read goes back
+            // to `frames` (head 0's earlier bytes too), it fits.
+            let tail = frames.space(frames.capacity().saturating_sub(wanted + pre_head));
             if !tail.is_empty() {
                 iov.push(IoSliceMut::new(tail));
             }
@@ -138,13 +140,13 @@ impl Placer {
             other => {
                 // Nothing came: the head bytes taken from `frames` go back,
                 // so that the caller's errors see them.
-                if self.partial.is_none() {
-                    frames.prepend(&self.heads[0][..pre_head]);
+                if self.partial.is_none() && !frames.prepend(&self.heads[0][..pre_head]) {
+                    return Err(no_room());
                 }
                 return other.map(Some);
             }
         };
-        self.sort(n, &sizes, session, expected, places, frames, done);
+        self.sort(n, &sizes, session, expected, places, frames, done)?;
         Ok(Some(n))
     }
 
@@ -215,7 +217,7 @@ impl Placer {
         places: &[&mut [u8]],
         frames: &mut FrameBuffer,
         done: &mut Vec<Placed>,
-    ) {
+    ) -> io::Result<()> {
         // Bytes each segment received.
         let mut left = n;
         let got: Vec<usize> = sizes
@@ -271,9 +273,18 @@ impl Placer {
                 let data_from = expected[i].len - sizes[2 * i + 1];
                 spill.extend_from_slice(&places[i][data_from..data_from + got[2 * i + 1]]);
             }
-            frames.prepend(&spill);
+            if !frames.prepend(&spill) {
+                return Err(no_room());
+            }
         }
+        Ok(())
     }
+}
+
+/// Room was left for every byte read to go back (see `read`): reaching
+/// this is a bug, reported as a broken stream rather than a panic.
+fn no_room() -> io::Error {
+    io::Error::other("internal error: no room in the reply buffer for bytes given back")
 }
 
 /// How many of the expected replies one read can take: as many as have a
@@ -529,6 +540,60 @@ mod tests {
             }
             assert!(frames.is_empty() && !placer.mid_reply(), "piece {piece}");
         }
+    }
+
+    /// A read that fills every place and the tail, all of it given back
+    /// (the first head, partly read before, is an error): it fits.
+    #[test]
+    fn everything_read_can_go_back_to_a_full_buffer() {
+        let replies = 60u64;
+        let mut s = Vec::new();
+        for xid in 1..=replies {
+            frame(&mut s, |out| {
+                if xid == 1 {
+                    let e = RemoteError::new(ErrorCode::Stale, "gone");
+                    encode_error_reply(SESSION, xid, Op::Read.code(), &e, out);
+                } else {
+                    let data = content(xid, LEN);
+                    let reply = Reply::Data {
+                        size: 0,
+                        eof: false,
+                        data: &data,
+                    };
+                    encode_reply(SESSION, xid, Op::Read, &Ok(reply), out).unwrap();
+                }
+            });
+        }
+        let total = s.len();
+        let mut r = Pieces {
+            bytes: s,
+            pos: 0,
+            piece: 20,
+        };
+        let mut frames = FrameBuffer::with_capacity(0);
+        let mut placer = Placer::default();
+        let mut dest = vec![0u8; replies as usize * LEN];
+        let expected: Vec<Expected> = (1..=replies)
+            .map(|xid| Expected { xid, len: LEN })
+            .collect();
+        let mut done = Vec::new();
+        for piece in [20, usize::MAX] {
+            r.piece = piece;
+            let mut places: Vec<&mut [u8]> = dest.chunks_mut(LEN).collect();
+            let got = placer.read(
+                &mut r,
+                &mut frames,
+                SESSION,
+                &expected,
+                &mut places,
+                &mut done,
+            );
+            assert!(got.unwrap().unwrap() > 0);
+        }
+        assert!(done.is_empty());
+        assert_eq!(frames.buffered(), &r.bytes[..frames.buffered().len()]);
+        assert!(frames.buffered().len() > frames.capacity() - HEAD);
+        assert!(frames.buffered().len() < total);
     }
 
     #[test]

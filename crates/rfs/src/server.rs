@@ -514,54 +514,8 @@ impl Server {
             // write them when the next might not fit, and when no whole
             // request is left (never hold a reply while waiting for input).
             out.clear();
-            loop {
-                let frame = match frames.next_frame() {
-                    Ok(Some(f)) => f,
-                    Ok(None) => break,
-                    Err(()) => break, // a length we cannot trust: close below
-                };
-                last_frame = Instant::now();
-                if out.len() + MAX_MESSAGE + 4 > OUT_BUFFER {
-                    if stream.write_all(&out).is_err() {
-                        return;
-                    }
-                    out.clear();
-                }
-                let at = out.len();
-                out.extend_from_slice(&[0u8; 4]);
-                let mut body = None;
-                let outcome = self.service.handle_deferring(
-                    peer,
-                    Transport::Tcp,
-                    frame,
-                    &mut out,
-                    Some(&mut body),
-                );
-                match outcome {
-                    Outcome::Reply => {
-                        let deferred = body.as_ref().map_or(0, |b: &FileBody| b.len);
-                        let len = (out.len() - at - 4 + deferred) as u32;
-                        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
-                        if let Some(b) = body {
-                            // The replies gathered so far, this header last,
-                            // then its data from the file.
-                            if sendfile::send_more(&stream, &out).is_err()
-                                || sendfile::send_file(&stream, &b.file, b.offset, b.len).is_err()
-                            {
-                                return;
-                            }
-                            out.clear();
-                        }
-                    }
-                    Outcome::Drop => out.truncate(at),
-                    Outcome::Close => {
-                        // The replies before it still go out.
-                        out.truncate(at);
-                        let _ = stream.write_all(&out);
-                        return;
-                    }
-                }
-                frames.consume();
+            if !self.answer_buffered(peer, &mut stream, &mut frames, &mut out, &mut last_frame) {
+                return;
             }
             // Leave the pending pool before the hello's answer goes out:
             // once the client has it, it may open more connections, and a
@@ -577,6 +531,66 @@ impl Server {
                 return;
             }
         }
+    }
+
+    /// Answer every whole request buffered, gathering the replies in `out`:
+    /// written when the next might not fit, and before a reply whose data
+    /// follows from the file; the rest is the caller's to write. False when
+    /// the connection is to be closed.
+    fn answer_buffered(
+        &self,
+        peer: Peer,
+        stream: &mut TcpStream,
+        frames: &mut FrameBuffer,
+        out: &mut Vec<u8>,
+        last_frame: &mut Instant,
+    ) -> bool {
+        loop {
+            let frame = match frames.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(()) => break, // a length we cannot trust: close below
+            };
+            *last_frame = Instant::now();
+            if out.len() + MAX_MESSAGE + 4 > OUT_BUFFER {
+                if stream.write_all(out).is_err() {
+                    return false;
+                }
+                out.clear();
+            }
+            let at = out.len();
+            out.extend_from_slice(&[0u8; 4]);
+            let mut body = None;
+            let outcome =
+                self.service
+                    .handle_deferring(peer, Transport::Tcp, frame, out, Some(&mut body));
+            match outcome {
+                Outcome::Reply => {
+                    let deferred = body.as_ref().map_or(0, |b: &FileBody| b.len);
+                    let len = (out.len() - at - 4 + deferred) as u32;
+                    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+                    if let Some(b) = body {
+                        // The replies gathered so far, this header last,
+                        // then its data from the file.
+                        if sendfile::send_more(stream, out).is_err()
+                            || sendfile::send_file(stream, &b.file, b.offset, b.len).is_err()
+                        {
+                            return false;
+                        }
+                        out.clear();
+                    }
+                }
+                Outcome::Drop => out.truncate(at),
+                Outcome::Close => {
+                    // The replies before it still go out.
+                    out.truncate(at);
+                    let _ = stream.write_all(out);
+                    return false;
+                }
+            }
+            frames.consume();
+        }
+        true
     }
 }
 
@@ -843,15 +857,19 @@ impl FrameBuffer {
     }
 
     /// Put `bytes` in front of what is buffered (bytes that came off the
-    /// stream before it). The caller leaves room: buffered plus `bytes`
-    /// within the capacity.
-    pub(crate) fn prepend(&mut self, bytes: &[u8]) {
+    /// stream before it); false, changing nothing, if buffered plus
+    /// `bytes` exceed the capacity.
+    #[must_use]
+    pub(crate) fn prepend(&mut self, bytes: &[u8]) -> bool {
         let held = self.end - self.start;
-        assert!(bytes.len() + held <= self.buf.len(), "no room to prepend");
+        if bytes.len() + held > self.buf.len() {
+            return false;
+        }
         self.buf.copy_within(self.start..self.end, bytes.len());
         self.buf[..bytes.len()].copy_from_slice(bytes);
         self.start = 0;
         self.end = bytes.len() + held;
+        true
     }
 
     /// The next complete frame's body, None if more bytes are needed,
