@@ -1366,7 +1366,7 @@ fn echo(
                     first.get_or_insert_with(Instant::now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(read_error(e, closed)),
+                Err(e) => return Err(crate::stream_error::read_error(e, closed)),
             }
         }
         stream
@@ -1399,19 +1399,6 @@ fn ack_stall_receiver(
         elapsed_ns: elapsed,
         ..StreamReport::default()
     })
-}
-
-pub(crate) fn read_error(e: io::Error, closed: &AtomicBool) -> RoleError {
-    if closed.load(Ordering::SeqCst) {
-        RoleError::SessionEnded
-    } else if matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    ) {
-        RoleError::PeerSilent
-    } else {
-        RoleError::PeerVanished(e)
-    }
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ pub fn sink(
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::server::read_error(e, closed)),
+            Err(e) => return Err(crate::stream_error::read_error(e, closed)),
         }
     }
     report.elapsed_ns = match (first, last) {

@@ -62,3 +62,18 @@ pub enum StreamError {
     #[error("{role} thread panicked")]
     Panicked { role: &'static str },
 }
+
+/// A failed read of a stream's data: the session ended under it, the peer
+/// went silent past the timeout, or it vanished.
+pub(crate) fn read_error(e: io::Error, closed: &std::sync::atomic::AtomicBool) -> RoleError {
+    if closed.load(std::sync::atomic::Ordering::SeqCst) {
+        RoleError::SessionEnded
+    } else if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    ) {
+        RoleError::PeerSilent
+    } else {
+        RoleError::PeerVanished(e)
+    }
+}
