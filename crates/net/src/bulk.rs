@@ -7,6 +7,7 @@
 use crate::client::Peer;
 use crate::protocol::{StreamReport, TestSpec};
 use crate::sock::{self, ConnectOptions};
+use crate::stream_error::StreamError;
 use crate::tcp_info::{self, TcpInfo};
 use osprobe_core::ExperimentError;
 use std::io::Write;
@@ -129,13 +130,8 @@ pub fn run(
     config: &BulkConfig,
     stop: &AtomicBool,
 ) -> Result<BulkResult, ExperimentError> {
-    let fail = |e: crate::client::NetError| match e {
-        // The value of `cc` cannot be used here: net.cc skips it.
-        crate::client::NetError::CongestionControl { .. } => {
-            ExperimentError::invalid_parameter("cc", e.to_string())
-        }
-        other => ExperimentError::Failed(other.to_string()),
-    };
+    // A refused `cc` becomes its parameter's fault (net.cc skips it).
+    let fail = ExperimentError::from;
     let spec = TestSpec::Sink {
         streams: config.streams,
         read_size: config.write_size.min(u32::MAX as usize) as u32,
@@ -152,38 +148,13 @@ pub fn run(
         .first()
         .and_then(|s| tcp_info::congestion_control(s.as_raw_fd()).ok());
     let counters: Vec<AtomicU64> = (0..config.streams).map(|_| AtomicU64::new(0)).collect();
-    let done = AtomicBool::new(false);
     let started = Instant::now();
     let deadline = started + config.duration;
 
-    let (outcomes, (interval_rates, acked_rates)) = std::thread::scope(|scope| {
-        let workers: Vec<_> = streams
-            .iter()
-            .zip(&counters)
-            .map(|(stream, counter)| {
-                let done = &done;
-                let cpu = config.sender_cpu;
-                scope.spawn(move || {
-                    if let Some(cpu) = cpu {
-                        osprobe_core::affinity::pin_current_thread(cpu)
-                            .map_err(|e| format!("pinning the sender to CPU {cpu}: {e}"))?;
-                    }
-                    send_until(stream, config.write_size, deadline, counter, stop, done)
-                })
-            })
-            .collect();
-        let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
-        let rates = sample_intervals(&counters, &fds, config, started, deadline, stop);
-        done.store(true, Ordering::SeqCst);
-        let outcomes: Vec<_> = workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err("sender thread panicked".into()))
-            })
-            .collect();
-        (outcomes, rates)
-    });
+    let Sending {
+        outcomes,
+        rates: (interval_rates, acked_rates),
+    } = send_streams(&streams, &counters, config, stop, started, deadline);
     let send_elapsed = started.elapsed();
     for s in &streams {
         let _ = s.shutdown(Shutdown::Write);
@@ -195,7 +166,7 @@ pub fn run(
     let mut send_buffers = Vec::new();
     let mut sender_cpu = Duration::ZERO;
     for (i, outcome) in outcomes.into_iter().enumerate() {
-        let sent = outcome.map_err(|e| ExperimentError::Failed(format!("stream {i}: {e}")))?;
+        let sent = outcome.map_err(|e| ExperimentError::failed(format!("stream {i}"), e))?;
         sender_info.push(sent.info);
         send_buffers.push(sent.send_buffer);
         sender_cpu += sent.cpu;
@@ -223,6 +194,61 @@ struct Sent {
     cpu: Duration,
 }
 
+/// What the sending threads and the sampler brought back.
+struct Sending {
+    /// Each stream's outcome.
+    outcomes: Vec<Result<Sent, StreamError>>,
+    /// The interval rates: written, acknowledged.
+    rates: (Vec<f64>, Vec<f64>),
+}
+
+/// Write on every stream from a thread of its own until `deadline` while
+/// this thread samples the interval rates; each stream's outcome, and the
+/// rates (written, acknowledged).
+fn send_streams(
+    streams: &[std::net::TcpStream],
+    counters: &[AtomicU64],
+    config: &BulkConfig,
+    stop: &AtomicBool,
+    started: Instant,
+    deadline: Instant,
+) -> Sending {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = streams
+            .iter()
+            .zip(counters)
+            .map(|(stream, counter)| {
+                let done = &done;
+                let cpu = config.sender_cpu;
+                scope.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        osprobe_core::affinity::pin_current_thread(cpu).map_err(|source| {
+                            StreamError::Pin {
+                                role: "sender",
+                                cpu: cpu as u32,
+                                source,
+                            }
+                        })?;
+                    }
+                    send_until(stream, config.write_size, deadline, counter, stop, done)
+                })
+            })
+            .collect();
+        let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
+        let rates = sample_intervals(counters, &fds, config, started, deadline, stop);
+        done.store(true, Ordering::SeqCst);
+        let outcomes: Vec<_> = workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or(Err(StreamError::Panicked { role: "sender" }))
+            })
+            .collect();
+        Sending { outcomes, rates }
+    })
+}
+
 fn send_until(
     mut stream: &std::net::TcpStream,
     write_size: usize,
@@ -230,7 +256,7 @@ fn send_until(
     counter: &AtomicU64,
     stop: &AtomicBool,
     done: &AtomicBool,
-) -> Result<Sent, String> {
+) -> Result<Sent, StreamError> {
     let cpu_start = sock::thread_cpu_time();
     let buf = sock::PageAligned::filled(write_size, 0xa5);
     // A write blocks while the send buffer is full; a timeout keeps a dead
@@ -250,11 +276,7 @@ fn send_until(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            Err(e) => {
-                return Err(format!(
-                    "send failed: {e} (did the server end the session?)"
-                ))
-            }
+            Err(e) => return Err(StreamError::Send(e)),
         }
     }
     Ok(Sent {

@@ -49,6 +49,8 @@ pub enum StreamError {
     Silent { silence: Duration, fd: i32 },
     #[error("receive failed: {0}")]
     Receive(#[source] io::Error),
+    #[error("send failed: {0} (did the server end the session?)")]
+    Send(#[source] io::Error),
     #[error("pinning the {role} to CPU {cpu}: {source}")]
     Pin {
         role: &'static str,

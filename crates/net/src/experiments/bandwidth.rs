@@ -230,6 +230,18 @@ pub fn bulk_measurements(
     receiver.notes.push(path.clone());
 
     let mut measurements = vec![sender, receiver];
+    measurements.extend(cost_measurements(id, params, result)?);
+    Ok(measurements)
+}
+
+/// What the test cost: the senders' and receivers' CPU load and the
+/// retransmissions.
+fn cost_measurements(
+    id: &str,
+    params: &Params,
+    result: &bulk::BulkResult,
+) -> Result<Vec<Measurement>, ExperimentError> {
+    let mut measurements = Vec::new();
     let mut cpu = value_measurement(
         id,
         "cpu_sender",
