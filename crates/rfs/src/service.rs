@@ -262,6 +262,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 type OpResult<T> = Result<T, RemoteError>;
 
+/// Answer the request of `header` with the error `e`.
+fn reply_error(header: &Header, e: RemoteError, out: &mut Vec<u8>) -> Outcome {
+    encode_error_reply(header.session, header.xid, header.opcode, &e, out);
+    Outcome::Reply
+}
+
 fn err(code: ErrorCode, detail: impl Into<String>) -> RemoteError {
     RemoteError::new(code, detail)
 }
@@ -519,60 +525,9 @@ impl Service {
         validated: &mut bool,
         file_body: Option<&mut Option<FileBody>>,
     ) -> Outcome {
-        let no_header = match transport {
-            Transport::Udp => Outcome::Drop,
-            Transport::Tcp => Outcome::Close,
-        };
-        let Ok((header, body)) = decode_header(msg) else {
-            bump(&self.counters.malformed);
-            return no_header;
-        };
-        if header.opcode & REPLY_BIT != 0 {
-            // Never answer a reply: two servers must not ping-pong. Over
-            // TCP the peer is confused about who is who: close.
-            bump(&self.counters.malformed);
-            return no_header;
-        }
-        let reply_error = |e: RemoteError, out: &mut Vec<u8>| {
-            encode_error_reply(header.session, header.xid, header.opcode, &e, out);
-            Outcome::Reply
-        };
-        let op = match request_op(&header) {
-            Ok(op) => op,
-            Err(DecodeError::Version { got }) => {
-                // Answered under the peer's own version, so that an older
-                // (or newer) client can read why it is refused.
-                bump(&self.counters.malformed);
-                let e = err(
-                    ErrorCode::Protocol,
-                    format!(
-                        "v{} required: this server speaks rfs protocol version {}, the client {got}; run the same osprobe version on both sides",
-                        protocol::VERSION,
-                        protocol::VERSION
-                    ),
-                );
-                encode_error_reply_as(got, header.session, header.xid, header.opcode, &e, out);
-                return Outcome::Reply;
-            }
-            Err(e) => {
-                bump(&self.counters.malformed);
-                let code = match e {
-                    DecodeError::UnknownOp { .. } => ErrorCode::Unsupported,
-                    _ => ErrorCode::Protocol,
-                };
-                return reply_error(err(code, e.to_string()), out);
-            }
-        };
-        let req = match decode_request_body(op, body) {
-            Ok(r) => r,
-            Err(e) => {
-                bump(&self.counters.malformed);
-                let code = match e {
-                    DecodeError::Name(_) | DecodeError::BadValue { .. } => ErrorCode::Invalid,
-                    _ => ErrorCode::Protocol,
-                };
-                return reply_error(err(code, format!("{op} request: {e}")), out);
-            }
+        let (header, op, req, body) = match self.decode_request(transport, msg, out) {
+            Ok(decoded) => decoded,
+            Err(outcome) => return outcome,
         };
         if let Request::Hello { nonce, cookie } = req {
             if transport == Transport::Udp && !self.cookies.check(peer.addr(), &cookie) {
@@ -584,121 +539,28 @@ impl Service {
                 return Outcome::Reply;
             }
             *validated = true;
-            return match self.hello(peer, transport, nonce) {
-                Ok((session, welcome)) => {
-                    self.encode(session, header.xid, op, &Ok(welcome), out);
-                    Outcome::Reply
-                }
-                Err(e) => {
-                    bump(&self.counters.refused);
-                    // A backed-off address was logged with its wrong token;
-                    // its retries are not (a guesser would flood the log).
-                    if !e.detail.starts_with(crate::backoff::REFUSAL) {
-                        self.emit(ServerEvent::Refused {
-                            peer: peer.addr(),
-                            reason: e.to_string(),
-                        });
-                    }
-                    reply_error(e, out)
-                }
-            };
+            return self.welcome(peer, transport, &header, op, nonce, out);
         }
         let session = match self.session_for(&header, peer) {
             Ok(s) => s,
             Err(e) => {
                 bump(&self.counters.refused);
-                return reply_error(e, out);
+                return reply_error(&header, e, out);
             }
         };
         // The session's address or connection is the sender's: real.
         *validated = true;
         session.last_seen.store(self.now_ms(), Ordering::Relaxed);
-        match req {
-            Request::Auth { proof } => {
-                let result = self.auth(&session, &proof);
-                if result.is_err() {
-                    bump(&self.counters.refused);
-                }
-                self.encode(
-                    header.session,
-                    header.xid,
-                    op,
-                    &result.map(|_| Reply::Done),
-                    out,
-                );
-                return Outcome::Reply;
-            }
-            Request::Goodbye => {
-                self.end_session(session.id, "goodbye");
-                self.encode(header.session, header.xid, op, &Ok(Reply::Done), out);
-                return Outcome::Reply;
-            }
-            _ => {}
-        }
-        if !session.authenticated.load(Ordering::Acquire) {
-            // Refused requests do not confirm the session: a client without
-            // the token stays evictable however much it sends.
-            bump(&self.counters.refused);
-            return reply_error(
-                err(
-                    ErrorCode::Auth,
-                    "this server requires a token: authenticate the session first",
-                ),
-                out,
-            );
+        if let Some(answered) = self.session_request(&session, &header, op, &req, out) {
+            return answered;
         }
         session.confirmed.store(true, Ordering::Relaxed);
         if !op.is_cached() {
             self.execute(&header, op, req, transport, out, file_body);
             return Outcome::Reply;
         }
-        let fp = drc::fingerprint(op, body);
-        let check = lock(&session.drc).check(header.xid, fp);
-        match check {
-            Check::New => {}
-            Check::Replay(bytes) => {
-                bump(&self.counters.replayed);
-                out.extend_from_slice(&bytes);
-                return Outcome::Reply;
-            }
-            Check::InProgress => {
-                bump(&self.counters.dropped_in_progress);
-                return Outcome::Drop;
-            }
-            Check::Reused => {
-                return reply_error(
-                    err(
-                        ErrorCode::Invalid,
-                        format!(
-                            "request id {} was already used for a different request; not executed",
-                            header.xid
-                        ),
-                    ),
-                    out,
-                )
-            }
-            Check::TooOld { floor } => {
-                return reply_error(
-                    err(
-                        ErrorCode::Invalid,
-                        format!(
-                            "request id {} is older than the duplicate-request cache remembers (ids up to {floor} are forgotten); not executed",
-                            header.xid
-                        ),
-                    ),
-                    out,
-                )
-            }
-            Check::Full => {
-                bump(&self.counters.refused);
-                return reply_error(
-                    err(
-                        ErrorCode::Busy,
-                        "too many requests of this client are in progress; retry",
-                    ),
-                    out,
-                );
-            }
+        if let Err(answered) = self.drc_check(&session, &header, op, body, out) {
+            return answered;
         }
         let start = out.len();
         if let (Request::Hash { file }, Peer::Udp(to), true) = (
@@ -727,6 +589,217 @@ impl Service {
         }
         lock(&session.drc).complete(header.xid, &out[start..]);
         Outcome::Reply
+    }
+
+    /// The request in `msg`: its header, operation and decoded body, or how
+    /// to answer what cannot be decoded (nothing, a closed connection, or an
+    /// error reply the peer can read).
+    fn decode_request<'m>(
+        &self,
+        transport: Transport,
+        msg: &'m [u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(Header, Op, Request<'m>, &'m [u8]), Outcome> {
+        let no_header = match transport {
+            Transport::Udp => Outcome::Drop,
+            Transport::Tcp => Outcome::Close,
+        };
+        let Ok((header, body)) = decode_header(msg) else {
+            bump(&self.counters.malformed);
+            return Err(no_header);
+        };
+        if header.opcode & REPLY_BIT != 0 {
+            // Never answer a reply: two servers must not ping-pong. Over
+            // TCP the peer is confused about who is who: close.
+            bump(&self.counters.malformed);
+            return Err(no_header);
+        }
+        let op = match request_op(&header) {
+            Ok(op) => op,
+            Err(DecodeError::Version { got }) => {
+                // Answered under the peer's own version, so that an older
+                // (or newer) client can read why it is refused.
+                bump(&self.counters.malformed);
+                let e = err(
+                    ErrorCode::Protocol,
+                    format!(
+                        "v{} required: this server speaks rfs protocol version {}, the client {got}; run the same osprobe version on both sides",
+                        protocol::VERSION,
+                        protocol::VERSION
+                    ),
+                );
+                encode_error_reply_as(got, header.session, header.xid, header.opcode, &e, out);
+                return Err(Outcome::Reply);
+            }
+            Err(e) => {
+                bump(&self.counters.malformed);
+                let code = match e {
+                    DecodeError::UnknownOp { .. } => ErrorCode::Unsupported,
+                    _ => ErrorCode::Protocol,
+                };
+                return Err(reply_error(&header, err(code, e.to_string()), out));
+            }
+        };
+        let req = match decode_request_body(op, body) {
+            Ok(r) => r,
+            Err(e) => {
+                bump(&self.counters.malformed);
+                let code = match e {
+                    DecodeError::Name(_) | DecodeError::BadValue { .. } => ErrorCode::Invalid,
+                    _ => ErrorCode::Protocol,
+                };
+                return Err(reply_error(
+                    &header,
+                    err(code, format!("{op} request: {e}")),
+                    out,
+                ));
+            }
+        };
+        Ok((header, op, req, body))
+    }
+
+    /// Answer a hello whose address is proved: a session, or the refusal.
+    fn welcome(
+        &self,
+        peer: Peer,
+        transport: Transport,
+        header: &Header,
+        op: Op,
+        nonce: [u8; 16],
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        match self.hello(peer, transport, nonce) {
+            Ok((session, welcome)) => {
+                self.encode(session, header.xid, op, &Ok(welcome), out);
+                Outcome::Reply
+            }
+            Err(e) => {
+                bump(&self.counters.refused);
+                // A backed-off address was logged with its wrong token;
+                // its retries are not (a guesser would flood the log).
+                if !e.detail.starts_with(crate::backoff::REFUSAL) {
+                    self.emit(ServerEvent::Refused {
+                        peer: peer.addr(),
+                        reason: e.to_string(),
+                    });
+                }
+                reply_error(header, e, out)
+            }
+        }
+    }
+
+    /// The requests about the session itself (auth, goodbye), answered here;
+    /// any other request of a session that has not authenticated, refused.
+    /// `None`: go on and execute it.
+    fn session_request(
+        &self,
+        session: &Session,
+        header: &Header,
+        op: Op,
+        req: &Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        match req {
+            Request::Auth { proof } => {
+                let result = self.auth(session, proof);
+                if result.is_err() {
+                    bump(&self.counters.refused);
+                }
+                self.encode(
+                    header.session,
+                    header.xid,
+                    op,
+                    &result.map(|_| Reply::Done),
+                    out,
+                );
+                return Some(Outcome::Reply);
+            }
+            Request::Goodbye => {
+                self.end_session(session.id, "goodbye");
+                self.encode(header.session, header.xid, op, &Ok(Reply::Done), out);
+                return Some(Outcome::Reply);
+            }
+            _ => {}
+        }
+        if !session.authenticated.load(Ordering::Acquire) {
+            // Refused requests do not confirm the session: a client without
+            // the token stays evictable however much it sends.
+            bump(&self.counters.refused);
+            return Some(reply_error(
+                header,
+                err(
+                    ErrorCode::Auth,
+                    "this server requires a token: authenticate the session first",
+                ),
+                out,
+            ));
+        }
+        None
+    }
+
+    /// The duplicate-request cache's verdict on a cached operation: `Ok` to
+    /// execute it, or the answer (the cached reply, nothing while it is in
+    /// progress, or why it is refused).
+    fn drc_check(
+        &self,
+        session: &Session,
+        header: &Header,
+        op: Op,
+        body: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Outcome> {
+        let fp = drc::fingerprint(op, body);
+        let check = lock(&session.drc).check(header.xid, fp);
+        match check {
+            Check::New => {}
+            Check::Replay(bytes) => {
+                bump(&self.counters.replayed);
+                out.extend_from_slice(&bytes);
+                return Err(Outcome::Reply);
+            }
+            Check::InProgress => {
+                bump(&self.counters.dropped_in_progress);
+                return Err(Outcome::Drop);
+            }
+            Check::Reused => {
+                return Err(reply_error(
+                    header,
+                    err(
+                        ErrorCode::Invalid,
+                        format!(
+                            "request id {} was already used for a different request; not executed",
+                            header.xid
+                        ),
+                    ),
+                    out,
+                ))
+            }
+            Check::TooOld { floor } => {
+                return Err(reply_error(
+                    header,
+                    err(
+                        ErrorCode::Invalid,
+                        format!(
+                            "request id {} is older than the duplicate-request cache remembers (ids up to {floor} are forgotten); not executed",
+                            header.xid
+                        ),
+                    ),
+                    out,
+                ))
+            }
+            Check::Full => {
+                bump(&self.counters.refused);
+                return Err(reply_error(
+                    header,
+                    err(
+                        ErrorCode::Busy,
+                        "too many requests of this client are in progress; retry",
+                    ),
+                    out,
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Send UDP hashes to [`Service::hashes`] from now on (the server runs
