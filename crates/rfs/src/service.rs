@@ -262,6 +262,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 type OpResult<T> = Result<T, RemoteError>;
 
+/// A random session id no session has.
+fn fresh_session_id(sessions: &HashMap<u64, Arc<Session>>) -> OpResult<u64> {
+    loop {
+        let id = auth::random_nonzero_u64().map_err(|e| io_error(&e, "random session id"))?;
+        if !sessions.contains_key(&id) {
+            return Ok(id);
+        }
+    }
+}
+
 /// Answer the request of `header` with the error `e`.
 fn reply_error(header: &Header, e: RemoteError, out: &mut Vec<u8>) -> Outcome {
     encode_error_reply(header.session, header.xid, header.opcode, &e, out);
@@ -930,36 +940,8 @@ impl Service {
             // A retransmitted hello: the same session again.
             Some(s) => s,
             None => {
-                if matches!(peer, Peer::Tcp { .. }) && sessions.values().any(|s| s.peer == peer) {
-                    return Err(err(
-                        ErrorCode::Invalid,
-                        "this connection has a session already; one session per TCP connection",
-                    ));
-                }
-                if self.config.token.is_some() {
-                    if let Some(wait) = self.backoff.wait(peer.addr().ip()) {
-                        return Err(err(ErrorCode::Auth, crate::backoff::refusal(wait)));
-                    }
-                }
-                self.expire_locked(&mut sessions);
-                if sessions.len() >= self.config.max_clients {
-                    self.evict_unconfirmed(&mut sessions);
-                }
-                if sessions.len() >= self.config.max_clients {
-                    return Err(err(
-                        ErrorCode::Busy,
-                        format!(
-                            "the server serves at most {} clients at once; try again later",
-                            self.config.max_clients
-                        ),
-                    ));
-                }
-                let mut id =
-                    auth::random_nonzero_u64().map_err(|e| io_error(&e, "random session id"))?;
-                while sessions.contains_key(&id) {
-                    id = auth::random_nonzero_u64()
-                        .map_err(|e| io_error(&e, "random session id"))?;
-                }
+                self.admit(peer, &mut sessions)?;
+                let id = fresh_session_id(&sessions)?;
                 let server_nonce =
                     auth::random_bytes::<32>().map_err(|e| io_error(&e, "random nonce"))?;
                 let s = Arc::new(Session {
@@ -996,6 +978,37 @@ impl Service {
                 drc_span: Drc::span(self.config.drc_budget),
             },
         ))
+    }
+
+    /// Whether a new session from `peer` may open: one per TCP connection,
+    /// none from an address backed off after wrong tokens, and room among
+    /// the clients (expired sessions dropped, unconfirmed ones evicted).
+    fn admit(&self, peer: Peer, sessions: &mut HashMap<u64, Arc<Session>>) -> OpResult<()> {
+        if matches!(peer, Peer::Tcp { .. }) && sessions.values().any(|s| s.peer == peer) {
+            return Err(err(
+                ErrorCode::Invalid,
+                "this connection has a session already; one session per TCP connection",
+            ));
+        }
+        if self.config.token.is_some() {
+            if let Some(wait) = self.backoff.wait(peer.addr().ip()) {
+                return Err(err(ErrorCode::Auth, crate::backoff::refusal(wait)));
+            }
+        }
+        self.expire_locked(sessions);
+        if sessions.len() >= self.config.max_clients {
+            self.evict_unconfirmed(sessions);
+        }
+        if sessions.len() >= self.config.max_clients {
+            return Err(err(
+                ErrorCode::Busy,
+                format!(
+                    "the server serves at most {} clients at once; try again later",
+                    self.config.max_clients
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Make room by dropping the oldest session that never sent a second

@@ -231,23 +231,7 @@ impl Service {
         }
         let dfd = self.open_dir(&d)?;
         self.sweep_once(&d.path, d.identity);
-        match export::stat_in(dfd.as_fd(), name) {
-            Ok(st) => match export::kind_of(st.st_mode) {
-                Kind::File => {}
-                Kind::Dir => return Err(err(ErrorCode::IsDir, format!("{what} is a directory"))),
-                k => {
-                    return Err(err(
-                        ErrorCode::Invalid,
-                        format!(
-                            "{what} is a {}; a put replaces regular files only",
-                            k.name()
-                        ),
-                    ))
-                }
-            },
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => return Err(io_error(&e, &what)),
-        }
+        replaceable(dfd.as_fd(), name, &what)?;
         let Some(s) = lock(&self.sessions).get(&session).cloned() else {
             return Err(err(ErrorCode::BadSession, "the session ended"));
         };
@@ -383,6 +367,26 @@ impl Service {
     pub(super) fn put_abort(&self, session: u64, h: &Handle) -> OpResult<Reply<'static>> {
         drop(self.take_upload(session, h)?);
         Ok(Reply::Done)
+    }
+}
+
+/// A put may create `name` in `dir` or replace a regular file there, never
+/// a directory or anything else.
+fn replaceable(dir: std::os::fd::BorrowedFd<'_>, name: &[u8], what: &str) -> OpResult<()> {
+    match export::stat_in(dir, name) {
+        Ok(st) => match export::kind_of(st.st_mode) {
+            Kind::File => Ok(()),
+            Kind::Dir => Err(err(ErrorCode::IsDir, format!("{what} is a directory"))),
+            k => Err(err(
+                ErrorCode::Invalid,
+                format!(
+                    "{what} is a {}; a put replaces regular files only",
+                    k.name()
+                ),
+            )),
+        },
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(io_error(&e, what)),
     }
 }
 
