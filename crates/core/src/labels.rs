@@ -188,20 +188,7 @@ mod tests {
     use super::*;
 
     fn summary(hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-        RunSummary {
-            id: "01".into(),
-            started: String::new(),
-            ended: String::new(),
-            profile: "smoke".into(),
-            command: String::new(),
-            hostname: hostname.into(),
-            osprobe_version: String::new(),
-            measurements: 1,
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
+        crate::testing::run_summary("01", hostname, labels)
     }
 
     #[test]

@@ -172,20 +172,7 @@ fn hosts(runs: &[RunSummary]) -> String {
 /// A run's summary line for unit tests of the host and fleet lookups.
 #[cfg(test)]
 pub(crate) fn test_summary(id: &str, hostname: &str, labels: &[(&str, &str)]) -> RunSummary {
-    RunSummary {
-        id: id.into(),
-        started: String::new(),
-        ended: String::new(),
-        profile: "smoke".into(),
-        command: String::new(),
-        hostname: hostname.into(),
-        osprobe_version: String::new(),
-        measurements: 1,
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    }
+    osprobe_core::testing::run_summary(id, hostname, labels)
 }
 
 #[cfg(test)]
