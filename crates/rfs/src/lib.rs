@@ -50,6 +50,7 @@ pub mod fuzz;
 pub(crate) mod handles;
 pub mod hasher;
 pub(crate) mod inplace;
+pub(crate) mod mapped;
 pub mod outcome;
 pub(crate) mod pending;
 pub mod pipeline;
@@ -59,6 +60,8 @@ pub(crate) mod sendfile;
 pub mod server;
 pub mod service;
 pub(crate) mod sock;
+pub(crate) mod udp_io;
+pub(crate) mod udp_worker;
 
 pub use client::{Client, ClientOptions, Fd, OpenMode, Progress, TransferSummary, MAX_WINDOW};
 pub use error::ClientError;

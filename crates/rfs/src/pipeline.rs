@@ -486,9 +486,18 @@ impl Pipeline {
         // SO_RCVTIMEO has microsecond resolution; never zero (that means
         // "block forever" to the kernel and is refused by std).
         let t = t.max(Duration::from_micros(100));
-        if self.read_timeout == Some(t) {
+        // A timeout up to a quarter shorter than asked for is kept: waking
+        // a little early costs one more loop, while setting it on every
+        // wait cost a system call per reply (the deadline moves with each
+        // request sent). Never longer: that would retransmit late.
+        if self
+            .read_timeout
+            .is_some_and(|cur| cur <= t && cur >= t - t / 4)
+        {
             return Ok(());
         }
+        let t = t - t / 4;
+        let t = t.max(Duration::from_micros(100));
         let Conn::Udp(sock) = &self.conn else {
             return Ok(());
         };
