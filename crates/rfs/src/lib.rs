@@ -61,6 +61,7 @@ pub mod server;
 pub mod service;
 pub(crate) mod sock;
 pub(crate) mod udp_io;
+pub(crate) mod udp_place;
 pub(crate) mod udp_worker;
 
 pub use client::{Client, ClientOptions, Fd, OpenMode, Progress, TransferSummary, MAX_WINDOW};

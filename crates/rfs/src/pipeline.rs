@@ -52,12 +52,13 @@
 //! (TCP_NODELAY stays on, so a lone request still leaves at once).
 
 use crate::error::ClientError;
-use crate::inplace::{self, Expected, Placed, Placer};
+use crate::inplace::{Expected, Placed, Placer};
 use crate::protocol::{
-    decode_header, decode_read_head, decode_reply, encode_request, DecodeError, Op, RemoteError,
-    Reply, Request, MAX_MESSAGE, READ_REPLY_HEAD,
+    decode_header, decode_reply, encode_request, DecodeError, Op, RemoteError, Reply, Request,
+    MAX_MESSAGE,
 };
 use crate::server::FrameBuffer;
+use crate::udp_place::{self, Receiver};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -232,8 +233,8 @@ pub(crate) struct Pipeline {
     rtt: Rtt,
     outstanding: BTreeMap<u64, Outstanding>,
     pool: Vec<Vec<u8>>,
-    /// UDP: one datagram.
-    recv: Vec<u8>,
+    /// UDP: a batch of datagrams.
+    udp_rx: Receiver,
     /// TCP: replies read in chunks, parsed in place.
     frames: Option<FrameBuffer>,
     /// TCP: requests not written yet (whole frames only).
@@ -270,10 +271,10 @@ impl Pipeline {
             },
             outstanding: BTreeMap::new(),
             pool: Vec::new(),
-            recv: if tcp {
-                Vec::new()
+            udp_rx: if tcp {
+                Receiver::default()
             } else {
-                vec![0u8; MAX_MESSAGE + 1]
+                Receiver::new()
             },
             frames: tcp.then(|| FrameBuffer::with_capacity(CLIENT_RX)),
             tx: Vec::new(),
@@ -460,8 +461,7 @@ impl Pipeline {
         }
         self.set_read_timeout(deadline - now)?;
         match self.recv_udp(job) {
-            Ok(Some(n)) => self.dispatch(n, job),
-            Ok(None) => self.dispatch_placed(job),
+            Ok(()) => self.dispatch_udp(job),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -628,86 +628,62 @@ impl Pipeline {
         }
     }
 
-    /// UDP: one datagram. The data of a read reply goes straight into its
-    /// place when the job has one and the reply is the whole of what was
-    /// asked (then `None`, the reply in `placed`); anything else comes back
-    /// whole in `recv` (its length), to be parsed as ever. Replies mostly
-    /// come in the order of their requests, so the guess is the first read
-    /// in flight after the last reply; a reply to another read of the same
-    /// length is moved to its own place (one copy, as before).
-    fn recv_udp(&mut self, job: &mut dyn Job) -> io::Result<Option<usize>> {
+    /// UDP: the datagrams queued on the socket (waiting for the first),
+    /// the data of the read replies guessed right straight into their
+    /// places ([`crate::udp_place`]: added to `placed`), the others kept
+    /// whole in the receiver to be parsed as ever. Replies mostly come in
+    /// the order of their requests, so the guesses are the reads in flight
+    /// after the last reply, in order.
+    fn recv_udp(&mut self, job: &mut dyn Job) -> io::Result<()> {
         let Conn::Udp(sock) = &self.conn else {
             unreachable!("UDP only")
         };
         let reads = || self.outstanding.iter().filter(|(_, o)| o.op == Op::Read);
-        let guess = reads()
-            .find(|(&xid, _)| xid > self.last_reply)
-            .or_else(|| reads().next())
-            .map(|(&xid, o)| (xid, o.tag));
+        let guess = |after: u64| -> Vec<Expected> {
+            reads()
+                .filter(|(&xid, _)| xid > after)
+                .take(udp_place::BATCH)
+                .map(|(&xid, _)| Expected { xid, len: 0 })
+                .collect()
+        };
+        let mut expected = guess(self.last_reply);
+        if expected.is_empty() {
+            // Only retransmitted reads are left: from the first.
+            expected = guess(0);
+        }
+        let tags: Vec<u64> = expected
+            .iter()
+            .map(|e| self.outstanding[&e.xid].tag)
+            .collect();
         let mut places = Vec::new();
-        if let Some((_, tag)) = guess {
-            job.places(&[tag], &mut places);
+        if !tags.is_empty() {
+            job.places(&tags, &mut places);
         }
-        let (Some((guessed, _)), Some(place)) = (guess, places.pop()) else {
-            return sock.recv(&mut self.recv).map(Some);
-        };
-        let mut head = [0u8; READ_REPLY_HEAD];
-        let n = inplace::recv_scattered(sock, &mut head, place, &mut self.recv)?;
-        let len = place.len();
-        let whole = (n == READ_REPLY_HEAD + len)
-            .then(|| decode_read_head(&head))
-            .flatten()
-            .filter(|h| h.header.session == self.session && h.len == len);
-        let Some(h) = whole else {
-            return Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv)));
-        };
-        let xid = h.header.xid;
-        self.last_reply = self.last_reply.max(xid);
-        let reply = Placed {
-            xid,
-            size: h.size,
-            eof: h.eof,
-        };
-        if xid == guessed {
-            self.placed.push(reply);
-            return Ok(None);
+        expected.truncate(places.len());
+        for (e, p) in expected.iter_mut().zip(&places) {
+            e.len = p.len();
         }
-        let Some(tag) = self
-            .outstanding
-            .get(&xid)
-            .filter(|o| o.op == Op::Read)
-            .map(|o| o.tag)
-        else {
-            // A late reply (answered already) or none of ours: as ever.
-            return Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv)));
-        };
-        drop(places);
-        let guessed_tag = self.outstanding[&guessed].tag;
-        // Both places at once, in the order of their requests.
-        let mut two = Vec::new();
-        if guessed < xid {
-            job.places(&[guessed_tag, tag], &mut two);
-        } else {
-            job.places(&[tag, guessed_tag], &mut two);
+        self.udp_rx
+            .recv(sock, self.session, &expected, &mut places, &mut self.placed)?;
+        if let Some(last) = self.placed.iter().map(|p| p.xid).max() {
+            self.last_reply = self.last_reply.max(last);
         }
-        if let [a, b] = &mut two[..] {
-            if a.len() == len && b.len() == len {
-                let (from, to) = if guessed < xid { (a, b) } else { (b, a) };
-                to.copy_from_slice(from);
-                self.placed.push(reply);
-                return Ok(None);
+        Ok(())
+    }
+
+    /// UDP: act on the replies of the last batch, those in place first
+    /// (the first error ends the job, as in `dispatch_inner`).
+    fn dispatch_udp(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
+        let mut result = self.dispatch_placed(job);
+        let rx = std::mem::take(&mut self.udp_rx);
+        for i in 0..rx.unplaced() {
+            if result.is_err() {
+                break;
             }
+            result = self.dispatch_inner(rx.whole(i), job);
         }
-        // Its place is of another length (a short read at the end of the
-        // file): the datagram whole, as ever.
-        drop(two);
-        let mut one = Vec::new();
-        job.places(&[guessed_tag], &mut one);
-        match one.pop() {
-            Some(place) => Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv))),
-            // Lost like a dropped datagram: the request is sent again.
-            None => Ok(None),
-        }
+        self.udp_rx = rx;
+        result
     }
 
     /// TCP: one read from the stream, the data of the read replies expected
@@ -774,13 +750,6 @@ impl Pipeline {
             server: self.server,
             reason,
         }
-    }
-
-    fn dispatch(&mut self, n: usize, job: &mut dyn Job) -> Result<(), ClientError> {
-        let recv = std::mem::take(&mut self.recv);
-        let result = self.dispatch_inner(&recv[..n], job);
-        self.recv = recv;
-        result
     }
 
     fn dispatch_inner(&mut self, msg: &[u8], job: &mut dyn Job) -> Result<(), ClientError> {
