@@ -58,6 +58,7 @@ use crate::protocol::{
     MAX_MESSAGE,
 };
 use crate::server::FrameBuffer;
+use crate::udp_io;
 use crate::udp_place::{self, Receiver};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -235,6 +236,8 @@ pub(crate) struct Pipeline {
     pool: Vec<Vec<u8>>,
     /// UDP: a batch of datagrams.
     udp_rx: Receiver,
+    /// UDP: requests issued and not sent yet (their ids).
+    udp_tx: Vec<u64>,
     /// TCP: replies read in chunks, parsed in place.
     frames: Option<FrameBuffer>,
     /// TCP: requests not written yet (whole frames only).
@@ -276,6 +279,7 @@ impl Pipeline {
             } else {
                 Receiver::new()
             },
+            udp_tx: Vec::new(),
             frames: tcp.then(|| FrameBuffer::with_capacity(CLIENT_RX)),
             tx: Vec::new(),
             placer: Placer::default(),
@@ -328,6 +332,7 @@ impl Pipeline {
             // Abandoned with the requests above: whole frames, so the
             // stream stays in step (their ids are simply never answered).
             self.tx.clear();
+            self.udp_tx.clear();
         }
         result
     }
@@ -376,7 +381,12 @@ impl Pipeline {
             });
         };
         self.next_xid += 1;
-        self.send(&buf)?;
+        if self.is_udp() {
+            // Sent with the others issued before the pipeline waits.
+            self.udp_tx.push(xid);
+        } else {
+            self.send(&buf)?;
+        }
         let now = Instant::now();
         let rto = if patient {
             self.rtt.rto.max(PATIENT_RTO)
@@ -444,11 +454,43 @@ impl Pipeline {
         })
     }
 
+    /// UDP: send the requests issued since the last wait, with one
+    /// sendmmsg (the server's worker then finds them queued together and
+    /// takes them with one call too). A request the kernel refuses to send
+    /// for want of buffer space, or because an ICMP error came back, is
+    /// lost like a dropped datagram: the retransmission covers it.
+    fn flush_udp(&mut self) -> Result<(), ClientError> {
+        let Conn::Udp(sock) = &self.conn else {
+            return Ok(());
+        };
+        let msgs: Vec<&[u8]> = self
+            .udp_tx
+            .iter()
+            .filter_map(|xid| self.outstanding.get(xid))
+            .map(|o| &o.msg[..])
+            .collect();
+        let (mut refused, mut fatal) = (false, None);
+        udp_io::send_connected(sock, &msgs, |_, e| {
+            if !udp_send_loss(&e) {
+                fatal.get_or_insert(e);
+            } else if e.kind() == io::ErrorKind::ConnectionRefused {
+                refused = true;
+            }
+        });
+        self.udp_tx.clear();
+        self.refused |= refused;
+        match fatal {
+            Some(e) => Err(ClientError::io(format!("sending to {}", self.server), e)),
+            None => Ok(()),
+        }
+    }
+
     /// Wait for one reply (or a timeout) and act on it.
     fn wait(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
         if !self.is_udp() {
             return self.wait_tcp(job);
         }
+        self.flush_udp()?;
         let now = Instant::now();
         let deadline = self
             .outstanding

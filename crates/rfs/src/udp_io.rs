@@ -1,9 +1,10 @@
-//! Batched UDP system calls for the server: `recvmmsg` takes every request
+//! Batched UDP system calls: for the server, `recvmmsg` takes every request
 //! already queued on the socket with one call, `sendmmsg` sends a batch of
 //! replies with another, each reply gathered from its header and its data
 //! (mapped file bytes, [`crate::mapped`]) without copying them together.
 //! One call per batch instead of one per datagram is what a window of
-//! requests in flight makes possible.
+//! requests in flight makes possible. For the client, `sendmmsg` sends the
+//! requests it issued since it last waited.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
@@ -102,7 +103,7 @@ pub(crate) struct Outgoing {
 pub(crate) unsafe fn send_batch(
     sock: &UdpSocket,
     replies: &mut [Outgoing],
-    mut failed: impl FnMut(usize, io::Error),
+    failed: impl FnMut(usize, io::Error),
 ) {
     let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
         replies.iter().map(|r| to_storage(r.to)).collect();
@@ -114,10 +115,46 @@ pub(crate) unsafe fn send_batch(
         m.msg_hdr.msg_iov = r.parts.as_mut_ptr();
         m.msg_hdr.msg_iovlen = r.count as _;
     }
+    send_all(sock, &mut msgs, failed);
+}
+
+/// Send each of `msgs` as a datagram on the connected `sock`, with as few
+/// calls as the kernel allows; for each that could not be sent,
+/// `failed(index, error)`.
+pub(crate) fn send_connected(
+    sock: &UdpSocket,
+    msgs: &[&[u8]],
+    failed: impl FnMut(usize, io::Error),
+) {
+    let mut iovs: Vec<libc::iovec> = msgs
+        .iter()
+        .map(|m| libc::iovec {
+            iov_base: m.as_ptr() as *mut libc::c_void,
+            iov_len: m.len(),
+        })
+        .collect();
+    // SAFETY: mmsghdr is plain data; all-zero is "no address, no data".
+    let mut hdrs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; msgs.len()];
+    for (h, iov) in hdrs.iter_mut().zip(iovs.iter_mut()) {
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+    }
+    send_all(sock, &mut hdrs, failed);
+}
+
+/// sendmmsg until every message was sent or failed; a failed message is
+/// skipped (sendmmsg reports an error only when it sent nothing, so the
+/// error is the first remaining message's).
+fn send_all(
+    sock: &UdpSocket,
+    msgs: &mut [libc::mmsghdr],
+    mut failed: impl FnMut(usize, io::Error),
+) {
     let mut next = 0;
     while next < msgs.len() {
-        // SAFETY: the headers point at our addresses and at iovecs the
-        // caller vouches for, all outliving the call.
+        // SAFETY: the headers are the caller's, each pointing at memory
+        // borrowed for the call (addresses, iovecs and what they
+        // describe); the kernel only reads it.
         let n = unsafe {
             libc::sendmmsg(
                 sock.as_raw_fd(),
@@ -134,8 +171,6 @@ pub(crate) unsafe fn send_batch(
         if e.kind() == io::ErrorKind::Interrupted {
             continue;
         }
-        // The first of the rest failed alone (sendmmsg reports an error
-        // only when it sent nothing): skip it.
         failed(next, e);
         next += 1;
     }
@@ -265,5 +300,38 @@ mod tests {
             want.extend_from_slice(&tails[i]);
             assert_eq!(g, &want, "datagram {i}");
         }
+    }
+
+    #[test]
+    fn connected_sends_arrive_in_order_and_refusals_are_reported() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let msgs: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 10 + i as usize]).collect();
+        let refs: Vec<&[u8]> = msgs.iter().map(|m| &m[..]).collect();
+        send_connected(&tx, &refs, |i, e| panic!("message {i}: {e}"));
+        let mut buf = [0u8; 100];
+        for m in &msgs {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &m[..]);
+        }
+        // A closed port: the ICMP error of the first send fails a later
+        // one, which is reported and skipped, not retried for ever.
+        let port = rx.local_addr().unwrap();
+        drop(rx);
+        tx.connect(port).unwrap();
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            send_connected(&tx, &refs[..2], |i, e| failures.push((i, e.kind())));
+        }
+        assert!(
+            failures
+                .iter()
+                .all(|&(_, k)| k == io::ErrorKind::ConnectionRefused),
+            "{failures:?}"
+        );
+        assert!(!failures.is_empty());
     }
 }
