@@ -22,6 +22,7 @@ pub mod far_ends;
 pub mod fuzz;
 pub mod gate;
 pub mod icmp;
+pub mod link_server;
 pub mod locate;
 pub mod modes;
 pub use osprobe_link::netns;
