@@ -69,7 +69,7 @@ pub fn swap_backend(args: &PagerRunArgs) -> Result<Box<dyn SwapBackend>> {
                 token: args.token.clone(),
                 json: false,
             };
-            let client = crate::rfs::connect(&client_args)?;
+            let client = crate::rfs::connect(&client_args, false)?;
             Ok(Box::new(RfsSwap::create(client, "osprobe-pager.swap")?))
         }
         _ => Err(bad().into()),
