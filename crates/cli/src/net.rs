@@ -64,20 +64,17 @@ pub fn serve(args: NetServeArgs, quiet: bool) -> Result<ExitCode> {
 
 /// The servers' events as log lines on stdout, unless quiet.
 fn events(quiet: bool) -> ServeEvents {
-    let export_failed = Box::new(|e: osprobe_rfs::ServerError| {
-        eprintln!("osprobe serve: the file service stopped: {e}")
-    });
-    if quiet {
-        return ServeEvents {
-            server: Arc::new(|_: &ServerEvent| {}),
-            export: Arc::new(|_: &osprobe_rfs::ServerEvent| {}),
-            export_failed,
-        };
+    fn log<E: std::fmt::Display>(quiet: bool) -> Arc<dyn Fn(&E) + Send + Sync> {
+        Arc::new(move |event: &E| {
+            if !quiet {
+                crate::progress::log_line(event)
+            }
+        })
     }
     ServeEvents {
-        server: Arc::new(|event: &ServerEvent| crate::progress::log_line(event)),
-        export: Arc::new(|event: &osprobe_rfs::ServerEvent| crate::progress::log_line(event)),
-        export_failed,
+        server: log::<ServerEvent>(quiet),
+        export: log::<osprobe_rfs::ServerEvent>(quiet),
+        export_failed: Box::new(|e| eprintln!("osprobe serve: the file service stopped: {e}")),
     }
 }
 

@@ -47,11 +47,7 @@ fn serve(args: RfsServeArgs, quiet: bool) -> Result<ExitCode> {
         ))
         .into());
     }
-    let transports = match (args.udp, args.tcp) {
-        (true, false) => Transports::UDP,
-        (false, true) => Transports::TCP,
-        _ => Transports::BOTH,
-    };
+    let transports = Transports::chosen(args.udp, args.tcp);
     let max_file_size = max_file_size_of(&args.max_file_size)?;
     let token = args.token.secret()?;
     let warning = args.exposure.check("rfs serve", bind, token.is_some())?;
@@ -81,13 +77,7 @@ fn serve(args: RfsServeArgs, quiet: bool) -> Result<ExitCode> {
     let server =
         Server::bind_with_events(bind, transports, &args.dir, options.clone(), Some(events))?;
     if !quiet {
-        let options = &options;
-        say(&Listening {
-            server: &server,
-            transports,
-            options,
-        }
-        .to_string());
+        say(&Listening::new(&server, transports, &options).to_string());
     }
     server.serve(interrupt::flag())?;
     if !quiet {

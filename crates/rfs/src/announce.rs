@@ -13,6 +13,27 @@ pub struct Listening<'a> {
     pub options: &'a ServerOptions,
 }
 
+impl Transports {
+    /// `--udp`, `--tcp`: one alone if only it is asked for, else both.
+    pub fn chosen(udp: bool, tcp: bool) -> Transports {
+        match (udp, tcp) {
+            (true, false) => Transports::UDP,
+            (false, true) => Transports::TCP,
+            _ => Transports::BOTH,
+        }
+    }
+}
+
+impl<'a> Listening<'a> {
+    pub fn new(server: &'a Server, transports: Transports, options: &'a ServerOptions) -> Self {
+        Listening {
+            server,
+            transports,
+            options,
+        }
+    }
+}
+
 impl fmt::Display for Transports {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match (self.udp, self.tcp) {
@@ -99,6 +120,14 @@ mod tests {
                 server.local_addr()
             )
         );
+    }
+
+    #[test]
+    fn one_transport_alone_or_both() {
+        assert_eq!(Transports::chosen(true, false), Transports::UDP);
+        assert_eq!(Transports::chosen(false, true), Transports::TCP);
+        assert_eq!(Transports::chosen(false, false), Transports::BOTH);
+        assert_eq!(Transports::chosen(true, true), Transports::BOTH);
     }
 
     #[test]
