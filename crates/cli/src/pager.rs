@@ -10,10 +10,10 @@ use crate::output;
 use anyhow::Result;
 use osprobe_core::interrupt;
 use osprobe_pager::announce::Starting;
-use osprobe_pager::outcome::RunReport;
+use osprobe_pager::outcome::{RunReport, RunSetup};
 use osprobe_pager::run_options::{Plan, RunOptions, SinglePlan, SwapChoice};
 use osprobe_pager::swap::SwapBackend;
-use osprobe_pager::workload::{self, WorkloadError};
+use osprobe_pager::workload::{self, WorkloadError, WorkloadOutcome};
 use osprobe_pager::{Pager, PagerConfig};
 use std::process::ExitCode;
 
@@ -84,12 +84,22 @@ fn run_single(
         Some(trace) => workload::replay(&mut pager, trace, interrupt::flag()),
         None => workload::sort(&mut pager, args.seed, interrupt::flag()),
     };
-    let last_error = pager.last_error();
     let setup = options.setup(pages, &pager);
+    finish(args.json, outcome, pager, setup)
+}
+
+/// The report, or why the workload stopped (with the pager's last error).
+fn finish(
+    json: bool,
+    outcome: Result<WorkloadOutcome, WorkloadError>,
+    pager: Pager,
+    setup: RunSetup,
+) -> Result<ExitCode> {
+    let last_error = pager.last_error();
     let (_, times) = pager.finish();
     match outcome {
         Ok(outcome) => {
-            output::print(args.json, &RunReport::new(setup, &outcome, &times))?;
+            output::print(json, &RunReport::new(setup, &outcome, &times))?;
             Ok(ExitCode::SUCCESS)
         }
         Err(WorkloadError::Interrupted) => {

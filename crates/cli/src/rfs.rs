@@ -48,25 +48,12 @@ fn serve(args: RfsServeArgs, quiet: bool) -> Result<ExitCode> {
         .into());
     }
     let transports = Transports::chosen(args.udp, args.tcp);
-    let max_file_size = max_file_size_of(&args.max_file_size)?;
-    let token = args.token.secret()?;
-    let warning = args.exposure.check("rfs serve", bind, token.is_some())?;
-    let options = ServerOptions {
-        read_only: args.read_only,
-        token,
-        max_clients: args.max_clients as usize,
-        max_file_size,
-        max_hash_bytes: max_file_size,
-        ..ServerOptions::default()
-    };
+    let options = server_options(&args, bind)?;
     let events: osprobe_rfs::EventSink = if quiet {
         Arc::new(|_: &ServerEvent| {})
     } else {
         Arc::new(|event: &ServerEvent| crate::progress::log_line(event))
     };
-    if let Some(warning) = warning {
-        eprintln!("{warning}");
-    }
     interrupt::install();
     // Up to --max-clients sessions and 256 pending connections over TCP,
     // each pending one holding a second descriptor (to shut it down when
@@ -87,6 +74,24 @@ fn serve(args: RfsServeArgs, quiet: bool) -> Result<ExitCode> {
         ));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The server's settings from the flags, and a warning on stderr when it
+/// is exposed without a token (--no-auth).
+fn server_options(args: &RfsServeArgs, bind: SocketAddr) -> Result<ServerOptions> {
+    let max_file_size = max_file_size_of(&args.max_file_size)?;
+    let token = args.token.secret()?;
+    if let Some(warning) = args.exposure.check("rfs serve", bind, token.is_some())? {
+        eprintln!("{warning}");
+    }
+    Ok(ServerOptions {
+        read_only: args.read_only,
+        token,
+        max_clients: args.max_clients as usize,
+        max_file_size,
+        max_hash_bytes: max_file_size,
+        ..ServerOptions::default()
+    })
 }
 
 /// One line on stdout; a closed pipe is not worth a message.
