@@ -37,10 +37,12 @@
 //! window and reassembly in [`client`], confinement in `export`.
 
 pub mod address;
+pub mod announce;
 pub mod auth;
 pub mod background;
 pub mod backoff;
 pub mod client;
+pub mod connect;
 pub mod cookie;
 pub mod drc;
 pub mod error;
@@ -59,6 +61,7 @@ pub(crate) mod sendfile;
 pub mod server;
 pub mod service;
 pub(crate) mod sock;
+pub mod targets;
 
 pub use client::{Client, ClientOptions, Fd, OpenMode, Progress, TransferSummary, MAX_WINDOW};
 pub use error::ClientError;
