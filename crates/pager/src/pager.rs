@@ -49,7 +49,7 @@
 
 mod faulting_thread;
 
-pub use faulting_thread::{Serve, SetupError as FaultingThreadError, UnknownServe};
+pub use faulting_thread::{NotThisProcess, Serve, SetupError as FaultingThreadError, UnknownServe};
 
 use crate::error::FaultError;
 use crate::page_buffer::PageBuffer;

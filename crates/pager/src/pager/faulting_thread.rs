@@ -65,6 +65,27 @@ impl Serve {
     }
 }
 
+impl Serve {
+    /// Whether this mode can serve a workload run in `processes`
+    /// processes of their own (not threads of the pager's process).
+    pub fn check_processes(self, processes: usize) -> Result<(), NotThisProcess> {
+        if self == Serve::FaultingThread && processes > 1 {
+            return Err(NotThisProcess { processes });
+        }
+        Ok(())
+    }
+}
+
+/// The faulting-thread mode asked for a workload in other processes.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "serve=faulting-thread serves a fault in a SIGBUS handler of the thread that faulted, which must be a thread of the pager's own process; \
+     processes={processes} runs the workload in {processes} processes of their own: use serve=handler-thread (the default)"
+)]
+pub struct NotThisProcess {
+    pub processes: usize,
+}
+
 /// A serving mode's name that is not one.
 #[derive(Debug, thiserror::Error)]
 #[error("serve '{0}': expected handler-thread or faulting-thread")]
@@ -536,6 +557,20 @@ mod tests {
         }
         let e = "signal".parse::<Serve>().unwrap_err().to_string();
         assert!(e.contains("'signal'") && e.contains("faulting-thread"), "{e}");
+    }
+
+    #[test]
+    fn the_faulting_thread_mode_is_refused_for_other_processes() {
+        assert!(Serve::FaultingThread.check_processes(1).is_ok());
+        assert!(Serve::HandlerThread.check_processes(4).is_ok());
+        let e = Serve::FaultingThread
+            .check_processes(4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("processes=4") && e.contains("use serve=handler-thread"),
+            "{e}"
+        );
     }
 
     #[test]
