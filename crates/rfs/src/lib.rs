@@ -37,10 +37,12 @@
 //! window and reassembly in [`client`], confinement in `export`.
 
 pub mod address;
+pub mod announce;
 pub mod auth;
 pub mod background;
 pub mod backoff;
 pub mod client;
+pub mod connect;
 pub mod cookie;
 pub mod drc;
 pub mod error;
@@ -60,6 +62,7 @@ pub(crate) mod sendfile;
 pub mod server;
 pub mod service;
 pub(crate) mod sock;
+pub mod targets;
 pub(crate) mod udp_io;
 pub(crate) mod udp_place;
 pub(crate) mod udp_worker;
