@@ -342,25 +342,7 @@ impl Server {
     }
 
     fn udp_worker(&self, udp: &UdpSocket, stop: &AtomicBool) {
-        let mut buf = vec![0u8; 65_536];
-        let mut out = Vec::with_capacity(MAX_MESSAGE);
-        while !stop.load(Ordering::Relaxed) {
-            let (n, from) = match udp.recv_from(&mut buf) {
-                Ok(got) => got,
-                // Timeouts, and ICMP errors left by earlier sends.
-                Err(_) => continue,
-            };
-            out.clear();
-            if self
-                .service
-                .handle(Peer::Udp(from), Transport::Udp, &buf[..n], &mut out)
-                == Outcome::Reply
-            {
-                // A full socket buffer or an unreachable client loses the
-                // reply; the client retransmits.
-                let _ = udp.send_to(&out, from);
-            }
-        }
+        crate::udp_worker::serve(&self.service, udp, stop);
     }
 
     /// Run queued UDP hashes and send their replies.
