@@ -140,7 +140,9 @@ fn many_threads_faulting_at_once_keep_their_data() {
                         }
                         let shared = ((t + 1) % threads) * pages_each;
                         // SAFETY: a byte of the region, only read.
-                        let _ = unsafe { ((base + shared * page_size + 8) as *const u8).read_volatile() };
+                        let _ = unsafe {
+                            ((base + shared * page_size + 8) as *const u8).read_volatile()
+                        };
                     }
                 }
             });
@@ -237,7 +239,12 @@ fn a_genuine_bus_error_outside_the_region_still_ends_the_process() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("served in the region"), "{stderr}");
     assert!(!stderr.contains("survived"), "{stderr}");
-    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}: {stderr}", out.status);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "{:?}: {stderr}",
+        out.status
+    );
 }
 
 #[test]
