@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {
-    let threshold = parse_threshold(&args.threshold).map_err(|e| UsageError(e.to_string()))?;
+    let threshold = parse_threshold(&args.threshold).map_err(UsageError::invalid)?;
     let store = crate::store::open_to_look_up(db)?;
     let a = crate::store::load_run(&*store, &args.a)?;
     let b = crate::store::load_run(&*store, &args.b)?;

@@ -19,15 +19,16 @@ pub fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
     let registry = crate::registry::registry();
     let mut selected = registry
         .select(&args.only)
-        .map_err(|e| UsageError(format!("--only: {e}")))?;
+        .map_err(|e| UsageError::refused("--only", e))?;
     let token = args.token.secret()?;
     let mut overrides = Vec::new();
     if let Some(to) = &args.to {
         // Only the experiments with a remote form: those taking `to`.
         selected.retain(|e| e.params().iter().any(|p| p.name == "to"));
         if selected.is_empty() {
-            return Err(UsageError(
-                "--to: none of the selected experiments has a remote form (net.*, rfs.throughput, fs.remote_read, pager.fault)".into(),
+            return Err(UsageError::input(
+                "--to",
+                "none of the selected experiments has a remote form (net.*, rfs.throughput, fs.remote_read, pager.fault)",
             )
             .into());
         }
@@ -49,12 +50,10 @@ pub fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
 
 pub fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let registry = crate::registry::registry();
-    let exp = registry.get(&args.id).ok_or_else(|| {
-        UsageError(format!(
-            "unknown experiment '{}'; known: {}",
-            args.id,
-            registry.ids().join(", ")
-        ))
+    let exp = registry.get(&args.id).ok_or_else(|| UsageError::Unknown {
+        what: "experiment",
+        name: args.id.clone(),
+        known: registry.ids(),
     })?;
     measure(Request {
         selected: vec![exp],
@@ -73,16 +72,12 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
     let registry = crate::registry::registry();
     let id = format!("net.{}", args.test.trim_start_matches("net."));
     let exp = registry.get(&id).ok_or_else(|| {
-        let tests: Vec<&str> = registry
-            .ids()
-            .into_iter()
-            .filter_map(|i| i.strip_prefix("net."))
-            .collect();
-        UsageError(format!(
-            "unknown network test '{}'; known: {}",
-            args.test,
-            tests.join(", ")
-        ))
+        let tests = registry.ids().into_iter();
+        UsageError::Unknown {
+            what: "network test",
+            name: args.test.clone(),
+            known: tests.filter_map(|i| i.strip_prefix("net.")).collect(),
+        }
     })?;
     // A parameter set by a flag (--to, --netns, --delay, ...) is not also
     // swept with --param: that would silently measure both.
@@ -93,9 +88,10 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
         .iter()
         .find(|(name, _)| flagged && by_flags.contains(&name.as_str()))
     {
-        return Err(UsageError(format!(
-            "--param {name}=...: {name} is already set by --to, --netns or --delay/--loss/--rate/--wmem; give one or the other"
-        ))
+        return Err(UsageError::input(
+            format!("--param {name}=..."),
+            format!("{name} is already set by --to, --netns or --delay/--loss/--rate/--wmem; give one or the other"),
+        )
         .into());
     }
     let mut overrides = args.params.clone();
@@ -140,7 +136,7 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
 fn preflight(to: &str, token: Option<String>, needs_files: bool) -> Result<()> {
     use osprobe_net::locate::PreflightError;
     osprobe_net::locate::preflight(to, token, needs_files).map_err(|e| match e {
-        PreflightError::BadAddress(_) => UsageError(e.to_string()).into(),
+        PreflightError::BadAddress(_) => UsageError::invalid(e).into(),
         // The message already holds its causes; anyhow's chain would repeat them.
         other => anyhow::anyhow!(other.to_string()),
     })
@@ -155,16 +151,17 @@ fn direction_flag(args: &NetArgs, exp: &dyn Experiment) -> Result<Option<&'stati
         _ => return Ok(None),
     };
     if !exp.params().iter().any(|p| p.name == "direction") {
-        return Err(UsageError(format!(
-            "{flag}: {} has no direction; it applies to bandwidth",
-            exp.id()
-        ))
+        return Err(UsageError::input(
+            flag,
+            format!("{} has no direction; it applies to bandwidth", exp.id()),
+        )
         .into());
     }
     if args.params.iter().any(|(name, _)| name == "direction") {
-        return Err(UsageError(format!(
-            "{flag} and --param direction=... both set the direction; give one or the other"
-        ))
+        return Err(UsageError::input(
+            format!("{flag} and --param direction=..."),
+            "both set the direction; give one or the other",
+        )
         .into());
     }
     Ok(Some(direction))
@@ -186,16 +183,14 @@ struct Request<'r> {
 /// and `net`. The run itself is assembled by `osprobe_core::runner`.
 fn measure(request: Request) -> Result<ExitCode> {
     let opts = request.opts;
-    let profile = Profile::parse(&opts.profile).ok_or_else(|| {
-        UsageError(format!(
-            "unknown profile '{}': expected smoke, quick or full",
-            opts.profile
-        ))
+    let profile = Profile::parse(&opts.profile).ok_or_else(|| UsageError::Value {
+        flag: "--profile",
+        value: opts.profile.clone(),
+        accepted: "smoke, quick or full".into(),
     })?;
     let plan = Plan::new(request.selected, profile, request.overrides)
-        .map_err(|e| UsageError(format!("--param: {e}")))?;
-    let labels =
-        osprobe_core::labels::collect(&opts.labels).map_err(|e| UsageError(e.to_string()))?;
+        .map_err(|e| UsageError::refused("--param", e))?;
+    let labels = osprobe_core::labels::collect(&opts.labels).map_err(UsageError::invalid)?;
     // Open the store before measuring: a bad --db fails in a millisecond,
     // not after a minute of work.
     let store = if opts.no_store {

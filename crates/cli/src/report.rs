@@ -18,8 +18,7 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
         return fleet_page(&*store, fleet, args.out);
     }
     let run = crate::store::load_run(&*store, &args.run)?;
-    run.check_readable()
-        .map_err(|e| UsageError(e.to_string()))?;
+    run.check_readable().map_err(UsageError::invalid)?;
     let out = out_file(args.out, &format!("osprobe-report-{}.html", run.id))?;
     let bytes = write(&run, &out)?;
     println!("{} ({} KiB)", out.display(), bytes.div_ceil(1024));
@@ -29,12 +28,11 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
 /// `report --fleet ID`: load every run of the fleet and write its page.
 fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Result<ExitCode> {
     let fleet = osprobe_store::fleetref::resolve(&store.list_runs()?, reference)
-        .map_err(|e| UsageError(e.to_string()))?;
+        .map_err(UsageError::invalid)?;
     let mut runs = Vec::with_capacity(fleet.runs.len());
     for id in &fleet.runs {
         let run = crate::store::load_run(store, id)?;
-        run.check_readable()
-            .map_err(|e| UsageError(e.to_string()))?;
+        run.check_readable().map_err(UsageError::invalid)?;
         runs.push(run);
     }
     let out = out_file(out, &osprobe_report::fleet::file_name(&fleet.id))?;
@@ -56,11 +54,14 @@ fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Re
 fn out_file(out: Option<PathBuf>, default: &str) -> Result<PathBuf, UsageError> {
     let out = out.unwrap_or_else(|| PathBuf::from(default));
     if out.is_dir() {
-        return Err(UsageError(format!(
-            "--out {}: is a directory; give a file name, e.g. {}",
-            out.display(),
-            out.join(default).display()
-        )));
+        let example = out.join(default);
+        return Err(UsageError::input(
+            format!("--out {}", out.display()),
+            format!(
+                "is a directory; give a file name, e.g. {}",
+                example.display()
+            ),
+        ));
     }
     Ok(out)
 }
