@@ -11,6 +11,7 @@ use osprobe_core::far_end::FarEnd;
 use osprobe_core::runner::{self, Plan};
 use osprobe_core::{Environment, Experiment, Profile, Run};
 use osprobe_net::far_ends;
+use osprobe_net::net_flags::{self, NetFlags};
 use osprobe_store::RunStore;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,46 +80,18 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
             known: tests.filter_map(|i| i.strip_prefix("net.")).collect(),
         }
     })?;
-    // A parameter set by a flag (--to, --netns, --delay, ...) is not also
-    // swept with --param: that would silently measure both.
-    let by_flags = ["path", "to", "delay", "loss", "rate", "wmem"];
-    let flagged = args.to.is_some() || args.netns || !args.link.params().is_empty();
-    if let Some((name, _)) = args
-        .params
-        .iter()
-        .find(|(name, _)| flagged && by_flags.contains(&name.as_str()))
-    {
-        return Err(UsageError::input(
-            format!("--param {name}=..."),
-            format!("{name} is already set by --to, --netns or --delay/--loss/--rate/--wmem; give one or the other"),
-        )
-        .into());
-    }
-    let mut overrides = args.params.clone();
-    if let Some(direction) = direction_flag(&args, exp)? {
-        overrides.push(("direction".into(), direction.into()));
-    }
-    let link = args.link.params();
-    if let Some(to) = &args.to {
-        // With --delay/--loss/--rate/--wmem the emulator sits in front of
-        // HOST (path=emulated with to); without, HOST is measured as is.
-        if link.is_empty() {
-            overrides.push(("path".into(), "remote".into()));
-        } else {
-            // A HOST the middlebox cannot reach fails here, once, not
-            // at every point.
-            osprobe_link::testbed::remote::middlebox_destination(to)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-        overrides.push(("to".into(), to.clone()));
-        overrides.extend(link);
-    } else if args.netns {
-        overrides.push(("path".into(), "netns".into()));
-    } else {
-        // --delay/--loss/--rate/--wmem: path=emulated with those values,
-        // checked like --param values.
-        overrides.extend(link);
-    }
+    let flags = NetFlags {
+        to: args.to.as_deref(),
+        netns: args.netns,
+        link: args.link.params(),
+        reverse: args.reverse,
+        bidir: args.bidir,
+        params: &args.params,
+    };
+    let overrides = net_flags::overrides(&flags, exp).map_err(|e| match e.is_usage() {
+        true => anyhow::Error::from(UsageError::invalid(e)),
+        false => anyhow::anyhow!("{e}"),
+    })?;
     measure(Request {
         selected: vec![exp],
         opts: &args.profile,
@@ -140,31 +113,6 @@ fn preflight(to: &str, token: Option<String>, needs_files: bool) -> Result<()> {
         // The message already holds its causes; anyhow's chain would repeat them.
         other => anyhow::anyhow!(other.to_string()),
     })
-}
-
-/// The direction iperf3's -R and --bidir ask for, refused where the test
-/// has no direction or where --param sets it too.
-fn direction_flag(args: &NetArgs, exp: &dyn Experiment) -> Result<Option<&'static str>> {
-    let (flag, direction) = match (args.reverse, args.bidir) {
-        (true, _) => ("-R/--reverse", "reverse"),
-        (_, true) => ("--bidir", "bidir"),
-        _ => return Ok(None),
-    };
-    if !exp.params().iter().any(|p| p.name == "direction") {
-        return Err(UsageError::input(
-            flag,
-            format!("{} has no direction; it applies to bandwidth", exp.id()),
-        )
-        .into());
-    }
-    if args.params.iter().any(|(name, _)| name == "direction") {
-        return Err(UsageError::input(
-            format!("{flag} and --param direction=..."),
-            "both set the direction; give one or the other",
-        )
-        .into());
-    }
-    Ok(Some(direction))
 }
 
 /// What a measuring verb asks [`measure`] for.
