@@ -159,7 +159,7 @@ fn measure(request: Request) -> Result<ExitCode> {
     ctx.peer_token = request.peer_token;
     let options = runner::RunOptions {
         started,
-        command: redacted_command_line(),
+        command: osprobe_store::command_line::redacted(std::env::args().skip(1)),
         labels,
         far_ends,
     };
@@ -258,9 +258,4 @@ fn keep_and_show(
         println!("report: {}", path.display());
     }
     Ok(())
-}
-
-/// The command line as stored with a run, secrets redacted.
-fn redacted_command_line() -> String {
-    osprobe_store::command_line::redacted(std::env::args().skip(1))
 }
