@@ -52,6 +52,7 @@ pub mod fuzz;
 pub(crate) mod handles;
 pub mod hasher;
 pub(crate) mod inplace;
+pub(crate) mod mapped;
 pub mod outcome;
 pub(crate) mod pending;
 pub mod pipeline;
@@ -62,6 +63,9 @@ pub mod server;
 pub mod service;
 pub(crate) mod sock;
 pub mod targets;
+pub(crate) mod udp_io;
+pub(crate) mod udp_place;
+pub(crate) mod udp_worker;
 
 pub use client::{Client, ClientOptions, Fd, OpenMode, Progress, TransferSummary, MAX_WINDOW};
 pub use error::ClientError;
