@@ -20,6 +20,7 @@
 //!   read on a thread of its own;
 //! - [`pager`]: the live pager, its handler thread and counters.
 
+pub mod announce;
 pub mod error;
 pub mod experiments;
 pub mod outcome;
@@ -27,6 +28,7 @@ mod page_buffer;
 pub mod pager;
 pub mod policy;
 pub mod processes;
+pub mod run_options;
 pub mod simulate;
 pub mod swap;
 mod swap_ahead;
