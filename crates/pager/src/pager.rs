@@ -951,7 +951,10 @@ impl Handler {
     /// the page table exists.
     fn zero_fill_into(&mut self, page: u64, frame: FrameId) -> io::Result<()> {
         self.count(&Served::ZeroFill);
-        if let Err(e) = self.uffd.zeropage(self.page_addr(page), self.page_size as u64) {
+        if let Err(e) = self
+            .uffd
+            .zeropage(self.page_addr(page), self.page_size as u64)
+        {
             self.uncount(&Served::ZeroFill);
             self.frames.release(frame);
             return Err(e);

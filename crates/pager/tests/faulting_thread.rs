@@ -6,7 +6,7 @@
 //! These need userfaultfd: they run as root (and must, in CI).
 
 use osprobe_pager::policy::policy_by_name;
-use osprobe_pager::swap::FileSwap;
+use osprobe_pager::swap::{FileSwap, SwapBackend, SwapError};
 use osprobe_pager::{Pager, PagerConfig, PagerCounters};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
@@ -140,7 +140,9 @@ fn many_threads_faulting_at_once_keep_their_data() {
                         }
                         let shared = ((t + 1) % threads) * pages_each;
                         // SAFETY: a byte of the region, only read.
-                        let _ = unsafe { ((base + shared * page_size + 8) as *const u8).read_volatile() };
+                        let _ = unsafe {
+                            ((base + shared * page_size + 8) as *const u8).read_volatile()
+                        };
                     }
                 }
             });
@@ -228,6 +230,66 @@ fn child_touches_outside_the_region() {
     std::process::exit(0);
 }
 
+/// A swap that refuses every write: an eviction of a changed page fails.
+struct FullSwap;
+
+impl SwapBackend for FullSwap {
+    fn describe(&self) -> String {
+        "a swap that refuses every write".into()
+    }
+    fn write_page(&mut self, _slot: u64, _page: &[u8]) -> Result<(), SwapError> {
+        Err(SwapError::Open("the test swap takes no writes".into()))
+    }
+    fn read_page(&mut self, _slot: u64, _page: &mut [u8]) -> Result<(), SwapError> {
+        Err(SwapError::Open("the test swap holds nothing".into()))
+    }
+}
+
+/// In the child: a fault that needs an eviction the swap refuses; the
+/// pager's thread cannot serve it, and the access must end the process
+/// with SIGBUS (not hang, not see a page it did not write).
+#[test]
+fn child_cannot_be_served() {
+    if std::env::var(CHILD).as_deref() != Ok("unservable") {
+        return;
+    }
+    let policy = policy_by_name("fifo", None).unwrap();
+    let mut config = PagerConfig::new(8, 2, policy, Box::new(FullSwap));
+    config.serve = osprobe_pager::pager::Serve::FaultingThread;
+    let mut pager = Pager::start(config).unwrap();
+    let page_size = pager.page_size();
+    let memory = pager.memory();
+    memory[0] = 1;
+    memory[page_size] = 2;
+    eprintln!("two pages in two frames");
+    // A third page: the first must go, and its write-back fails.
+    memory[2 * page_size] = 3;
+    eprintln!("survived an unservable fault");
+    std::process::exit(0);
+}
+
+#[test]
+fn a_fault_the_pager_cannot_serve_ends_the_process_with_its_reason() {
+    if !available() {
+        return;
+    }
+    let out = child("child_cannot_be_served", "unservable");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("two pages in two frames"), "{stderr}");
+    assert!(!stderr.contains("survived"), "{stderr}");
+    // The pager's thread logged why, as in the default mode.
+    assert!(
+        stderr.contains("takes no writes") && stderr.contains("gets SIGBUS"),
+        "{stderr}"
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
+
 #[test]
 fn a_genuine_bus_error_outside_the_region_still_ends_the_process() {
     if !available() {
@@ -237,7 +299,12 @@ fn a_genuine_bus_error_outside_the_region_still_ends_the_process() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("served in the region"), "{stderr}");
     assert!(!stderr.contains("survived"), "{stderr}");
-    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}: {stderr}", out.status);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "{:?}: {stderr}",
+        out.status
+    );
 }
 
 #[test]

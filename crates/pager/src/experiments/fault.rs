@@ -20,9 +20,9 @@
 //! zero-fill; a swap-in is still handed to the pager's thread.
 
 use super::{check_pager, one_cpu};
+use crate::pager::Serve;
 use crate::policy::policy_by_name;
 use crate::swap::{FileSwap, RfsSwap, SwapBackend, SwapError};
-use crate::pager::Serve;
 use crate::{Pager, PagerConfig, PagerCounters, ServiceTimes};
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,

@@ -9,12 +9,12 @@
 //! reported in the notes (it would be a pager bug).
 
 use super::{check_pager, one_cpu};
+use crate::pager::Serve;
 use crate::policy::{policy_by_name, PolicyError};
 use crate::simulate::{belady_anomaly, simulate, SimError};
 use crate::swap::FileSwap;
 use crate::trace::{generate, TraceKind};
 use crate::workload;
-use crate::pager::Serve;
 use crate::{Pager, PagerConfig};
 use osprobe_core::harness::value_measurement;
 use osprobe_core::model::Unit;
@@ -350,7 +350,10 @@ mod tests {
         assert_eq!(live(1, "faulting-thread").unwrap(), Serve::FaultingThread);
         assert_eq!(live(3, "handler-thread").unwrap(), Serve::HandlerThread);
         let e = live(3, "faulting-thread").unwrap_err();
-        assert!(matches!(e, ExperimentError::InvalidParameter { .. }), "{e:?}");
+        assert!(
+            matches!(e, ExperimentError::InvalidParameter { .. }),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("processes=3"), "{e}");
         let unknown = live(1, "signal").unwrap_err().to_string();
         assert!(unknown.contains("'signal'"), "{unknown}");

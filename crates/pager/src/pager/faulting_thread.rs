@@ -273,12 +273,10 @@ impl Shared {
         if self.gone.load(Ordering::SeqCst) {
             // The pager's thread stopped meanwhile (its sweep may have
             // missed this one).
-            let _ = request.state.compare_exchange(
-                PENDING,
-                FAILED,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
+            let _ =
+                request
+                    .state
+                    .compare_exchange(PENDING, FAILED, Ordering::SeqCst, Ordering::SeqCst);
         }
         let one: u64 = 1;
         // SAFETY: an 8-byte write to our eventfd (async-signal-safe).
@@ -474,7 +472,11 @@ fn install_handler() -> Result<(), SetupError> {
 
 /// The SIGBUS handler: a fault in a registered region is served (or
 /// handed over) and the access retried; anything else is chained.
-extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+extern "C" fn on_sigbus(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
     // SAFETY: the kernel hands a valid siginfo; errno is this thread's
     // and must come back as the interrupted code left it.
     unsafe {
@@ -556,7 +558,10 @@ mod tests {
             assert_eq!(name.parse::<Serve>().unwrap().name(), *name);
         }
         let e = "signal".parse::<Serve>().unwrap_err().to_string();
-        assert!(e.contains("'signal'") && e.contains("faulting-thread"), "{e}");
+        assert!(
+            e.contains("'signal'") && e.contains("faulting-thread"),
+            "{e}"
+        );
     }
 
     #[test]
