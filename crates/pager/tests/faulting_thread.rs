@@ -177,6 +177,33 @@ fn several_pagers_in_this_mode_serve_their_own_regions() {
     assert_eq!(b.finish().0.zero_fills, 2);
 }
 
+#[test]
+fn a_system_call_touching_an_unserved_page_gets_efault() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut pager = start(4, 4, "fifo", &dir);
+    let page_size = pager.page_size();
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let read_into = |at: *mut u8| {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a page of the region as the buffer of a read(2).
+        let n = unsafe { libc::read(zero.as_raw_fd(), at.cast(), page_size) };
+        (n, std::io::Error::last_os_error().raw_os_error())
+    };
+    let memory = pager.memory();
+    // The kernel's own access raises no signal: EFAULT, not a wait.
+    let (n, errno) = read_into(memory.as_mut_ptr());
+    assert_eq!((n, errno), (-1, Some(libc::EFAULT)));
+    // Touched first (served on this thread), the page takes the read.
+    memory[page_size] = 9;
+    let (n, _) = read_into(memory[page_size..].as_mut_ptr());
+    assert_eq!(n, page_size as isize);
+    assert_eq!(memory[page_size], 0);
+    assert_eq!(pager.finish().0.zero_fills, 1);
+}
+
 /// Run this binary again with only `test` selected and `scenario` in the
 /// environment; its exit status.
 fn child(test: &str, scenario: &str) -> std::process::Output {
