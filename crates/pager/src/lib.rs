@@ -17,7 +17,8 @@
 //! - [`table`]: the page table with regions, the frame table;
 //! - [`swap`]: swap backends (a local file, the remote file service) and
 //!   the swap map; `swap_ahead`: the next run of a sequential swap-in
-//!   read on a thread of its own;
+//!   read on a thread of its own (kept off the handler's CPU:
+//!   `placement`);
 //! - [`pager`]: the live pager, its handler thread and counters.
 
 pub mod error;
@@ -25,6 +26,7 @@ pub mod experiments;
 pub mod outcome;
 mod page_buffer;
 pub mod pager;
+mod placement;
 pub mod policy;
 pub mod processes;
 pub mod simulate;

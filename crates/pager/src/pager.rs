@@ -328,7 +328,12 @@ impl Pager {
         let policy_name = config.policy.name();
         let swap_description = config.swap.describe();
         let frames = config.frames;
-        let (swap, ahead) = swap_with_ahead(config.swap, page_size, config.read_around)?;
+        let (swap, ahead) = swap_with_ahead(
+            config.swap,
+            page_size,
+            config.read_around,
+            config.handler_cpu,
+        )?;
         let handler = Handler {
             uffd,
             memfd,
@@ -586,12 +591,13 @@ fn swap_with_ahead(
     backend: Box<dyn SwapBackend>,
     page_size: usize,
     read_around: usize,
+    handler_cpu: Option<usize>,
 ) -> Result<(Verified, Option<Prefetcher>), PagerError> {
     if read_around <= 1 {
         return Ok((Verified::new(backend), None));
     }
     let shared = SharedSwap::new(backend);
-    let ahead = Prefetcher::start(shared.clone(), page_size, read_around)
+    let ahead = Prefetcher::start(shared.clone(), page_size, read_around, handler_cpu)
         .map_err(io_error("starting the swap read-ahead thread"))?;
     Ok((Verified::new(Box::new(shared)), Some(ahead)))
 }
