@@ -305,6 +305,7 @@ pub struct Pager {
     policy_name: &'static str,
     swap_description: String,
     user_mode_only: bool,
+    read_ahead_cpus: Option<Vec<usize>>,
 }
 
 impl Pager {
@@ -334,6 +335,7 @@ impl Pager {
             config.read_around,
             config.handler_cpu,
         )?;
+        let read_ahead_cpus = ahead.as_ref().map(|a| a.cpus().to_vec());
         let handler = Handler {
             uffd,
             memfd,
@@ -384,6 +386,7 @@ impl Pager {
             policy_name,
             swap_description,
             user_mode_only,
+            read_ahead_cpus,
         })
     }
 
@@ -436,6 +439,12 @@ impl Pager {
 
     pub fn counters(&self) -> PagerCounters {
         self.counters.snapshot()
+    }
+
+    /// The CPUs the swap read-ahead thread may run on (None: read-around
+    /// off, no such thread); never the handler's when another exists.
+    pub fn read_ahead_cpus(&self) -> Option<&[usize]> {
+        self.read_ahead_cpus.as_deref()
     }
 
     /// Why the last faulting access got SIGBUS, if one did.

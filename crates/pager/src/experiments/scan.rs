@@ -122,8 +122,9 @@ impl Experiment for PageScan {
             packet: PACKET.min(transport.max_data()),
             ..ClientOptions::default()
         };
-        let (mut pager, _pin) = start_pager(&path, &options, frames, read_around)?;
+        let (mut pager, pin) = start_pager(&path, &options, frames, read_around)?;
         let bytes = pager.len() as u64;
+        let placed = placement_note(&pager, pin.cpu);
 
         // rfs get of as many bytes, on the same path with the same options.
         make_file(path.export(), FILE, bytes)?;
@@ -173,6 +174,7 @@ impl Experiment for PageScan {
             "scan / rfs get on the same path, medians: {ratio:.2}"
         ));
         scan_m.notes.push(counters_note(&before, &after, passes));
+        scan_m.notes.push(placed);
         get_m.notes.push(format!(
             "one sample = one read_at of a {} MiB file into memory, alternating with the scan's passes; {setting}",
             bytes >> 20
@@ -312,6 +314,19 @@ fn scan(pager: &mut Pager) -> Result<f64, ExperimentError> {
 
 fn marker(page: usize) -> u8 {
     (page % 251) as u8 + 1
+}
+
+/// Where the pager's threads ran: the overlap of the read-ahead with the
+/// handler's copies needs a CPU of its own.
+fn placement_note(pager: &Pager, handler_cpu: usize) -> String {
+    match pager.read_ahead_cpus() {
+        Some(cpus) => format!(
+            "the application and the handler on CPU {handler_cpu}, the swap read-ahead thread on CPU(s) {cpus:?}"
+        ),
+        None => format!(
+            "the application and the handler on CPU {handler_cpu}; read-around off, no read-ahead thread"
+        ),
+    }
 }
 
 fn counters_note(before: &PagerCounters, after: &PagerCounters, passes: usize) -> String {
