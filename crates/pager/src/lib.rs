@@ -21,6 +21,7 @@
 //!   `placement`);
 //! - [`pager`]: the live pager, its handler thread and counters.
 
+pub mod dirty;
 pub mod error;
 pub mod experiments;
 pub mod outcome;
@@ -37,5 +38,6 @@ pub mod trace;
 pub mod uffd;
 pub mod workload;
 
+pub use dirty::DirtyTracking;
 pub use experiments::register;
 pub use pager::{Pager, PagerConfig, PagerCounters, PagerError, ServiceTimes};
