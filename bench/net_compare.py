@@ -287,37 +287,28 @@ def print_table(meta, tolerance, rows):
             f"{r['osprobe_spread_pct']:.1f}%",
             "; ".join(f"{k} {v:.3f}" for k, v in r["info_ratios"].items()) or "-",
         ])
-    print(f"osprobe vs iperf3, qperf and sockperf over loopback 127.0.0.1: {meta.get('runs')} "
+    ran = {r["name"].removesuffix("+pin") for r in rows}
+    bw_only = meta.get("qperf_version") is None  # BW_ONLY: iperf3 alone
+    peers = "iperf3" if bw_only else "iperf3, qperf and sockperf"
+    print(f"osprobe vs {peers} over loopback 127.0.0.1: {meta.get('runs')} "
           f"round(s), alternating; medians of per-run figures")
-    if meta.get("qperf_version") is None:  # BW_ONLY: iperf3 alone
+    if bw_only:
         print(f"{meta.get('iperf3_version')}")
     else:
         print(f"{meta.get('iperf3_version')}; qperf {meta.get('qperf_version')} "
               f"({meta.get('qperf_where')}); {meta.get('sockperf_version')}")
     print(f"osprobe {meta.get('osprobe_version')}; kernel {meta.get('kernel')}; "
           f"{meta.get('cpus')} CPU(s); bandwidth placement: iperf3 -A "
-          f"{meta.get('bw_affinity', '0')} (1: as osprobe's pin=auto); round trips unpinned"
+          f"{meta.get('bw_affinity', '0')} (1: as osprobe's pin=auto)"
+          + ("" if bw_only else "; round trips unpinned")
           + (f", and '+pin' rows with every process on CPU {meta.get('cpu')}"
              if meta.get("pinned") else ""))
     print()
     for text in table_lines(header, body):
         print(text)
     print()
-    print(f"Targets: bw.single >= {meta.get('bw_target')} x iperf3 at the same write size "
-          f"({meta.get('write_size')}); bw.multi ({meta.get('multi_streams')} streams) >= "
-          f"{meta.get('multi_target')} x iperf3 -P; TCP round trip (32 B) p50 within "
-          f"{tolerance:g}% of")
-    print(f"qperf and sockperf; transfer of a {meta.get('transfer_mib')} MiB file (receiver's "
-          f"rate) >= {meta.get('transfer_target')} x osprobe's single-stream memory-to-memory "
-          "rate of the same round.")
-    print("Rates: the receiver's (iperf3 sum_received; osprobe's receiver metric; osprobe "
-          "send's rx_bytes_per_s). GB/s = 10^9 bytes/s.")
-    print("Round trips: qperf prints the mean one-way time (time / messages received by both "
-          "ends), doubled here;")
-    print("sockperf runs with --full-rtt, so its percentiles are round trips (without it they "
-          "would be RTT/2). osprobe: p50 of net.rtt proto=tcp.")
-    print("spread = (max - min) / median over the runs. The information column is not part "
-          "of any verdict.")
+    for line in closing_notes(meta, tolerance, ran):
+        print(line)
     for r in rows:
         print(f"{r['name']}:")
         print(f"  peer    {r['peer_command']}")
@@ -329,6 +320,43 @@ def print_table(meta, tolerance, rows):
             else:
                 values = " ".join(show(v, r["unit"]) for v in runs)
             print(f"          {tool:<20} {values}")
+
+
+def closing_notes(meta, tolerance, ran):
+    """The targets and the notes on how each figure was read, for the
+    comparisons that ran (--bw-only runs the bandwidth ones alone)."""
+    targets = []
+    if "bw.single" in ran:
+        targets.append(f"bw.single >= {meta.get('bw_target')} x iperf3 at the same write size "
+                       f"({meta.get('write_size')})")
+    if "bw.multi" in ran:
+        targets.append(f"bw.multi ({meta.get('multi_streams')} streams) >= "
+                       f"{meta.get('multi_target')} x iperf3 -P")
+    rtt_peers = [p for p in ("qperf", "sockperf") if f"rtt.{p}" in ran]
+    if rtt_peers:
+        targets.append(f"TCP round trip (32 B) p50 within {tolerance:g}% of "
+                       + " and ".join(rtt_peers))
+    if "transfer" in ran:
+        targets.append(f"transfer of a {meta.get('transfer_mib')} MiB file (receiver's rate) >= "
+                       f"{meta.get('transfer_target')} x osprobe's single-stream "
+                       "memory-to-memory rate of the same round")
+    lines = ["Targets: " + "; ".join(targets) + "."] if targets else []
+    if ran & {"bw.single", "bw.multi", "transfer"}:
+        rates = ["iperf3 sum_received", "osprobe's receiver metric"]
+        if "transfer" in ran:
+            rates.append("osprobe send's rx_bytes_per_s")
+        lines.append(f"Rates: the receiver's ({'; '.join(rates)}). GB/s = 10^9 bytes/s.")
+    if "qperf" in rtt_peers:
+        lines.append("Round trips: qperf prints the mean one-way time (time / messages received "
+                     "by both ends), doubled here.")
+    if "sockperf" in rtt_peers:
+        lines.append("sockperf runs with --full-rtt, so its percentiles are round trips (without "
+                     "it they would be RTT/2).")
+    if rtt_peers:
+        lines.append("osprobe's round trip: p50 of net.rtt proto=tcp.")
+    lines.append("spread = (max - min) / median over the runs. The information column is not "
+                 "part of any verdict.")
+    return lines
 
 
 def report(path, as_json):

@@ -12,7 +12,9 @@ Subcommands:
   pager-check               stdin: a pager.fault run document; exit 0 when
                             it measured something, 3 (printing osprobe's
                             reasons) when it skipped every point
-  pager-fault FAULT         stdin: a pager.fault run document; prints TOOL NS
+  pager-fault FAULT SERVE   stdin: a pager.fault run document (its point with
+                            serve=SERVE, handler-thread or faulting-thread);
+                            prints TOOL NS
                             lines: pager (p50), pager_mean, the kernel's fault
                             as pager.fault's notes give it (kernel_same_way
                             for zero_fill, kernel_cached for the swap-ins),
@@ -47,7 +49,8 @@ from benchlib import (fail, first_cpu, load_osprobe_doc, load_records,  # noqa: 
 #   "inside the handler (...), p50: zero-fill 5.93 us, swap-in 14.17 us of which
 #    evicting the victim 5.74 us; counters: ..."
 # A figure the pager did not measure is "-".
-KERNEL_NOTE = re.compile(r"kernel's own .*?, on this CPU: p50 ([0-9.]+) us")
+# (the zero-fill's note has no comma before "on this CPU").
+KERNEL_NOTE = re.compile(r"kernel's own .*?,? on this CPU: p50 ([0-9.]+) us")
 HANDLER_NOTE = re.compile(
     r"inside the handler .*?p50: zero-fill ([0-9.]+ us|-), swap-in ([0-9.]+ us|-) "
     r"of which evicting the victim ([0-9.]+ us|-)")
@@ -85,10 +88,12 @@ def pager_check():
     sys.exit(3)
 
 
-def pager_fault(fault):
+def pager_fault(fault, serve):
     doc = load_osprobe_doc(sys.stdin)
+    # A point without `serve` is served by the handler thread.
     found = [m for m in measurements(doc, "pager.fault", fault)
-             if m.get("params", {}).get("fault") == fault]
+             if m.get("params", {}).get("fault") == fault
+             and m["params"].get("serve", "handler-thread") == serve]
     if fault == "swap_in_rfs":
         found = [m for m in found if m["params"].get("path") == "loopback"]
     else:
@@ -98,7 +103,7 @@ def pager_fault(fault):
         found.sort(key=lambda m: "path" in m["params"])
     if not found:
         reasons = skipped_reasons(doc)
-        fail(f"no pager.fault/{fault} measurement in osprobe's output"
+        fail(f"no pager.fault/{fault} serve={serve} measurement in osprobe's output"
              + (f" (skipped: {reasons})" if reasons else ""))
     m = found[0]
     if m.get("unit") != "ns":
@@ -223,6 +228,67 @@ def scan_table(path):
     return rows
 
 
+# The zero-fill's serving modes: comparison name, serve parameter.
+ZERO_FILL_MODES = [("zero_fill", "handler-thread"), ("zero_fill_faulting", "faulting-thread")]
+
+
+def zero_fill_ratios(meta, samples):
+    """Per serving mode: the zero-fill's p50 over the kernel's minor fault
+    measured in the same pager.fault run (timed the same way), run by run,
+    their median and the verdict against the ratio target; and, for
+    information, the ratio to mem.page_fault's minor fault (a separate run
+    in the same round)."""
+    target = float(meta.get("target_zero_fill_ratio", 3))
+    kernel = samples.get(("zero_fill", "kernel"), [])
+    rows = []
+    for name, serve in ZERO_FILL_MODES:
+        pager = samples.get((name, "pager"), [])
+        same = samples.get((name, "kernel_same_way"), [])
+        if not pager or len(same) != len(pager):
+            continue
+        ratios = [p / k for p, k in zip(pager, same) if k > 0]
+        ratio = statistics.median(ratios) if ratios else None
+        rows.append({
+            "serve": serve,
+            "pager_median_ns": statistics.median(pager),
+            "kernel_same_run_median_ns": statistics.median(same),
+            "ratio_runs": ratios,
+            "ratio_median": ratio,
+            "ratio_to_mem_page_fault": statistics.median(pager) / statistics.median(kernel)
+            if kernel else None,
+            "target_ratio": target,
+            "target_met": ratio is not None and ratio <= target,
+        })
+    return rows
+
+
+def print_zero_fill_ratios(rows):
+    if not rows:
+        return
+    target = rows[0]["target_ratio"]
+    print()
+    print(f"Zero-fill vs the kernel's minor fault measured in the same pager.fault run (timed the "
+          f"same way; target <= {target:g}x), per serving mode:")
+    header = ["serve", "zero-fill us", "kernel us", "ratio", "runs", "vs mem.page_fault",
+              "target", "verdict"]
+    body = []
+    for r in rows:
+        body.append([r["serve"], us(r["pager_median_ns"]), us(r["kernel_same_run_median_ns"]),
+                     "-" if r["ratio_median"] is None else f"{r['ratio_median']:.2f}",
+                     " ".join(f"{x:.2f}" for x in r["ratio_runs"]),
+                     "-" if r["ratio_to_mem_page_fault"] is None
+                     else f"{r['ratio_to_mem_page_fault']:.2f}",
+                     f"<= {target:g}x", "met" if r["target_met"] else "ABOVE"])
+    for text in table_lines(header, body):
+        print(text)
+    met = [r["serve"] for r in rows if r["target_met"]]
+    if met:
+        print(f"Zero-fill within {target:g}x of the kernel's minor fault: met with serve="
+              + " and serve=".join(met) + ".")
+    else:
+        print(f"Zero-fill within {target:g}x of the kernel's minor fault: met by no serving mode.")
+
+
 def print_scan(meta, rows):
     if not rows:
         return
@@ -277,12 +343,15 @@ def side(samples, name, tool):
 
 def compare(meta, pairs, samples):
     targets = {"zero_fill": float(meta.get("target_zero_fill_us", 15)),
+               "zero_fill_faulting": float(meta.get("target_zero_fill_us", 15)),
                "swap_in_file": float(meta.get("target_swap_in_us", 30))}
     commands = {p["name"]: p for p in pairs}
     # (comparison, the pager's figure, the other side's, what that is in
     # the table and in the details, whether the target is judged on this row)
     plan = [
         ("zero_fill", "pager", ("zero_fill", "kernel"), "kernel minor",
+         "the kernel's minor fault (mem.page_fault, anonymous first touch, sequential)", True),
+        ("zero_fill_faulting", "pager", ("zero_fill", "kernel"), "kernel minor",
          "the kernel's minor fault (mem.page_fault, anonymous first touch, sequential)", True),
         ("swap_in_file", "pager", ("swap_in_file", "kernel"), "kernel major",
          "the kernel's major fault (mem.page_fault, evicted file page read back, sequential)", True),
@@ -329,7 +398,7 @@ def compare(meta, pairs, samples):
             "handler": (name, "handler"),
             "handler_evict": (name, "handler_evict"),
             "kernel_random": (other_name, "kernel_random") if other_tool == "kernel" else (None, None),
-            "kernel_same_way": (name, "kernel_same_way") if name == "zero_fill" else (None, None),
+            "kernel_same_way": (name, "kernel_same_way") if name.startswith("zero_fill") else (None, None),
         }.items():
             runs = samples.get((n, t), []) if n else []
             if runs:
@@ -472,14 +541,17 @@ def print_tables(meta, targets, rows, policy):
 def report(path, as_json):
     meta, pairs, samples = load_records(path, ("pager_command", "peer_command"))
     targets, rows = compare(meta, pairs, samples)
+    ratios = zero_fill_ratios(meta, samples)
     policy = policy_table(load_policy(path))
     scan = scan_table(path)
     if as_json:
         json.dump({"meta": meta, "targets_p50_us": targets, "comparisons": rows,
-                   "policy": policy, "scan": scan}, sys.stdout, indent=2)
+                   "zero_fill_ratios": ratios, "policy": policy, "scan": scan},
+                  sys.stdout, indent=2)
         print()
     else:
         print_tables(meta, targets, rows, policy)
+        print_zero_fill_ratios(ratios)
         print_scan(meta, scan)
 
 
@@ -491,8 +563,8 @@ def main(argv):
         print(first_cpu())
     elif cmd == "pager-check":
         pager_check()
-    elif cmd == "pager-fault" and len(args) == 1:
-        pager_fault(args[0])
+    elif cmd == "pager-fault" and len(args) == 2:
+        pager_fault(args[0], args[1])
     elif cmd == "kernel-fault" and len(args) == 1:
         kernel_fault(args[0])
     elif cmd == "policy-rows":

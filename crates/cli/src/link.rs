@@ -1,105 +1,53 @@
 //! `osprobe link`: run a command behind an emulated link (like Mahimahi's
 //! mm-delay / mm-link / mm-loss shells), then print what the link did.
-//! Wiring only: flags into osprobe-link's `shell::Shaping` and
-//! `LinkConfig`, the emulator and the command in its namespace from
-//! `shell::Emulated`, the report rendered by the link crate.
+//! Wiring only: flags into osprobe-link's `LinkOptions` (which checks
+//! them), the emulator and the command in its namespace from
+//! `shell::Emulated`, the server in B from osprobe-net, the report
+//! rendered by the link crate.
 
 use crate::error::UsageError;
 use crate::flags::link::LinkArgs;
 use crate::output::{Exporter, Json, Text};
 use anyhow::{Context as _, Result};
 use osprobe_core::interrupt;
-use osprobe_link::shell::{self, Emulated, Shaping};
-use osprobe_link::{parse, JitterDistribution, Link, LinkConfig, LinkReport, QueueLimit, Trace};
-use osprobe_net::server::{Server, ServerConfig};
+use osprobe_link::shell::{self, Emulated};
+use osprobe_link::{LinkConfig, LinkOptions, LinkReport};
 use std::ffi::OsString;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
 use std::process::{ExitCode, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-/// The port `--serve` listens on in namespace B (`osprobe serve`'s default,
-/// so `osprobe net ... --to $OSPROBE_LINK_PEER` needs no port).
-const SERVE_PORT: u16 = 5301;
 /// How long a command gets to exit after Ctrl-C before it is killed.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
-fn usage<T>(flag: &str, result: Result<T, impl std::fmt::Display>) -> Result<T> {
-    result.map_err(|e| UsageError(format!("--{flag}: {e}")).into())
-}
-
-/// What shapes the link, from the flags; usage errors name the flag.
-fn shaping_of(args: &LinkArgs) -> Result<Shaping> {
-    let loss_of = |flag: &str, value: &Option<String>| -> Result<Option<parse::LossSpec>> {
-        value
-            .as_deref()
-            .map(|v| usage(flag, parse::loss(v)))
-            .transpose()
-    };
-    let trace_of = |flag: &str, path: &Option<PathBuf>| -> Result<Option<Arc<Trace>>> {
-        path.as_deref()
-            .map(|p| usage(flag, Trace::load(p)).map(Arc::new))
-            .transpose()
-    };
-    let both_loss = loss_of("loss", &args.loss)?.unwrap_or_default();
-    Ok(Shaping {
-        delay: usage("delay", parse::duration(&args.delay))?,
-        jitter: match &args.jitter {
-            Some(j) => usage("jitter", parse::duration(j))?,
-            None => Duration::ZERO,
-        },
-        jitter_distribution: usage("jitter-dist", JitterDistribution::parse(&args.jitter_dist))?,
-        uplink_loss: loss_of("uplink-loss", &args.uplink_loss)?.unwrap_or(both_loss),
-        downlink_loss: loss_of("downlink-loss", &args.downlink_loss)?.unwrap_or(both_loss),
-        rate_bps: args
-            .rate
-            .as_deref()
-            .map(|r| usage("rate", parse::rate(r)))
-            .transpose()?,
-        queue: match &args.queue {
-            Some(q) => usage("queue", parse::queue_limit(q))?,
-            None => QueueLimit::Unlimited,
-        },
-        uplink_trace: trace_of("uplink-trace", &args.uplink_trace)?,
-        downlink_trace: trace_of("downlink-trace", &args.downlink_trace)?,
-    })
-}
-
-/// The link's configuration from the flags; usage errors name the flag.
-fn config_of(args: &LinkArgs) -> Result<LinkConfig> {
-    let (uplink, downlink) = shaping_of(args)?
-        .directions()
-        .map_err(|e| UsageError(e.to_string()))?;
-    let config = LinkConfig {
-        uplink,
-        downlink,
+/// The link's settings, as the flags give them.
+fn options_of(args: &LinkArgs) -> LinkOptions {
+    LinkOptions {
+        delay: args.delay.clone(),
+        jitter: args.jitter.clone(),
+        jitter_dist: args.jitter_dist.clone(),
+        loss: args.loss.clone(),
+        uplink_loss: args.uplink_loss.clone(),
+        downlink_loss: args.downlink_loss.clone(),
+        rate: args.rate.clone(),
+        queue: args.queue.clone(),
+        uplink_trace: args.uplink_trace.clone(),
+        downlink_trace: args.downlink_trace.clone(),
         seed: args.seed,
         mtu: args.mtu,
         offload: !args.no_offload,
         reference_veth: args.reference_veth,
         realtime: !args.no_realtime,
-        ..LinkConfig::default()
-    };
-    config.validate().map_err(|e| UsageError(e.to_string()))?;
-    Ok(config)
+        wmem: args.wmem.clone(),
+    }
 }
 
-/// `--wmem SIZE`: the TCP buffer ceiling in both namespaces.
-fn wmem_of(args: &LinkArgs) -> Result<Option<u64>, UsageError> {
-    args.wmem
-        .as_deref()
-        .map(|w| {
-            osprobe_core::experiment::parse_bytes(w)
-                .filter(|b| (65_536..=i32::MAX as u64).contains(b))
-                .ok_or_else(|| {
-                    UsageError(format!(
-                        "--wmem {w}: a size from 64K to 2G, e.g. 256M (binary multiples)"
-                    ))
-                })
-        })
-        .transpose()
+/// The link's configuration from the flags; usage errors name the flag.
+fn config_of(args: &LinkArgs) -> Result<LinkConfig> {
+    usage(options_of(args).config())
+}
+
+fn usage<T>(result: Result<T, impl std::fmt::Display>) -> Result<T> {
+    result.map_err(|e| UsageError(e.to_string()).into())
 }
 
 pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
@@ -108,8 +56,8 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
         .command
         .split_first()
         .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
-    let to = args.to.as_deref().map(resolve_host).transpose()?;
-    let wmem = wmem_of(&args)?;
+    let to = usage(args.to.as_deref().map(shell::resolve_host).transpose())?;
+    let wmem = usage(options_of(&args).wmem_bytes())?;
     interrupt::install();
     // No context here: main prefixes every error with "osprobe: ", and the
     // emulator's own message already says it is the link emulator.
@@ -117,20 +65,22 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
     if let Some(bytes) = wmem {
         emulated.link().raise_buffers(bytes)?;
     }
-    let server = if args.serve {
-        Some(start_server(emulated.link())?)
-    } else {
-        None
+    let server = match args.serve {
+        true => Some(
+            osprobe_net::link_server::serve_in_b(emulated.link())
+                .map_err(|e| anyhow::anyhow!("--serve: {e}"))?,
+        ),
+        false => None,
     };
     let rest: Vec<OsString> = rest.iter().map(|arg| emulated.expand(arg)).collect();
     if !quiet {
-        eprintln!("{}", describe(&emulated, server.is_some()));
+        eprintln!(
+            "{}",
+            emulated.describe(server.as_ref().map(|(_, addr)| *addr))
+        );
     }
     let outcome = run_in_a(&emulated, program, &rest);
-    if let Some((stop, handle)) = server {
-        stop.store(true, Ordering::SeqCst);
-        let _ = handle.join();
-    }
+    drop(server); // stops and joins the server thread, before the link goes
     let report = emulated.stop();
     show(&report, args.json.as_deref(), quiet)?;
     let status = outcome?;
@@ -166,83 +116,11 @@ fn show(report: &LinkReport, json: Option<&std::path::Path>, quiet: bool) -> Res
     Ok(())
 }
 
-/// `--to HOST`: an IPv4 address, or a name resolved to its first IPv4
-/// address (the emulated link carries IPv4).
-fn resolve_host(host: &str) -> Result<IpAddr> {
-    if let Ok(addr) = host.parse::<IpAddr>() {
-        return Ok(addr);
-    }
-    let addrs = (host, 0u16).to_socket_addrs().map_err(|e| {
-        UsageError(format!(
-            "--to {host}: not an IP address, and the name does not resolve ({e})"
-        ))
-    })?;
-    let addrs: Vec<SocketAddr> = addrs.collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .map(|a| a.ip())
-        .ok_or_else(|| UsageError(format!("--to {host}: the name resolves to no address")).into())
-}
-
-type ServerHandle = (
-    Arc<AtomicBool>,
-    std::thread::JoinHandle<std::io::Result<()>>,
-);
-
-/// An osprobe server on B's address, port 5301, until the flag is set.
-fn start_server(link: &Link) -> Result<ServerHandle> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let bind = SocketAddr::from((link.addr_b(), SERVE_PORT));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let handle = link
-        .spawn_in_b(move || {
-            let events: osprobe_net::server::EventSink = Arc::new(|_| {});
-            let server = match Server::bind(bind, ServerConfig::default(), events) {
-                Ok(s) => {
-                    tx.send(Ok(())).ok();
-                    s
-                }
-                Err(e) => {
-                    tx.send(Err(e.to_string())).ok();
-                    return Err(e);
-                }
-            };
-            server.serve(&flag)
-        })
-        .context("starting the server in namespace B")?;
-    match rx.recv_timeout(Duration::from_secs(5)) {
-        Ok(Ok(())) => Ok((stop, handle)),
-        Ok(Err(e)) => Err(anyhow::anyhow!("--serve: {e}")),
-        Err(_) => Err(anyhow::anyhow!(
-            "--serve: the server did not start within 5 s"
-        )),
-    }
-}
-
-/// What runs where, before CMD starts: the link's description and the
-/// server `--serve` started in B.
-fn describe(emulated: &Emulated, serving: bool) -> String {
-    let link = emulated.link();
-    let mut text = emulated.describe();
-    if serving {
-        text.push_str(&format!(
-            "\n  osprobe server in B on {}:{SERVE_PORT}",
-            link.addr_b()
-        ));
-    }
-    if let Some((a, b)) = link.reference_veth() {
-        text.push_str(&format!("\n  reference veth {a} <-> {b}"));
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
+    use osprobe_link::{parse, QueueLimit};
 
     #[derive(Debug, Parser)]
     struct Wrapper {

@@ -15,7 +15,6 @@ mod leftovers;
 mod link;
 mod measure;
 mod net;
-mod outcome;
 mod output;
 mod pager;
 mod progress;

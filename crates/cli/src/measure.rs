@@ -8,7 +8,7 @@ use crate::flags::{BenchArgs, NetArgs, ProfileArgs, RunArgs};
 use crate::progress::Bar;
 use anyhow::{Context as _, Result};
 use osprobe_core::far_end::FarEnd;
-use osprobe_core::runner::{self, Failure, Plan};
+use osprobe_core::runner::{self, Plan};
 use osprobe_core::{Environment, Experiment, Profile, Run};
 use osprobe_net::far_ends;
 use osprobe_store::RunStore;
@@ -224,17 +224,18 @@ fn measure(request: Request) -> Result<ExitCode> {
         let mut bar = Bar::new(plan.points(), request.quiet);
         runner::measure(&plan, &ctx, options, &mut bar)
     };
-    let Ok(runner::Measured { run, failures }) = measured else {
+    let Ok(measured) = measured else {
         exports.discard();
         eprintln!("osprobe: interrupted; nothing was stored");
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
     };
     let remote = request.overrides.iter().any(|(k, _)| k == "to");
-    if let Some(why) = not_to_keep(&run, &failures, remote) {
+    if let Some(why) = measured.not_kept(remote) {
         exports.discard();
         eprint!("{why}");
         return Ok(ExitCode::FAILURE);
     }
+    let runner::Measured { run, failures } = measured;
     keep_and_show(&run, store, request.html_report, opts, exports)?;
     for f in &failures {
         eprintln!("osprobe: {} {} failed: {}", f.experiment, f.params, f.error);
@@ -270,30 +271,6 @@ fn announce(
         println!();
     }
     far_ends
-}
-
-/// Why a measured run must not be stored, in the lines to print, or None
-/// to keep it.
-fn not_to_keep(run: &Run, failures: &[Failure], remote: bool) -> Option<String> {
-    // Nothing measured: a stored run of zero measurements would let a CI
-    // gate pass silently, so store nothing and fail, saying why.
-    if run.measurements.is_empty() {
-        return Some(crate::outcome::nothing_measured(&run.skipped, failures));
-    }
-    // Against a remote host, all or nothing: a host lost mid-run leaves
-    // no half run behind.
-    if remote && !failures.is_empty() {
-        let mut why = String::new();
-        for f in failures {
-            why.push_str(&format!(
-                "osprobe: {} {} failed: {}\n",
-                f.experiment, f.params, f.error
-            ));
-        }
-        why.push_str("osprobe: a remote experiment failed; nothing was stored\n");
-        return Some(why);
-    }
-    None
 }
 
 /// Store the run (with its HTML report beside the store when asked),

@@ -299,7 +299,13 @@ fn the_pager_experiments_in_the_smoke_profile() {
         .iter()
         .map(|m| m["metric"].as_str().unwrap())
         .collect();
-    assert_eq!(metrics, ["zero_fill", "swap_in_file", "swap_in_rfs"]);
+    assert_eq!(
+        metrics,
+        ["zero_fill", "zero_fill", "swap_in_file", "swap_in_rfs"]
+    );
+    // The second zero-fill is served on the faulting thread.
+    assert_eq!(faults[1]["params"]["serve"], "faulting-thread");
+    assert!(faults[1]["notes"].to_string().contains("SIGBUS handler"));
     for m in &faults {
         assert_eq!(m["unit"], "ns");
         let notes = m["notes"].to_string();

@@ -35,6 +35,7 @@ pub mod peer_text;
 pub mod plot_view;
 pub mod proof;
 pub mod random;
+pub mod registry_docs;
 pub mod runner;
 pub mod scratch;
 pub mod sleep;

@@ -21,14 +21,39 @@ pub struct PlotView {
     /// A logarithmic x axis whatever its range (working-set sizes).
     pub log_x: bool,
     /// Vertical lines at this machine's cache sizes (sysfs, and the sizes
-    /// mem.caches inferred in the same run) on an x axis in bytes.
+    /// `inferred_caches` names) on an x axis in bytes.
     pub cache_markers: bool,
+    /// Where cache sizes measured in the same run come from, marked beside
+    /// sysfs's (mem.latency names mem.caches).
+    pub inferred_caches: Option<InferredCaches>,
     /// Parameters whose name does not tell their unit, with the unit and
     /// the factor to it (time.sleep's `requested` is in µs: `Nanoseconds`,
     /// 1000).
     pub param_units: &'static [(&'static str, Unit, f64)],
     /// What a bar should read, drawn as a dashed line across its group.
     pub expected: Option<ExpectedLine>,
+}
+
+/// Cache sizes an experiment measured: its measurements in bytes whose
+/// metric is `{prefix}{level}{suffix}` (mem.caches' `l2_size`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferredCaches {
+    pub experiment: &'static str,
+    pub prefix: &'static str,
+    pub suffix: &'static str,
+}
+
+impl InferredCaches {
+    /// The cache level a metric of `experiment` names, if it names one.
+    pub fn level<'m>(&self, experiment: &str, metric: &'m str) -> Option<&'m str> {
+        if experiment != self.experiment {
+            return None;
+        }
+        metric
+            .strip_prefix(self.prefix)?
+            .strip_suffix(self.suffix)
+            .filter(|level| !level.is_empty())
+    }
 }
 
 /// The value bars of some metrics should read: `factor` times a duration
@@ -79,6 +104,19 @@ pub fn duration_param_ns(text: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inferred_caches_name_their_experiment_and_levels() {
+        let caches = InferredCaches {
+            experiment: "mem.caches",
+            prefix: "l",
+            suffix: "_size",
+        };
+        assert_eq!(caches.level("mem.caches", "l2_size"), Some("2"));
+        assert_eq!(caches.level("mem.caches", "l_size"), None);
+        assert_eq!(caches.level("mem.caches", "line_size_bytes"), None);
+        assert_eq!(caches.level("mem.latency", "l2_size"), None);
+    }
 
     #[test]
     fn an_experiment_without_a_view_gets_the_default() {

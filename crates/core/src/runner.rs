@@ -10,6 +10,9 @@ use crate::model::{Measurement, Params, Profile, Run, Skipped, SCHEMA_VERSION};
 use crate::Clock;
 use std::collections::BTreeMap;
 
+mod keep;
+pub use keep::NotKept;
+
 /// The grid points to measure, per experiment, decided before anything runs
 /// so that bad parameters are reported before a minute is spent measuring.
 pub struct Plan<'r> {
@@ -50,7 +53,7 @@ impl Observer for Silent {
 }
 
 /// A point that failed (not skipped: something went wrong).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
     pub experiment: String,
     pub params: Params,
@@ -161,7 +164,7 @@ pub struct RunOptions {
 }
 
 /// A run and the points that failed in it (failures are not stored; the
-/// caller decides what they mean).
+/// caller prints them; [`Measured::not_kept`] says whether to keep the run).
 #[derive(Debug)]
 pub struct Measured {
     pub run: Run,

@@ -270,7 +270,7 @@ pub struct DirectionReport {
     /// What ended the forwarder early, if anything did.
     pub error: Option<String>,
     /// Whether the forwarder ran under SCHED_FIFO, or why it could not.
-    pub realtime: Result<bool, String>,
+    pub realtime: Result<bool, crate::forwarder::FifoRefused>,
     /// CPU time the forwarder thread used: near the run's duration, the
     /// forwarder (one core) is what bounds the direction's throughput.
     pub cpu_time: Duration,

@@ -105,7 +105,7 @@ pub struct ForwarderResult {
     /// The error that ended the thread early, if any.
     pub error: Option<String>,
     /// Whether the thread ran under SCHED_FIFO, or why it could not.
-    pub realtime: Result<bool, String>,
+    pub realtime: Result<bool, FifoRefused>,
     /// CPU time the thread used (user + system, including the write(2)s
     /// that hand packets to the kernel): near the run's length, the
     /// forwarder is what bounds the link.
@@ -128,7 +128,7 @@ impl Default for ForwarderResult {
 /// Move the calling thread to SCHED_FIFO at the lowest real-time priority:
 /// above every normal thread, below anything that chose a real-time
 /// priority on purpose.
-fn enter_fifo() -> Result<bool, String> {
+fn enter_fifo() -> Result<bool, FifoRefused> {
     // musl's sched_param has more fields than glibc's (the sporadic
     // server's): start from zero and set the one that matters.
     // SAFETY: sched_param is plain integers; all zeros is a valid value.
@@ -136,14 +136,26 @@ fn enter_fifo() -> Result<bool, String> {
     param.sched_priority = 1;
     // SAFETY: pthread_self is always valid; `param` lives for the call.
     let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        Ok(true)
-    } else {
-        Err(format!(
-            "SCHED_FIFO refused: {}",
-            std::io::Error::from_raw_os_error(rc)
-        ))
+    match rc {
+        0 => Ok(true),
+        libc::EPERM => Err(FifoRefused::NotPermitted),
+        rc => Err(FifoRefused::Other(Arc::new(
+            std::io::Error::from_raw_os_error(rc),
+        ))),
     }
+}
+
+/// Why the forwarder thread runs at normal priority: the link still works,
+/// with more release error under load.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FifoRefused {
+    /// EPERM: the process has no CAP_SYS_NICE and no RLIMIT_RTPRIO
+    /// allowance (or, root in a cgroup, no real-time budget).
+    #[error("no CAP_SYS_NICE (nor an RLIMIT_RTPRIO allowance): SCHED_FIFO refused")]
+    NotPermitted,
+    /// Any other refusal (shared, because a report is cloned).
+    #[error("SCHED_FIFO refused: {0}")]
+    Other(#[source] Arc<std::io::Error>),
 }
 
 struct Pending {

@@ -28,6 +28,7 @@ pub mod loss;
 pub mod masquerade;
 pub mod middlebox;
 pub mod netns;
+pub mod options;
 pub mod parse;
 pub mod render;
 pub mod segment;
@@ -45,6 +46,7 @@ pub use emulator::{
 pub use histogram::LogHistogram;
 pub use impairment::DirectionConfig;
 pub use middlebox::Middlebox;
+pub use options::{LinkOptions, OptionError};
 pub use parse::{LossSpec, ParseError, QueueLimit};
 pub use serving::ServingThread;
 pub use trace::Trace;

@@ -253,7 +253,7 @@ mod tests {
             left_pending: 0,
             kernel_drops: Some(0),
             error: None,
-            realtime: Err("no CAP_SYS_NICE".into()),
+            realtime: Err(crate::forwarder::FifoRefused::NotPermitted),
             cpu_time: Duration::from_millis(500),
         }
     }

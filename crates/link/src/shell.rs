@@ -11,7 +11,7 @@ use crate::{LossSpec, Middlebox, QueueLimit, Trace};
 use osprobe_core::interrupt;
 use std::ffi::OsString;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -130,8 +130,9 @@ impl Emulated {
     }
 
     /// The namespaces, addresses, seed and both directions, and for the
-    /// middlebox the route out; one line each.
-    pub fn describe(&self) -> String {
+    /// middlebox the route out; one line each. Then the server in B
+    /// (`osprobe link --serve`) and the reference veth, if there are.
+    pub fn describe(&self, serving: Option<SocketAddr>) -> String {
         let link = self.link();
         let c = link.config();
         let mut text = format!(
@@ -147,8 +148,48 @@ impl Emulated {
         if let Emulated::Middlebox(m) = self {
             text.push_str(&middlebox_line(m));
         }
+        if let Some(addr) = serving {
+            text.push_str(&format!("\n  osprobe server in B on {addr}"));
+        }
+        if let Some((a, b)) = link.reference_veth() {
+            text.push_str(&format!("\n  reference veth {a} <-> {b}"));
+        }
         text
     }
+}
+
+/// Why `--to HOST` names no host to put the middlebox in front of.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("--to {host}: not an IP address, and the name does not resolve ({source})")]
+    Unresolved {
+        host: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("--to {0}: the name resolves to no address")]
+    NoAddress(String),
+}
+
+/// `--to HOST`: an IP address, or a name resolved to its first IPv4
+/// address (the emulated link carries IPv4), else its first address.
+pub fn resolve_host(host: &str) -> Result<IpAddr, HostError> {
+    if let Ok(addr) = host.parse::<IpAddr>() {
+        return Ok(addr);
+    }
+    let addrs: Vec<SocketAddr> = (host, 0u16)
+        .to_socket_addrs()
+        .map_err(|source| HostError::Unresolved {
+            host: host.to_string(),
+            source,
+        })?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .map(|a| a.ip())
+        .ok_or_else(|| HostError::NoAddress(host.to_string()))
 }
 
 fn middlebox_line(m: &Middlebox) -> String {
@@ -260,6 +301,21 @@ mod tests {
         .directions()
         .unwrap();
         assert_eq!((up.queue, down.queue), (queue, queue));
+    }
+
+    #[test]
+    fn hosts_are_addresses_or_names() {
+        assert_eq!(
+            resolve_host("192.0.2.7").unwrap(),
+            IpAddr::from([192, 0, 2, 7])
+        );
+        assert!(resolve_host("localhost").unwrap().is_loopback());
+        let err = resolve_host("no such host.invalid").unwrap_err();
+        assert!(matches!(err, HostError::Unresolved { .. }), "{err}");
+        assert!(
+            err.to_string().starts_with("--to no such host.invalid: "),
+            "{err}"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //!   `placement`);
 //! - [`pager`]: the live pager, its handler thread and counters.
 
+pub mod announce;
 pub mod dirty;
 pub mod error;
 pub mod experiments;
@@ -30,6 +31,7 @@ pub mod pager;
 mod placement;
 pub mod policy;
 pub mod processes;
+pub mod run_options;
 pub mod simulate;
 pub mod swap;
 mod swap_ahead;

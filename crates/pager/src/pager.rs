@@ -47,6 +47,10 @@
 //!   and kept in [`Pager::last_error`]. The application is never handed a
 //!   page it did not write.
 
+mod faulting_thread;
+
+pub use faulting_thread::{NotThisProcess, Serve, SetupError as FaultingThreadError, UnknownServe};
+
 use crate::dirty::DirtyTracking;
 use crate::error::FaultError;
 use crate::page_buffer::PageBuffer;
@@ -77,6 +81,8 @@ pub enum PagerError {
     Config(String),
     #[error(transparent)]
     Region(#[from] crate::error::RegionError),
+    #[error(transparent)]
+    FaultingThread(#[from] faulting_thread::SetupError),
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> PagerError {
@@ -116,6 +122,11 @@ pub struct PagerConfig {
     /// never written leaves without being hashed or written. False: every
     /// page leaving is hashed ([`DirtyTracking`]).
     pub write_protect: bool,
+    /// Which thread serves a fault: the handler thread (any access, the
+    /// default) or the faulting thread itself, in a SIGBUS handler
+    /// (threads of this process only; a system call touching the region
+    /// gets EFAULT). See [`Serve`].
+    pub serve: Serve,
 }
 
 impl PagerConfig {
@@ -140,6 +151,7 @@ impl PagerConfig {
             read_around: 1,
             evict_batch: 1,
             write_protect: true,
+            serve: Serve::HandlerThread,
         }
     }
 }
@@ -239,6 +251,18 @@ pub struct ServiceTimes {
 
 const SAMPLE_CAP: usize = 1 << 16;
 
+impl ServiceTimes {
+    /// Room for every sample a signal handler records (zero-fills and
+    /// referenced-bit faults), so that recording never allocates there.
+    fn for_signals() -> ServiceTimes {
+        ServiceTimes {
+            zero_fill: Vec::with_capacity(SAMPLE_CAP),
+            referenced_bit: Vec::with_capacity(SAMPLE_CAP),
+            ..ServiceTimes::default()
+        }
+    }
+}
+
 fn record(samples: &mut Vec<f64>, ns: f64) {
     if samples.len() < SAMPLE_CAP {
         samples.push(ns);
@@ -313,7 +337,9 @@ pub struct Pager {
     // Field order is drop order: the application's mapping goes first.
     app: Mapping,
     stop: Arc<AtomicBool>,
-    handler: Option<JoinHandle<Handler>>,
+    /// Faulting-thread mode: the pager as the SIGBUS handler finds it.
+    faulting: Option<faulting_thread::Registration>,
+    handler: Option<JoinHandle<ServiceTimes>>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<Option<String>>>,
     page_size: usize,
@@ -324,6 +350,7 @@ pub struct Pager {
     user_mode_only: bool,
     read_ahead_cpus: Option<Vec<usize>>,
     dirty_tracking: DirtyTracking,
+    serve: Serve,
 }
 
 impl Pager {
@@ -331,7 +358,10 @@ impl Pager {
     pub fn start(config: PagerConfig) -> Result<Pager, PagerError> {
         let page_size = page_size();
         let len = check_config(&config, page_size)?;
-        let uffd = Userfaultfd::open()?;
+        let uffd = match config.serve {
+            Serve::HandlerThread => Userfaultfd::open()?,
+            Serve::FaultingThread => Userfaultfd::open_sigbus()?,
+        };
         let memfd = memfd(len)?;
         let app = Mapping::shared(&memfd, len)?;
         let own = Mapping::shared(&memfd, len)?;
@@ -386,23 +416,12 @@ impl Pager {
             continue_protected: true,
             write_fault: false,
         };
-        let stop_flag = stop.clone();
-        let handler_cpu = config.handler_cpu;
-        let handler = std::thread::Builder::new()
-            .name("osprobe-pager".into())
-            .spawn(move || {
-                if let Some(cpu) = handler_cpu {
-                    // Best effort: an unpinned handler still serves.
-                    let _ = osprobe_core::affinity::pin_current_thread(cpu);
-                }
-                let mut handler = handler;
-                handler.serve(&stop_flag);
-                handler
-            })
-            .map_err(io_error("starting the handler thread"))?;
+        let (handler, faulting) =
+            spawn_handler(handler, config.serve, config.handler_cpu, &stop, len as u64)?;
         Ok(Pager {
             app,
             stop,
+            faulting,
             handler: Some(handler),
             counters,
             last_error,
@@ -414,6 +433,7 @@ impl Pager {
             user_mode_only,
             read_ahead_cpus,
             dirty_tracking,
+            serve: config.serve,
         })
     }
 
@@ -464,6 +484,11 @@ impl Pager {
         self.user_mode_only
     }
 
+    /// Which thread serves this pager's faults.
+    pub fn serve(&self) -> Serve {
+        self.serve
+    }
+
     pub fn counters(&self) -> PagerCounters {
         self.counters.snapshot()
     }
@@ -506,9 +531,12 @@ impl Pager {
                 0,
             )
         };
+        // No SIGBUS handler may still be serving this pager when it stops
+        // (this waits for one that is).
+        drop(self.faulting.take());
         self.stop.store(true, Ordering::Release);
         match self.handler.take().map(|h| h.join()) {
-            Some(Ok(handler)) => handler.times,
+            Some(Ok(times)) => times,
             _ => ServiceTimes::default(),
         }
     }
@@ -550,7 +578,62 @@ fn wants_write_protect(config: &PagerConfig) -> Result<(), &'static str> {
     if !config.write_protect {
         return Err("off in the pager's configuration");
     }
+    if config.serve == Serve::FaultingThread {
+        // There every fault raises SIGBUS in the faulting thread, a
+        // write-protect fault too.
+        return Err("faults are served on the faulting thread (serve=faulting-thread)");
+    }
     Ok(())
+}
+
+/// Start the thread that serves faults (the handler thread), or with
+/// `serve` the faulting thread, the thread that serves what a signal
+/// handler cannot (and register the pager with the SIGBUS handler). The
+/// thread returns the service times it measured.
+fn spawn_handler(
+    handler: Handler,
+    serve: Serve,
+    cpu: Option<usize>,
+    stop: &Arc<AtomicBool>,
+    len: u64,
+) -> Result<
+    (
+        JoinHandle<ServiceTimes>,
+        Option<faulting_thread::Registration>,
+    ),
+    PagerError,
+> {
+    let stop = stop.clone();
+    let pin = move || {
+        if let Some(cpu) = cpu {
+            // Best effort: an unpinned handler still serves.
+            let _ = osprobe_core::affinity::pin_current_thread(cpu);
+        }
+    };
+    let builder = std::thread::Builder::new().name("osprobe-pager".into());
+    let spawned = match serve {
+        Serve::HandlerThread => builder.spawn(move || {
+            pin();
+            let mut handler = handler;
+            handler.serve(&stop);
+            handler.times
+        }),
+        Serve::FaultingThread => {
+            let start = handler.app_base;
+            let shared = Arc::new(faulting_thread::Shared::new(handler, start, len)?);
+            let registration = faulting_thread::register(&shared)?;
+            let thread = builder
+                .spawn(move || {
+                    pin();
+                    shared.serve_handed_over(&stop);
+                    shared.with_handler(|h| std::mem::take(&mut h.times))
+                })
+                .map_err(io_error("starting the pager's thread"))?;
+            return Ok((thread, Some(registration)));
+        }
+    };
+    let thread = spawned.map_err(io_error("starting the handler thread"))?;
+    Ok((thread, None))
 }
 
 /// The configuration's sizes, checked; the region's length in bytes.
@@ -900,49 +983,132 @@ impl Handler {
         }
         let addr = self.page_addr(page);
         match self.table.get(page).state {
-            PageState::Resident(frame) => {
-                // The bit was cleared (the mapping dropped), or another
-                // thread's fault on this page was served first.
-                let was_referenced = self.frames.get(frame).is_some_and(|f| f.referenced);
-                self.count(&Served::ReferencedBit);
-                match self.map_resident(frame, addr) {
-                    Ok(()) => {
-                        if let Some(f) = self.frames.get_mut(frame) {
-                            f.referenced = true;
-                        }
-                        if !was_referenced {
-                            self.policy.referenced(frame, page);
-                        }
-                        Ok(Served::ReferencedBit)
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                        self.uncount(&Served::ReferencedBit);
-                        self.count(&Served::Duplicate);
-                        self.wake(addr)?;
-                        Ok(Served::Duplicate)
-                    }
-                    Err(e) => {
-                        self.uncount(&Served::ReferencedBit);
-                        Err(FaultError::Install {
-                            ioctl: "UFFDIO_CONTINUE",
-                            page,
-                            source: e,
-                        })
-                    }
-                }
-            }
+            PageState::Resident(frame) => self.serve_resident(page, frame),
             PageState::Untouched => {
                 let (frame, _) = self.obtain_frame()?;
-                self.count(&Served::ZeroFill);
-                if let Err(e) = self.uffd.zeropage(addr, page_bytes) {
-                    self.uncount(&Served::ZeroFill);
-                    self.frames.release(frame);
-                    return self.install_failed(page, addr, "UFFDIO_ZEROPAGE", e);
+                match self.zero_fill_into(page, frame) {
+                    Ok(()) => Ok(Served::ZeroFill),
+                    Err(e) => self.install_failed(page, addr, "UFFDIO_ZEROPAGE", e),
                 }
-                self.install(page, frame, self.zero_hash);
-                Ok(Served::ZeroFill)
             }
             PageState::Swapped(slot) => self.swap_in(page, slot),
+        }
+    }
+
+    /// A fault on a resident page: its referenced bit was cleared (the
+    /// mapping dropped), or another thread's fault on it was served first.
+    /// Allocates nothing (the faulting-thread mode calls it in a signal
+    /// handler).
+    fn serve_resident(&mut self, page: u64, frame: FrameId) -> Result<Served, FaultError> {
+        let addr = self.page_addr(page);
+        let was_referenced = self.frames.get(frame).is_some_and(|f| f.referenced);
+        self.count(&Served::ReferencedBit);
+        match self.map_resident(frame, addr) {
+            Ok(()) => {
+                if let Some(f) = self.frames.get_mut(frame) {
+                    f.referenced = true;
+                }
+                if !was_referenced {
+                    self.policy.referenced(frame, page);
+                }
+                Ok(Served::ReferencedBit)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                self.uncount(&Served::ReferencedBit);
+                self.count(&Served::Duplicate);
+                self.wake(addr)?;
+                Ok(Served::Duplicate)
+            }
+            Err(e) => {
+                self.uncount(&Served::ReferencedBit);
+                Err(FaultError::Install {
+                    ioctl: "UFFDIO_CONTINUE",
+                    page,
+                    source: e,
+                })
+            }
+        }
+    }
+
+    /// Map a zero page for `page` in `frame`, counted before the ioctl
+    /// that lets the application go on; on error the frame goes back and
+    /// nothing stays counted. Allocates nothing once the page's leaf of
+    /// the page table exists.
+    fn zero_fill_into(&mut self, page: u64, frame: FrameId) -> io::Result<()> {
+        self.count(&Served::ZeroFill);
+        if let Err(e) = self
+            .uffd
+            .zeropage(self.page_addr(page), self.page_size as u64)
+        {
+            self.uncount(&Served::ZeroFill);
+            self.frames.release(frame);
+            return Err(e);
+        }
+        self.install(page, frame, self.zero_hash);
+        Ok(())
+    }
+
+    /// Faulting-thread mode: allocate now what serving a fault in a
+    /// signal handler touches (the policy's room for every frame, the
+    /// service-time samples); page-table leaves are not: a first touch of
+    /// a leaf goes to the pager's thread.
+    fn prepare_for_signals(&mut self) {
+        self.policy.reserve(self.frames.len());
+        self.times = ServiceTimes::for_signals();
+    }
+
+    /// Faulting-thread mode, in the SIGBUS handler of the thread that
+    /// touched `address`: serve a zero-fill into a free frame or a
+    /// referenced-bit fault. False hands the fault to the pager's thread
+    /// (an eviction, a swap-in, a new page-table leaf, anything that
+    /// failed: that thread serves it or says why). No allocation, no
+    /// lock, nothing but atomics and system calls.
+    fn serve_in_signal(&mut self, address: u64) -> bool {
+        let started = Instant::now();
+        let page = address.wrapping_sub(self.app_base) / self.page_size as u64;
+        if self.table.region_of(page).is_none() {
+            return false;
+        }
+        let served = match self.table.get(page).state {
+            PageState::Untouched if self.table.has_leaf(page) => {
+                let Some(frame) = self.frames.take_free() else {
+                    return false;
+                };
+                if self.zero_fill_into(page, frame).is_err() {
+                    return false;
+                }
+                Served::ZeroFill
+            }
+            PageState::Resident(frame) => match self.serve_resident(page, frame) {
+                Ok(served) => served,
+                Err(_) => return false,
+            },
+            _ => return false,
+        };
+        self.account(served, started);
+        true
+    }
+
+    /// Faulting-thread mode, on the pager's thread: a fault the faulting
+    /// thread handed over. False: it could not be served (logged); the
+    /// faulting thread's SIGBUS then goes on as a bus error. Writes to a
+    /// read-only region never get here: the MMU refuses them first.
+    fn serve_handed_over(&mut self, address: u64) -> bool {
+        let fault = Fault {
+            address,
+            flags: 0,
+            thread: 0,
+        };
+        let started = Instant::now();
+        match self.serve_fault(fault) {
+            Ok(served) => {
+                self.account(served, started);
+                true
+            }
+            Err(reason) => {
+                self.note_failure(fault, &reason.to_string());
+                false
+            }
         }
     }
 
@@ -1492,11 +1658,7 @@ impl Handler {
 
     /// Answer a fault that cannot be served with SIGBUS, and say why.
     fn fail(&mut self, fault: Fault, reason: &str) {
-        bump(&self.counters.failures, 1);
-        self.log(format!(
-            "{reason}; the access at {:#x} gets SIGBUS",
-            fault.address
-        ));
+        self.note_failure(fault, reason);
         let page_start = fault.address & !(self.page_size as u64 - 1);
         if self.uffd.has_poison() && self.uffd.poison(page_start, self.page_size as u64).is_ok() {
             return;
@@ -1513,6 +1675,15 @@ impl Handler {
             };
         }
         let _ = self.uffd.wake(page_start, self.page_size as u64);
+    }
+
+    /// Count a fault that cannot be served and say why.
+    fn note_failure(&mut self, fault: Fault, reason: &str) {
+        bump(&self.counters.failures, 1);
+        self.log(format!(
+            "{reason}; the access at {:#x} gets SIGBUS",
+            fault.address
+        ));
     }
 
     fn log(&self, message: String) {

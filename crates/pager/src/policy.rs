@@ -38,6 +38,11 @@ pub trait Policy: Send {
     /// sure they do not offer it again meanwhile (the live pager asks for
     /// several victims at once to write them behind together).
     fn vacated(&mut self, _frame: FrameId) {}
+    /// Make room for `frames` frames now, so that `loaded`, `referenced`
+    /// and `vacated` never allocate while at most that many are in use:
+    /// the pager's faulting-thread mode calls them from a signal handler,
+    /// where allocating could deadlock on the allocator's lock.
+    fn reserve(&mut self, _frames: usize) {}
 }
 
 /// The policies by name, as parameters and flags spell them.
@@ -93,6 +98,11 @@ impl Policy for Fifo {
 
     fn forget(&mut self, frame: FrameId) {
         self.queue.retain(|f| *f != frame);
+    }
+
+    fn reserve(&mut self, frames: usize) {
+        // Each frame is in the queue at most once.
+        self.queue.reserve(frames);
     }
 }
 
@@ -200,6 +210,13 @@ impl Policy for LruAging {
 
     fn referenced(&mut self, _frame: FrameId, _page: u64) {}
 
+    fn reserve(&mut self, frames: usize) {
+        // Capacity only: the vectors grow (within it) as frames load.
+        self.age.reserve(frames);
+        self.last_seen_referenced.reserve(frames);
+        self.loaded_at.reserve(frames);
+    }
+
     fn vacated(&mut self, frame: FrameId) {
         // The largest key: chosen last, and `loaded` resets it.
         if frame < self.age.len() {
@@ -294,6 +311,10 @@ impl Policy for Opt {
 
     fn referenced(&mut self, frame: FrameId, _page: u64) {
         self.seen(frame);
+    }
+
+    fn reserve(&mut self, frames: usize) {
+        self.frame_next.reserve(frames);
     }
 
     fn vacated(&mut self, frame: FrameId) {

@@ -132,6 +132,12 @@ impl PageTable {
         &mut slot.get_or_insert_with(|| Box::new([UNTOUCHED; LEAF_LEN]))[index]
     }
 
+    /// Whether `page`'s leaf is allocated: `entry` then allocates nothing.
+    pub fn has_leaf(&self, page: u64) -> bool {
+        let (leaf, _) = split(page);
+        matches!(self.directory.get(leaf), Some(Some(_)))
+    }
+
     /// Leaves allocated so far (the table's own memory, 512 entries each).
     pub fn leaves(&self) -> usize {
         self.directory.iter().filter(|l| l.is_some()).count()

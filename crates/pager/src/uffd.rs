@@ -33,6 +33,9 @@ const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
 pub const REGISTER_MODE_MISSING: u64 = 1 << 0;
 pub const REGISTER_MODE_MINOR: u64 = 1 << 2;
 
+/// Faults raise SIGBUS in the faulting thread instead of waiting for a
+/// message to be read (the pager's `serve=faulting-thread`).
+pub const FEATURE_SIGBUS: u64 = 1 << 7;
 pub const FEATURE_THREAD_ID: u64 = 1 << 8;
 pub const FEATURE_MINOR_SHMEM: u64 = 1 << 10;
 pub const FEATURE_POISON: u64 = 1 << 14;
@@ -133,8 +136,20 @@ impl Userfaultfd {
     /// Open one, non-blocking, with minor faults on shared memory, and the
     /// thread id and poisoning when the kernel has them.
     pub fn open() -> Result<Userfaultfd, OpenError> {
+        Self::open_with(0)
+    }
+
+    /// Like [`Userfaultfd::open`], and every fault raises SIGBUS in the
+    /// faulting thread (UFFD_FEATURE_SIGBUS): nothing is queued to read.
+    pub fn open_sigbus() -> Result<Userfaultfd, OpenError> {
+        Self::open_with(FEATURE_SIGBUS)
+    }
+
+    /// Open one with the pager's features and the `required` ones (an
+    /// error naming the first the kernel lacks).
+    fn open_with(required: u64) -> Result<Userfaultfd, OpenError> {
         let (fd, user_mode_only) = open_fd()?;
-        let wanted = FEATURE_MINOR_SHMEM | FEATURE_THREAD_ID | FEATURE_POISON;
+        let wanted = FEATURE_MINOR_SHMEM | FEATURE_THREAD_ID | FEATURE_POISON | required;
         // Ask which features exist first: asking for one the kernel lacks
         // fails the handshake, and the fd allows only one handshake.
         let available = {
@@ -148,6 +163,9 @@ impl Userfaultfd {
         };
         if available & FEATURE_MINOR_SHMEM == 0 {
             return Err(OpenError::MissingFeature("UFFD_FEATURE_MINOR_SHMEM"));
+        }
+        if required & FEATURE_SIGBUS != 0 && available & FEATURE_SIGBUS == 0 {
+            return Err(OpenError::MissingFeature("UFFD_FEATURE_SIGBUS"));
         }
         let mut arg = ApiArg {
             api: UFFD_API,
@@ -164,6 +182,11 @@ impl Userfaultfd {
 
     pub fn has_poison(&self) -> bool {
         self.features & FEATURE_POISON != 0
+    }
+
+    /// Faults raise SIGBUS in the faulting thread (nothing to read).
+    pub fn raises_sigbus(&self) -> bool {
+        self.features & FEATURE_SIGBUS != 0
     }
 
     pub fn has_thread_id(&self) -> bool {

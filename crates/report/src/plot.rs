@@ -10,7 +10,7 @@
 
 use crate::axis::{param_quantity, unit_words};
 use crate::human::params_label;
-use osprobe_core::plot_view::{duration_param_ns, PlotView, PlotViews};
+use osprobe_core::plot_view::{duration_param_ns, InferredCaches, PlotView, PlotViews};
 use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -409,7 +409,7 @@ fn line_plot(
     let x_log = crate::axis::wants_log(xlo, xhi) || (view.log_x && xlo > 0.0);
     let y_log = crate::axis::wants_log(ylo, yhi);
     let markers = if view.cache_markers && x_unit == Unit::Bytes {
-        cache_markers(run)
+        cache_markers(run, view.inferred_caches.as_ref())
     } else {
         Vec::new()
     };
@@ -432,8 +432,9 @@ fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// Cache sizes to mark on a latency curve: the data and unified caches
-/// sysfs reports, and the sizes mem.caches inferred in the same run.
-pub fn cache_markers(run: &Run) -> Vec<Marker> {
+/// sysfs reports, and the sizes the view's `inferred` experiment measured
+/// in the same run.
+pub fn cache_markers(run: &Run, inferred: Option<&InferredCaches>) -> Vec<Marker> {
     let mut out: Vec<Marker> = run
         .environment
         .caches
@@ -449,15 +450,14 @@ pub fn cache_markers(run: &Run) -> Vec<Marker> {
             inferred: false,
         })
         .collect();
+    let Some(inferred) = inferred else {
+        return out;
+    };
     for m in &run.measurements {
-        if m.experiment != "mem.caches" || m.unit != Unit::Bytes {
+        if m.unit != Unit::Bytes {
             continue;
         }
-        let level = m
-            .metric
-            .strip_prefix('l')
-            .and_then(|r| r.strip_suffix("_size"));
-        if let Some(level) = level {
+        if let Some(level) = inferred.level(&m.experiment, &m.metric) {
             out.push(Marker {
                 x: m.summary.p50,
                 label: format!(

@@ -5,7 +5,7 @@
 
 use osprobe_core::environment::CacheInfo;
 use osprobe_core::model::{Histogram, Prediction, Skipped};
-use osprobe_core::plot_view::{ExpectedLine, PlotView, PlotViews};
+use osprobe_core::plot_view::{ExpectedLine, InferredCaches, PlotView, PlotViews};
 use osprobe_core::{Environment, Measurement, Params, Profile, Run, Summary, Unit};
 use osprobe_report::chart;
 use osprobe_report::html::Report;
@@ -26,6 +26,11 @@ fn views() -> PlotViews {
             series: Some("stride"),
             log_x: true,
             cache_markers: true,
+            inferred_caches: Some(InferredCaches {
+                experiment: "mem.caches",
+                prefix: "l",
+                suffix: "_size",
+            }),
             ..PlotView::default()
         },
     );

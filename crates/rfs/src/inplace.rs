@@ -318,56 +318,6 @@ fn check_head(head: &[u8; HEAD], session: u64, e: Expected) -> Option<(u64, bool
         .then_some((h.size, h.eof))
 }
 
-/// UDP: receive one datagram into `head`, `place` and `rest`, in that
-/// order; its length (at most theirs together).
-pub(crate) fn recv_scattered(
-    sock: &std::net::UdpSocket,
-    head: &mut [u8],
-    place: &mut [u8],
-    rest: &mut [u8],
-) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    let mut iov = [head, place, rest].map(|b| libc::iovec {
-        iov_base: b.as_mut_ptr().cast(),
-        iov_len: b.len(),
-    });
-    // SAFETY: msghdr is plain data; all-zero is "no address, no control".
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = iov.len() as _;
-    loop {
-        // SAFETY: the iovecs describe three live, distinct mutable buffers
-        // that outlive the call; the kernel writes at most their lengths.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// UDP: put a datagram received by [`recv_scattered`] together in `rest`
-/// (which must have room for `head` and `place` in front of what it holds):
-/// its length there, cut at `rest`'s size.
-pub(crate) fn reassemble(n: usize, head: &[u8], place: &[u8], rest: &mut [u8]) -> usize {
-    let in_head = n.min(head.len());
-    let in_place = (n - in_head).min(place.len());
-    let in_rest = n - in_head - in_place;
-    let front = in_head + in_place;
-    let total = (front + in_rest).min(rest.len());
-    if front < total {
-        rest.copy_within(0..total - front, front);
-    }
-    let from_head = in_head.min(total);
-    rest[..from_head].copy_from_slice(&head[..from_head]);
-    let from_place = in_place.min(total - from_head);
-    rest[from_head..from_head + from_place].copy_from_slice(&place[..from_place]);
-    total
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -638,28 +588,5 @@ mod tests {
         }
         assert_eq!(done[0].xid, 3);
         assert!(dest == content(3, LEN));
-    }
-
-    #[test]
-    fn udp_datagrams_are_put_back_together() {
-        let msg: Vec<u8> = (0..100u8).collect();
-        for n in [10, 38, 60, 100] {
-            let (mut head, mut place, mut rest) = ([0u8; 38], [0u8; 30], vec![0u8; 200]);
-            let (a, b) = msg[..n].split_at(n.min(38));
-            head[..a.len()].copy_from_slice(a);
-            let (b, c) = b.split_at(b.len().min(30));
-            place[..b.len()].copy_from_slice(b);
-            rest[..c.len()].copy_from_slice(c);
-            let total = reassemble(n, &head, &place, &mut rest);
-            assert_eq!(&rest[..total], &msg[..n]);
-        }
-        // Cut at the buffer's size.
-        let mut rest = vec![0u8; 50];
-        rest[..32].copy_from_slice(&msg[68..]);
-        let (mut head, mut place) = ([0u8; 38], [0u8; 30]);
-        head.copy_from_slice(&msg[..38]);
-        place.copy_from_slice(&msg[38..68]);
-        assert_eq!(reassemble(100, &head, &place, &mut rest), 50);
-        assert_eq!(&rest[..], &msg[..50]);
     }
 }

@@ -37,10 +37,12 @@
 //! window and reassembly in [`client`], confinement in `export`.
 
 pub mod address;
+pub mod announce;
 pub mod auth;
 pub mod background;
 pub mod backoff;
 pub mod client;
+pub mod connect;
 pub mod cookie;
 pub mod drc;
 pub mod error;
@@ -50,6 +52,7 @@ pub mod fuzz;
 pub(crate) mod handles;
 pub mod hasher;
 pub(crate) mod inplace;
+pub(crate) mod mapped;
 pub mod outcome;
 pub(crate) mod pending;
 pub mod pipeline;
@@ -59,6 +62,10 @@ pub(crate) mod sendfile;
 pub mod server;
 pub mod service;
 pub(crate) mod sock;
+pub mod targets;
+pub(crate) mod udp_io;
+pub(crate) mod udp_place;
+pub(crate) mod udp_worker;
 
 pub use client::{Client, ClientOptions, Fd, OpenMode, Progress, TransferSummary, MAX_WINDOW};
 pub use error::ClientError;

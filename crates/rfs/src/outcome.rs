@@ -3,6 +3,7 @@
 //! schema/rfs-ls.schema.json, schema/rfs-stat.schema.json).
 
 use crate::client::{Client, TransferSummary};
+use crate::error::ClientError;
 use crate::protocol::{Attr, Kind};
 use osprobe_core::human::{number, scale_for};
 use osprobe_core::peer_text;
@@ -152,6 +153,34 @@ impl fmt::Display for Listing {
             write!(f, "{entry}")?;
         }
         Ok(())
+    }
+}
+
+impl Listing {
+    /// The entries of `dir` on the server, with the size of each file
+    /// from one getattr each: a listing is for people, so the extra round
+    /// trips are worth it (a file that vanished meanwhile has no size).
+    pub fn read(client: &mut Client, dir: &str) -> Result<Listing, ClientError> {
+        let entries = client.readdir(dir)?;
+        let mut rows = Vec::with_capacity(entries.len());
+        for e in &entries {
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            let path = if dir.trim_matches('/').is_empty() {
+                name.clone()
+            } else {
+                format!("{}/{name}", dir.trim_end_matches('/'))
+            };
+            let size = match e.kind {
+                Kind::File => client.stat(&path).ok().map(|a| a.size),
+                _ => None,
+            };
+            rows.push(ListEntry {
+                name,
+                kind: e.kind,
+                size,
+            });
+        }
+        Ok(Listing(rows))
     }
 }
 

@@ -52,12 +52,14 @@
 //! (TCP_NODELAY stays on, so a lone request still leaves at once).
 
 use crate::error::ClientError;
-use crate::inplace::{self, Expected, Placed, Placer};
+use crate::inplace::{Expected, Placed, Placer};
 use crate::protocol::{
-    decode_header, decode_read_head, decode_reply, encode_request, DecodeError, Op, RemoteError,
-    Reply, Request, MAX_MESSAGE, READ_REPLY_HEAD,
+    decode_header, decode_reply, encode_request, DecodeError, Op, RemoteError, Reply, Request,
+    MAX_MESSAGE,
 };
 use crate::server::FrameBuffer;
+use crate::udp_io;
+use crate::udp_place::{self, Receiver};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -232,8 +234,10 @@ pub(crate) struct Pipeline {
     rtt: Rtt,
     outstanding: BTreeMap<u64, Outstanding>,
     pool: Vec<Vec<u8>>,
-    /// UDP: one datagram.
-    recv: Vec<u8>,
+    /// UDP: a batch of datagrams.
+    udp_rx: Receiver,
+    /// UDP: requests issued and not sent yet (their ids).
+    udp_tx: Vec<u64>,
     /// TCP: replies read in chunks, parsed in place.
     frames: Option<FrameBuffer>,
     /// TCP: requests not written yet (whole frames only).
@@ -270,11 +274,12 @@ impl Pipeline {
             },
             outstanding: BTreeMap::new(),
             pool: Vec::new(),
-            recv: if tcp {
-                Vec::new()
+            udp_rx: if tcp {
+                Receiver::default()
             } else {
-                vec![0u8; MAX_MESSAGE + 1]
+                Receiver::new()
             },
+            udp_tx: Vec::new(),
             frames: tcp.then(|| FrameBuffer::with_capacity(CLIENT_RX)),
             tx: Vec::new(),
             placer: Placer::default(),
@@ -327,6 +332,7 @@ impl Pipeline {
             // Abandoned with the requests above: whole frames, so the
             // stream stays in step (their ids are simply never answered).
             self.tx.clear();
+            self.udp_tx.clear();
         }
         result
     }
@@ -375,7 +381,12 @@ impl Pipeline {
             });
         };
         self.next_xid += 1;
-        self.send(&buf)?;
+        if self.is_udp() {
+            // Sent with the others issued before the pipeline waits.
+            self.udp_tx.push(xid);
+        } else {
+            self.send(&buf)?;
+        }
         let now = Instant::now();
         let rto = if patient {
             self.rtt.rto.max(PATIENT_RTO)
@@ -443,11 +454,43 @@ impl Pipeline {
         })
     }
 
+    /// UDP: send the requests issued since the last wait, with one
+    /// sendmmsg (the server's worker then finds them queued together and
+    /// takes them with one call too). A request the kernel refuses to send
+    /// for want of buffer space, or because an ICMP error came back, is
+    /// lost like a dropped datagram: the retransmission covers it.
+    fn flush_udp(&mut self) -> Result<(), ClientError> {
+        let Conn::Udp(sock) = &self.conn else {
+            return Ok(());
+        };
+        let msgs: Vec<&[u8]> = self
+            .udp_tx
+            .iter()
+            .filter_map(|xid| self.outstanding.get(xid))
+            .map(|o| &o.msg[..])
+            .collect();
+        let (mut refused, mut fatal) = (false, None);
+        udp_io::send_connected(sock, &msgs, |_, e| {
+            if !udp_send_loss(&e) {
+                fatal.get_or_insert(e);
+            } else if e.kind() == io::ErrorKind::ConnectionRefused {
+                refused = true;
+            }
+        });
+        self.udp_tx.clear();
+        self.refused |= refused;
+        match fatal {
+            Some(e) => Err(ClientError::io(format!("sending to {}", self.server), e)),
+            None => Ok(()),
+        }
+    }
+
     /// Wait for one reply (or a timeout) and act on it.
     fn wait(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
         if !self.is_udp() {
             return self.wait_tcp(job);
         }
+        self.flush_udp()?;
         let now = Instant::now();
         let deadline = self
             .outstanding
@@ -460,8 +503,7 @@ impl Pipeline {
         }
         self.set_read_timeout(deadline - now)?;
         match self.recv_udp(job) {
-            Ok(Some(n)) => self.dispatch(n, job),
-            Ok(None) => self.dispatch_placed(job),
+            Ok(()) => self.dispatch_udp(job),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -486,9 +528,18 @@ impl Pipeline {
         // SO_RCVTIMEO has microsecond resolution; never zero (that means
         // "block forever" to the kernel and is refused by std).
         let t = t.max(Duration::from_micros(100));
-        if self.read_timeout == Some(t) {
+        // A timeout up to a quarter shorter than asked for is kept: waking
+        // a little early costs one more loop, while setting it on every
+        // wait cost a system call per reply (the deadline moves with each
+        // request sent). Never longer: that would retransmit late.
+        if self
+            .read_timeout
+            .is_some_and(|cur| cur <= t && cur >= t - t / 4)
+        {
             return Ok(());
         }
+        let t = t - t / 4;
+        let t = t.max(Duration::from_micros(100));
         let Conn::Udp(sock) = &self.conn else {
             return Ok(());
         };
@@ -619,86 +670,62 @@ impl Pipeline {
         }
     }
 
-    /// UDP: one datagram. The data of a read reply goes straight into its
-    /// place when the job has one and the reply is the whole of what was
-    /// asked (then `None`, the reply in `placed`); anything else comes back
-    /// whole in `recv` (its length), to be parsed as ever. Replies mostly
-    /// come in the order of their requests, so the guess is the first read
-    /// in flight after the last reply; a reply to another read of the same
-    /// length is moved to its own place (one copy, as before).
-    fn recv_udp(&mut self, job: &mut dyn Job) -> io::Result<Option<usize>> {
+    /// UDP: the datagrams queued on the socket (waiting for the first),
+    /// the data of the read replies guessed right straight into their
+    /// places ([`crate::udp_place`]: added to `placed`), the others kept
+    /// whole in the receiver to be parsed as ever. Replies mostly come in
+    /// the order of their requests, so the guesses are the reads in flight
+    /// after the last reply, in order.
+    fn recv_udp(&mut self, job: &mut dyn Job) -> io::Result<()> {
         let Conn::Udp(sock) = &self.conn else {
             unreachable!("UDP only")
         };
         let reads = || self.outstanding.iter().filter(|(_, o)| o.op == Op::Read);
-        let guess = reads()
-            .find(|(&xid, _)| xid > self.last_reply)
-            .or_else(|| reads().next())
-            .map(|(&xid, o)| (xid, o.tag));
+        let guess = |after: u64| -> Vec<Expected> {
+            reads()
+                .filter(|(&xid, _)| xid > after)
+                .take(udp_place::BATCH)
+                .map(|(&xid, _)| Expected { xid, len: 0 })
+                .collect()
+        };
+        let mut expected = guess(self.last_reply);
+        if expected.is_empty() {
+            // Only retransmitted reads are left: from the first.
+            expected = guess(0);
+        }
+        let tags: Vec<u64> = expected
+            .iter()
+            .map(|e| self.outstanding[&e.xid].tag)
+            .collect();
         let mut places = Vec::new();
-        if let Some((_, tag)) = guess {
-            job.places(&[tag], &mut places);
+        if !tags.is_empty() {
+            job.places(&tags, &mut places);
         }
-        let (Some((guessed, _)), Some(place)) = (guess, places.pop()) else {
-            return sock.recv(&mut self.recv).map(Some);
-        };
-        let mut head = [0u8; READ_REPLY_HEAD];
-        let n = inplace::recv_scattered(sock, &mut head, place, &mut self.recv)?;
-        let len = place.len();
-        let whole = (n == READ_REPLY_HEAD + len)
-            .then(|| decode_read_head(&head))
-            .flatten()
-            .filter(|h| h.header.session == self.session && h.len == len);
-        let Some(h) = whole else {
-            return Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv)));
-        };
-        let xid = h.header.xid;
-        self.last_reply = self.last_reply.max(xid);
-        let reply = Placed {
-            xid,
-            size: h.size,
-            eof: h.eof,
-        };
-        if xid == guessed {
-            self.placed.push(reply);
-            return Ok(None);
+        expected.truncate(places.len());
+        for (e, p) in expected.iter_mut().zip(&places) {
+            e.len = p.len();
         }
-        let Some(tag) = self
-            .outstanding
-            .get(&xid)
-            .filter(|o| o.op == Op::Read)
-            .map(|o| o.tag)
-        else {
-            // A late reply (answered already) or none of ours: as ever.
-            return Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv)));
-        };
-        drop(places);
-        let guessed_tag = self.outstanding[&guessed].tag;
-        // Both places at once, in the order of their requests.
-        let mut two = Vec::new();
-        if guessed < xid {
-            job.places(&[guessed_tag, tag], &mut two);
-        } else {
-            job.places(&[tag, guessed_tag], &mut two);
+        self.udp_rx
+            .recv(sock, self.session, &expected, &mut places, &mut self.placed)?;
+        if let Some(last) = self.placed.iter().map(|p| p.xid).max() {
+            self.last_reply = self.last_reply.max(last);
         }
-        if let [a, b] = &mut two[..] {
-            if a.len() == len && b.len() == len {
-                let (from, to) = if guessed < xid { (a, b) } else { (b, a) };
-                to.copy_from_slice(from);
-                self.placed.push(reply);
-                return Ok(None);
+        Ok(())
+    }
+
+    /// UDP: act on the replies of the last batch, those in place first
+    /// (the first error ends the job, as in `dispatch_inner`).
+    fn dispatch_udp(&mut self, job: &mut dyn Job) -> Result<(), ClientError> {
+        let mut result = self.dispatch_placed(job);
+        let rx = std::mem::take(&mut self.udp_rx);
+        for i in 0..rx.unplaced() {
+            if result.is_err() {
+                break;
             }
+            result = self.dispatch_inner(rx.whole(i), job);
         }
-        // Its place is of another length (a short read at the end of the
-        // file): the datagram whole, as ever.
-        drop(two);
-        let mut one = Vec::new();
-        job.places(&[guessed_tag], &mut one);
-        match one.pop() {
-            Some(place) => Ok(Some(inplace::reassemble(n, &head, place, &mut self.recv))),
-            // Lost like a dropped datagram: the request is sent again.
-            None => Ok(None),
-        }
+        self.udp_rx = rx;
+        result
     }
 
     /// TCP: one read from the stream, the data of the read replies expected
@@ -765,13 +792,6 @@ impl Pipeline {
             server: self.server,
             reason,
         }
-    }
-
-    fn dispatch(&mut self, n: usize, job: &mut dyn Job) -> Result<(), ClientError> {
-        let recv = std::mem::take(&mut self.recv);
-        let result = self.dispatch_inner(&recv[..n], job);
-        self.recv = recv;
-        result
     }
 
     fn dispatch_inner(&mut self, msg: &[u8], job: &mut dyn Job) -> Result<(), ClientError> {

@@ -342,25 +342,7 @@ impl Server {
     }
 
     fn udp_worker(&self, udp: &UdpSocket, stop: &AtomicBool) {
-        let mut buf = vec![0u8; 65_536];
-        let mut out = Vec::with_capacity(MAX_MESSAGE);
-        while !stop.load(Ordering::Relaxed) {
-            let (n, from) = match udp.recv_from(&mut buf) {
-                Ok(got) => got,
-                // Timeouts, and ICMP errors left by earlier sends.
-                Err(_) => continue,
-            };
-            out.clear();
-            if self
-                .service
-                .handle(Peer::Udp(from), Transport::Udp, &buf[..n], &mut out)
-                == Outcome::Reply
-            {
-                // A full socket buffer or an unreachable client loses the
-                // reply; the client retransmits.
-                let _ = udp.send_to(&out, from);
-            }
-        }
+        crate::udp_worker::serve(&self.service, udp, stop);
     }
 
     /// Run queued UDP hashes and send their replies.
@@ -453,84 +435,105 @@ impl Server {
 
     fn serve_connection(
         &self,
-        mut stream: TcpStream,
+        stream: TcpStream,
         addr: SocketAddr,
         conn: u64,
         evicted: &AtomicBool,
         stop: &AtomicBool,
     ) {
-        let peer = Peer::Tcp { conn, addr };
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_nodelay(true);
-        if stream.set_read_timeout(Some(POLL)).is_err()
-            || stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err()
-        {
+        let Some(mut c) = TcpConnection::open(stream, Peer::Tcp { conn, addr }, conn) else {
             return;
-        }
-        let mut frames = FrameBuffer::new();
-        let mut out = Vec::with_capacity(OUT_BUFFER);
-        let mut last_frame = Instant::now();
-        let accepted = Instant::now();
-        let mut ready = false;
+        };
         while !stop.load(Ordering::Relaxed) {
-            // A total deadline, checked whatever arrives: trickling bytes
-            // does not extend it.
-            if !ready {
-                ready = self.service.connection_ready(conn);
-                if ready {
-                    self.pending.remove(conn);
-                } else if accepted.elapsed() > self.hello_timeout || evicted.load(Ordering::Relaxed)
-                {
-                    return;
-                }
-            }
-            match frames.fill(&mut stream) {
-                Ok(0) => return, // closed (maybe mid-frame: that request is dropped)
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if last_frame.elapsed() > self.session_idle {
-                        return;
-                    }
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return,
-            }
-            // Before its session is ready a connection may send only a hello
-            // and an auth, both small: a peer that announces a larger frame
-            // is not one of ours.
-            if !ready
-                && frames.front_len().is_some_and(|n| n > protocol::HELLO_LEN)
-                && !self.service.connection_ready(conn)
-            {
+            if !self.still_admitted(&mut c, evicted) {
                 return;
             }
-            // Answer every whole request buffered, gathering the replies;
-            // write them when the next might not fit, and when no whole
-            // request is left (never hold a reply while waiting for input).
-            out.clear();
-            if !self.answer_buffered(peer, &mut stream, &mut frames, &mut out, &mut last_frame) {
-                return;
+            match self.receive(&mut c) {
+                Received::Bytes => {}
+                Received::Nothing => continue,
+                Received::Closed => return,
             }
-            // Leave the pending pool before the hello's answer goes out:
-            // once the client has it, it may open more connections, and a
-            // pool filling then must not evict this one, by now a session.
-            if !ready && self.service.connection_ready(conn) {
-                ready = true;
-                self.pending.remove(conn);
-            }
-            if !out.is_empty() && stream.write_all(&out).is_err() {
-                return;
-            }
-            if frames.has_bad_frame() {
+            if !self.answer_received(&mut c) {
                 return;
             }
         }
+    }
+
+    /// Whether a connection whose session is not ready yet may go on: a
+    /// total deadline, checked whatever arrives (trickling bytes does not
+    /// extend it), and not evicted from the pending pool.
+    fn still_admitted(&self, c: &mut TcpConnection, evicted: &AtomicBool) -> bool {
+        if c.ready {
+            return true;
+        }
+        c.ready = self.service.connection_ready(c.conn);
+        if c.ready {
+            self.pending.remove(c.conn);
+            return true;
+        }
+        c.accepted.elapsed() <= self.hello_timeout && !evicted.load(Ordering::Relaxed)
+    }
+
+    /// Read what arrived into the frame buffer.
+    fn receive(&self, c: &mut TcpConnection) -> Received {
+        match c.frames.fill(&mut c.stream) {
+            Ok(0) => Received::Closed, // maybe mid-frame: that request is dropped
+            Ok(_) => Received::Bytes,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if c.last_frame.elapsed() > self.session_idle {
+                    Received::Closed
+                } else {
+                    Received::Nothing
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Received::Nothing,
+            Err(_) => Received::Closed,
+        }
+    }
+
+    /// Answer the whole requests received and write the replies. False when
+    /// the connection is to be closed.
+    fn answer_received(&self, c: &mut TcpConnection) -> bool {
+        // Before its session is ready a connection may send only a hello
+        // and an auth, both small: a peer that announces a larger frame
+        // is not one of ours.
+        if !c.ready
+            && c.frames
+                .front_len()
+                .is_some_and(|n| n > protocol::HELLO_LEN)
+            && !self.service.connection_ready(c.conn)
+        {
+            return false;
+        }
+        // Answer every whole request buffered, gathering the replies;
+        // write them when the next might not fit, and when no whole
+        // request is left (never hold a reply while waiting for input).
+        c.out.clear();
+        if !self.answer_buffered(
+            c.peer,
+            &mut c.stream,
+            &mut c.frames,
+            &mut c.out,
+            &mut c.last_frame,
+        ) {
+            return false;
+        }
+        // Leave the pending pool before the hello's answer goes out:
+        // once the client has it, it may open more connections, and a
+        // pool filling then must not evict this one, by now a session.
+        if !c.ready && self.service.connection_ready(c.conn) {
+            c.ready = true;
+            self.pending.remove(c.conn);
+        }
+        if !c.out.is_empty() && c.stream.write_all(&c.out).is_err() {
+            return false;
+        }
+        !c.frames.has_bad_frame()
     }
 
     /// Answer every whole request buffered, gathering the replies in `out`:
@@ -725,6 +728,55 @@ fn bind_sockets(
         }
         return Ok((tcp, udp, local));
     }
+}
+
+/// One TCP connection's state between the steps of serving it.
+struct TcpConnection {
+    stream: TcpStream,
+    peer: Peer,
+    conn: u64,
+    frames: FrameBuffer,
+    out: Vec<u8>,
+    /// When the last whole request arrived: the idle limit counts from it.
+    last_frame: Instant,
+    accepted: Instant,
+    /// The connection's session is ready (its hello, and auth if needed,
+    /// are done): it left the pending pool.
+    ready: bool,
+}
+
+impl TcpConnection {
+    /// Blocking, no Nagle, and the read and write timeouts the loop relies
+    /// on; `None` when the socket refuses them.
+    fn open(stream: TcpStream, peer: Peer, conn: u64) -> Option<TcpConnection> {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_nodelay(true);
+        if stream.set_read_timeout(Some(POLL)).is_err()
+            || stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err()
+        {
+            return None;
+        }
+        let now = Instant::now();
+        Some(TcpConnection {
+            stream,
+            peer,
+            conn,
+            frames: FrameBuffer::new(),
+            out: Vec::with_capacity(OUT_BUFFER),
+            last_frame: now,
+            accepted: now,
+            ready: false,
+        })
+    }
+}
+
+/// What one read from a connection brought.
+enum Received {
+    Bytes,
+    /// Nothing yet (timeout or signal): go round again.
+    Nothing,
+    /// The peer closed, the read failed or the connection was idle too long.
+    Closed,
 }
 
 fn is_transient_accept_error(e: &io::Error) -> bool {

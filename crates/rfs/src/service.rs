@@ -1037,10 +1037,9 @@ impl Service {
         let Some(s) = sessions.get(&header.session) else {
             return Err(err(
                 ErrorCode::BadSession,
-                format!(
-                    "unknown session {:016x}: it ended or the server restarted; connect again",
-                    header.session
-                ),
+                // No advice here: BADSESSION itself tells the client to
+                // connect again, and it says so (client::session_advice).
+                format!("unknown session {:016x}", header.session),
             ));
         };
         if s.peer != peer {

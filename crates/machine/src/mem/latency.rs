@@ -368,6 +368,11 @@ impl Experiment for Latency {
             series: Some("stride"),
             log_x: true,
             cache_markers: true,
+            inferred_caches: Some(osprobe_core::plot_view::InferredCaches {
+                experiment: "mem.caches",
+                prefix: "l",
+                suffix: "_size",
+            }),
             ..Default::default()
         }
     }

@@ -13,8 +13,14 @@
 //! then two context switches on one CPU; across CPUs it would also wait
 //! for the other vCPU to wake (measured: ~25 us instead of ~6 us for a
 //! zero-fill on this VM).
+//!
+//! `serve=faulting-thread` serves the fault on the faulting thread
+//! instead, in a SIGBUS handler (the workload here is a thread of the
+//! pager's process, where that mode applies): no context switch for a
+//! zero-fill; a swap-in is still handed to the pager's thread.
 
 use super::{check_pager, one_cpu};
+use crate::pager::Serve;
 use crate::policy::policy_by_name;
 use crate::swap::{FileSwap, RfsSwap, SwapBackend, SwapError};
 use crate::{Pager, PagerConfig, PagerCounters, ServiceTimes};
@@ -32,7 +38,7 @@ pub struct PageFault;
 
 pub const FAULTS: &[&str] = &["zero_fill", "swap_in_file", "swap_in_rfs"];
 
-const PARAMS: [ParamSpec; 5] = [
+const PARAMS: [ParamSpec; 6] = [
     ParamSpec {
         name: "fault",
         help: "zero_fill (first touch), swap_in_file (local swap file) or swap_in_rfs (remote file service)",
@@ -42,6 +48,11 @@ const PARAMS: [ParamSpec; 5] = [
         name: "frames",
         help: "resident-set limit in pages (swap-ins touch twice as many pages)",
         kind: ParamKind::Int { min: 8, max: 65_536 },
+    },
+    ParamSpec {
+        name: "serve",
+        help: "which thread serves a fault: handler-thread (the pager's thread, woken for each fault) or faulting-thread (the faulting thread itself, in a SIGBUS handler; what needs I/O still goes to the pager's thread)",
+        kind: ParamKind::Choice(Serve::NAMES),
     },
     PATH_PARAM,
     TO_PARAM,
@@ -81,6 +92,12 @@ impl Experiment for PageFault {
             Profile::Full => 4096,
         };
         let mut grid: Vec<Params> = FAULTS.iter().map(|f| point(f, frames)).collect();
+        // The zero-fill served on the faulting thread too (no `serve` on
+        // the others: a `--param serve=...` then collapses the pair).
+        grid.insert(
+            1,
+            point("zero_fill", frames).with("serve", Serve::FaultingThread.name()),
+        );
         if profile == Profile::Full {
             // Every swap-in is a round trip (10 ms): few pages.
             grid.push(point("swap_in_rfs", 64).with("path", "emulated"));
@@ -92,18 +109,25 @@ impl Experiment for PageFault {
         check_pager()?;
         let fault = params.text("fault").unwrap_or("zero_fill");
         let frames = params.int("frames").unwrap_or(1024).max(8) as usize;
+        let serve: Serve = params
+            .text("serve")
+            .unwrap_or(Serve::HandlerThread.name())
+            .parse()
+            .map_err(|e: crate::pager::UnknownServe| {
+                ExperimentError::invalid_parameter("serve", e.to_string())
+            })?;
         let _pin = one_cpu()?;
         let cpu = _pin.cpu;
         let (samples, kernel, times, counters, notes) = match fault {
             "zero_fill" => {
-                let pager = start(frames as u64, frames, file_swap()?, cpu)?;
+                let pager = start(frames as u64, frames, file_swap()?, cpu, serve)?;
                 let (samples, pager) = zero_fills(pager)?;
                 let (counters, times) = pager.finish();
                 let kernel = kernel_minor_faults(frames)?;
                 (samples, kernel, times, counters, Vec::new())
             }
             "swap_in_file" => {
-                let pager = start(2 * frames as u64, frames, file_swap()?, cpu)?;
+                let pager = start(2 * frames as u64, frames, file_swap()?, cpu, serve)?;
                 let (samples, pager) = swap_ins(ctx, pager)?;
                 let (counters, times) = pager.finish();
                 let kernel = kernel_file_faults(frames)?;
@@ -123,7 +147,7 @@ impl Experiment for PageFault {
                 let client = path.client(options)?;
                 let swap = RfsSwap::create(client, "osprobe-pager.swap")
                     .map_err(|e| rfs_swap_error(e, path.kind.is_remote()))?;
-                let pager = start(2 * frames as u64, frames, Box::new(swap), cpu)?;
+                let pager = start(2 * frames as u64, frames, Box::new(swap), cpu, serve)?;
                 let (samples, pager) = swap_ins(ctx, pager)?;
                 let (counters, times) = pager.finish();
                 let kernel = kernel_file_faults(frames)?;
@@ -143,7 +167,7 @@ impl Experiment for PageFault {
         let mut m = ctx.time_measurement("pager.fault", fault, params.clone(), &samples)?;
         m.notes.extend(notes);
         m.notes.push(kernel_note(fault, &kernel, m.summary.p50));
-        m.notes.push(handler_note(&times, &counters));
+        m.notes.push(handler_note(&times, &counters, serve));
         Ok(vec![m])
     }
 }
@@ -170,12 +194,18 @@ fn start(
     frames: usize,
     swap: Box<dyn SwapBackend>,
     cpu: usize,
+    serve: Serve,
 ) -> Result<Pager, ExperimentError> {
     let policy = policy_by_name("fifo", None)
         .map_err(|e| ExperimentError::invalid_parameter("policy", e.to_string()))?;
     let mut config = PagerConfig::new(pages, frames, policy, swap);
     config.handler_cpu = Some(cpu);
-    Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))
+    config.serve = serve;
+    Pager::start(config).map_err(|e| match e {
+        // A kernel without UFFD_FEATURE_SIGBUS: the mode cannot run here.
+        crate::PagerError::Userfaultfd(e) => ExperimentError::Unsupported(e.to_string()),
+        e => ExperimentError::failed("starting the pager", e),
+    })
 }
 
 fn file_swap() -> Result<Box<dyn SwapBackend>, ExperimentError> {
@@ -424,7 +454,7 @@ fn kernel_note(fault: &str, kernel: &KernelFaults, pager_p50: f64) -> String {
     )
 }
 
-fn handler_note(times: &ServiceTimes, c: &PagerCounters) -> String {
+fn handler_note(times: &ServiceTimes, c: &PagerCounters, serve: Serve) -> String {
     let part = |v: &[f64]| {
         if v.is_empty() {
             "-".to_string()
@@ -432,8 +462,15 @@ fn handler_note(times: &ServiceTimes, c: &PagerCounters) -> String {
             format!("{:.2} us", median(v) / 1e3)
         }
     };
+    let (serve_note, span) = match serve {
+        Serve::HandlerThread => ("", "fault read to ioctl return"),
+        Serve::FaultingThread => (
+            "served on the faulting thread (serve=faulting-thread: a SIGBUS handler; swap-ins handed to the pager's thread); ",
+            "zero-fill: in the signal handler, lock to ioctl return; swap-in: on the pager's thread",
+        ),
+    };
     format!(
-        "inside the handler (fault read to ioctl return), p50: zero-fill {}, swap-in {} of which evicting the victim {}; counters: {} faults = {} zero-fills + {} swap-ins + {} referenced-bit, {} evictions, {} write-backs",
+        "{serve_note}inside the handler ({span}), p50: zero-fill {}, swap-in {} of which evicting the victim {}; counters: {} faults = {} zero-fills + {} swap-ins + {} referenced-bit, {} evictions, {} write-backs",
         part(&times.zero_fill),
         part(&times.swap_in),
         part(&times.eviction),

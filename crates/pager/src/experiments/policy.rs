@@ -9,6 +9,7 @@
 //! reported in the notes (it would be a pager bug).
 
 use super::{check_pager, one_cpu};
+use crate::pager::Serve;
 use crate::policy::{policy_by_name, PolicyError};
 use crate::simulate::{belady_anomaly, simulate, SimError};
 use crate::swap::FileSwap;
@@ -27,7 +28,7 @@ const POLICIES: &[&str] = &["fifo", "clock", "lru", "opt"];
 const TRACES: &[&str] = &["sequential", "loop", "uniform", "zipf", "classic"];
 const SEED: u64 = 20;
 
-const PARAMS: [ParamSpec; 8] = [
+const PARAMS: [ParamSpec; 9] = [
     ParamSpec {
         name: "policy",
         help: "fifo, clock (Second Chance), lru (aging) or opt (Belady's optimum; offline only)",
@@ -70,6 +71,11 @@ const PARAMS: [ParamSpec; 8] = [
         name: "replacement",
         help: "with processes > 1: global (one policy over all frames) or local (a quota of frames / processes each)",
         kind: ParamKind::Choice(&["global", "local"]),
+    },
+    ParamSpec {
+        name: "serve",
+        help: "live: which thread serves a fault, handler-thread or faulting-thread (a SIGBUS handler on the faulting thread; one process only)",
+        kind: ParamKind::Choice(Serve::NAMES),
     },
 ];
 
@@ -171,6 +177,7 @@ impl Experiment for PagePolicy {
         let pages = params.int("pages").unwrap_or(512).max(1) as u64;
         let length = params.int("length").unwrap_or(20_000).max(1) as usize;
         let trace = generate(kind, pages, length, frames, SEED);
+        let serve = serve_of(params)?;
         match params.text("mode").unwrap_or("offline") {
             "offline" if params.int("processes").unwrap_or(1) > 1 => Err(ExperimentError::Unsupported(
                 "processes > 1 runs live only (processes interleave as the scheduler runs them)".into(),
@@ -191,13 +198,32 @@ impl Experiment for PagePolicy {
             "live" if params.int("processes").unwrap_or(1) > 1 => {
                 super::processes::live(params, kind, frames, policy_name, SEED)
             }
-            "live" => live(params, &trace, frames, policy_name),
+            "live" => live(params, &trace, frames, policy_name, serve),
             other => Err(ExperimentError::invalid_parameter(
                 "mode",
                 format!("mode '{other}': expected offline or live"),
             )),
         }
     }
+}
+
+/// The serving mode, checked against the processes it would serve: the
+/// faulting-thread mode serves threads of the pager's process only.
+fn serve_of(params: &Params) -> Result<Serve, ExperimentError> {
+    let serve: Serve = params
+        .text("serve")
+        .unwrap_or(Serve::HandlerThread.name())
+        .parse()
+        .map_err(|e: crate::pager::UnknownServe| {
+            ExperimentError::invalid_parameter("serve", e.to_string())
+        })?;
+    let processes = params.int("processes").unwrap_or(1).max(1) as usize;
+    if params.text("mode") == Some("live") {
+        serve
+            .check_processes(processes)
+            .map_err(|e| ExperimentError::invalid_parameter("serve", e.to_string()))?;
+    }
+    Ok(serve)
 }
 
 /// A policy name the pager does not know: the user's to change.
@@ -241,6 +267,7 @@ fn live(
     trace: &[u64],
     frames: usize,
     policy_name: &str,
+    serve: Serve,
 ) -> Result<Vec<Measurement>, ExperimentError> {
     if policy_name == "opt" {
         return Err(ExperimentError::Unsupported(
@@ -255,6 +282,7 @@ fn live(
         .map_err(|e| ExperimentError::setup("the swap file", e))?;
     let mut config = PagerConfig::new(pages, frames, policy, Box::new(swap));
     config.handler_cpu = Some(pin.cpu);
+    config.serve = serve;
     let mut pager =
         Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))?;
     let outcome = workload::replay(&mut pager, trace, osprobe_core::interrupt::flag());
@@ -304,4 +332,30 @@ fn live(
         outcome.elapsed.as_nanos() as f64 / 1e3 / outcome.accesses.max(1) as f64
     ));
     Ok(vec![m, run_time])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_faulting_thread_mode_is_refused_for_several_processes_live() {
+        let live = |processes: i64, serve: &str| {
+            let params = Params::new()
+                .with("mode", "live")
+                .with("processes", processes)
+                .with("serve", serve);
+            serve_of(&params)
+        };
+        assert_eq!(live(1, "faulting-thread").unwrap(), Serve::FaultingThread);
+        assert_eq!(live(3, "handler-thread").unwrap(), Serve::HandlerThread);
+        let e = live(3, "faulting-thread").unwrap_err();
+        assert!(
+            matches!(e, ExperimentError::InvalidParameter { .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("processes=3"), "{e}");
+        let unknown = live(1, "signal").unwrap_err().to_string();
+        assert!(unknown.contains("'signal'"), "{unknown}");
+    }
 }

@@ -317,18 +317,27 @@ impl Drop for Client {
 }
 
 fn remote(server: SocketAddr, context: String, mut error: RemoteError) -> ClientError {
-    if error.code == ErrorCode::BadSession && !error.detail.contains("restarted") {
-        // The server cuts its replies to addresses it does not know (to
-        // the size of the request), so the detail may be short.
-        error.detail = format!(
-            "{} (the server restarted or ended the session: connect again)",
-            error.detail
-        );
+    if let Some(advice) = session_advice(error.code) {
+        error.detail = format!("{} ({advice})", error.detail);
     }
     ClientError::Remote {
         server,
         context,
         error,
+    }
+}
+
+/// What the client adds to a refusal whose code alone names the remedy.
+/// The code decides, never the server's words: those may be cut (a reply
+/// to an address the server does not know is cut to the request's size),
+/// and an older server's say the same in other words. A server since this
+/// change leaves the advice to the client; an older one's BADSESSION
+/// detail ("...: it ended or the server restarted; connect again") gets it
+/// a second time, which says nothing wrong (docs/rfs.md).
+fn session_advice(code: ErrorCode) -> Option<&'static str> {
+    match code {
+        ErrorCode::BadSession => Some("the server restarted or ended the session: connect again"),
+        _ => None,
     }
 }
 
@@ -381,5 +390,68 @@ fn check_stop(stop: Option<&AtomicBool>) -> Result<(), ClientError> {
             cleanup: String::new(),
         }),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SERVER: &str = "127.0.0.1:9";
+
+    fn shown(detail: &str) -> (ClientError, String) {
+        let e = remote(
+            SERVER.parse().unwrap(),
+            "reading".into(),
+            RemoteError::new(ErrorCode::BadSession, detail),
+        );
+        let text = e.to_string();
+        (e, text)
+    }
+
+    #[test]
+    fn only_badsession_brings_the_advice_to_connect_again() {
+        for code in ErrorCode::ALL {
+            assert_eq!(
+                session_advice(code).is_some(),
+                code == ErrorCode::BadSession,
+                "{code}"
+            );
+        }
+        let e = remote(
+            SERVER.parse().unwrap(),
+            "reading".into(),
+            RemoteError::new(ErrorCode::Stale, "unknown file handle"),
+        );
+        assert!(!e.to_string().contains("connect again"), "{e}");
+    }
+
+    #[test]
+    fn a_session_the_server_does_not_know_is_explained_whatever_its_words() {
+        // This server's words, the same cut short (as to an address the
+        // server does not know), and another refusal of the session.
+        for detail in [
+            "unknown session 0000000000003039",
+            "unknown session",
+            "",
+            "session 0000000000003039 belongs to another client address or connection",
+        ] {
+            let (e, text) = shown(detail);
+            assert_eq!(e.code(), Some(ErrorCode::BadSession), "{text}");
+            assert_eq!(text.matches("restarted").count(), 1, "{text}");
+            assert!(text.contains("connect again"), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_older_servers_refusal_keeps_its_meaning() {
+        // A server before the advice moved to the client says it itself:
+        // the reply is still a BADSESSION that says to connect again.
+        let (e, text) = shown(
+            "unknown session 0000000000003039: it ended or the server restarted; connect again",
+        );
+        assert_eq!(e.code(), Some(ErrorCode::BadSession), "{text}");
+        assert!(text.contains("restarted"), "{text}");
+        assert!(text.ends_with("connect again)"), "{text}");
     }
 }

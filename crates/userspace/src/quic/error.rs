@@ -16,12 +16,21 @@ pub enum QuicError {
         #[source]
         source: io::Error,
     },
-    #[error("setting up TLS for QUIC: {0}")]
-    Tls(String),
+    /// rcgen or rustls refused a step of making the certificate pair.
+    #[error("setting up TLS for QUIC: {what}: {source}")]
+    Tls {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("the QUIC connection failed: {0}")]
-    Connection(String),
-    #[error("the QUIC transfer did not finish within {0:?}: {1}")]
-    Timeout(std::time::Duration, String),
+    Connection(#[source] EndpointFailures),
+    #[error("the QUIC transfer did not finish within {limit:?}: {ends}")]
+    Timeout {
+        limit: std::time::Duration,
+        #[source]
+        ends: EndpointFailures,
+    },
     #[error(transparent)]
     Path(#[from] crate::path::PathError),
     #[error("interrupted")]
@@ -37,6 +46,50 @@ impl QuicError {
             source,
         }
     }
+
+    /// For `map_err`: making the TLS pair failed at `what`.
+    pub(crate) fn tls<E: std::error::Error + Send + Sync + 'static>(
+        what: &'static str,
+    ) -> impl FnOnce(E) -> QuicError {
+        move |source| QuicError::Tls {
+            what,
+            source: Box::new(source),
+        }
+    }
+
+    /// The words before the cause and the cause itself, for a variant
+    /// that has one; the error back for the others.
+    fn caused(self) -> Result<(String, Box<dyn std::error::Error + Send + Sync>), QuicError> {
+        match self {
+            QuicError::Tls { what, source } => {
+                Ok((format!("setting up TLS for QUIC: {what}"), source))
+            }
+            QuicError::Connection(ends) => {
+                Ok(("the QUIC connection failed".to_string(), Box::new(ends)))
+            }
+            QuicError::Timeout { limit, ends } => Ok((
+                format!("the QUIC transfer did not finish within {limit:?}"),
+                Box::new(ends),
+            )),
+            other => Err(other),
+        }
+    }
+}
+
+/// The endpoints whose event loops stopped early, each with its error.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointFailures {
+    #[error("client: {0}")]
+    Client(#[source] EndpointError),
+    #[error("server: {0}")]
+    Server(#[source] EndpointError),
+    /// Both failed; the client's error is the source.
+    #[error("client: {client}; server: {server}")]
+    Both {
+        #[source]
+        client: EndpointError,
+        server: EndpointError,
+    },
 }
 
 impl From<QuicError> for osprobe_core::ExperimentError {
@@ -46,7 +99,11 @@ impl From<QuicError> for osprobe_core::ExperimentError {
             QuicError::Path(p) => p.into(),
             QuicError::Interrupted => ExperimentError::Interrupted,
             QuicError::Io { context, source } => ExperimentError::Io { context, source },
-            other => ExperimentError::Failed(other.to_string()),
+            other => match other.caused() {
+                Ok((context, source)) => ExperimentError::FailedWith { context, source },
+                // Invalid and Panicked: no underlying error.
+                Err(other) => ExperimentError::Failed(other.to_string()),
+            },
         }
     }
 }
@@ -60,7 +117,10 @@ impl From<QuicError> for crate::error::TransferError {
             QuicError::Path(p) => TransferError::Path(p),
             QuicError::Io { context, source } => TransferError::Io { context, source },
             QuicError::Interrupted => TransferError::Interrupted,
-            other => TransferError::Failed(other.to_string()),
+            other => match other.caused() {
+                Ok((context, source)) => TransferError::Stack { context, source },
+                Err(other) => TransferError::Failed(other.to_string()),
+            },
         }
     }
 }
@@ -127,4 +187,53 @@ impl EndpointError {
 pub struct TooMuchOutOfOrder {
     pub max_held: usize,
     pub offset: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::TransferError;
+    use osprobe_core::ExperimentError;
+    use std::error::Error;
+
+    #[test]
+    fn conversions_keep_the_cause_and_the_words() {
+        let failed = || QuicError::Connection(EndpointFailures::Server(EndpointError::NoStream));
+        let text = failed().to_string();
+        assert_eq!(
+            text,
+            "the QUIC connection failed: server: the server allowed no unidirectional stream"
+        );
+        let e = ExperimentError::from(failed());
+        assert!(matches!(e, ExperimentError::FailedWith { .. }), "{e:?}");
+        assert!(e.source().is_some());
+        assert_eq!(e.to_string(), text);
+        let e = TransferError::from(failed());
+        assert!(matches!(e, TransferError::Stack { .. }), "{e:?}");
+        assert_eq!(e.to_string(), text);
+
+        let late = QuicError::Timeout {
+            limit: std::time::Duration::from_secs(5),
+            ends: EndpointFailures::Both {
+                client: EndpointError::OtherEndpointFailed,
+                server: EndpointError::NoStream,
+            },
+        };
+        let text = late.to_string();
+        assert!(text.starts_with("the QUIC transfer did not finish within 5s: client: "));
+        let e = ExperimentError::from(late);
+        assert_eq!(e.to_string(), text);
+        assert!(e.source().is_some());
+
+        let tls = QuicError::tls("trusting the certificate")(std::io::Error::other("bad"));
+        assert_eq!(
+            tls.to_string(),
+            "setting up TLS for QUIC: trusting the certificate: bad"
+        );
+        assert!(tls.source().is_some());
+
+        // No underlying error: the words alone.
+        let e = ExperimentError::from(QuicError::Panicked("client"));
+        assert!(matches!(e, ExperimentError::Failed(_)), "{e:?}");
+    }
 }

@@ -16,7 +16,7 @@ mod tls;
 pub mod udp;
 
 pub use cc::{CcKind, CC_VALUES};
-pub use error::{EndpointError, QuicError, TooMuchOutOfOrder};
+pub use error::{EndpointError, EndpointFailures, QuicError, TooMuchOutOfOrder};
 
 use crate::outcome::{TransferConfig, TransferOutcome};
 use crate::path::EmulatedPath;
@@ -391,13 +391,18 @@ fn both_finished<C, S>(
         (Err(EndpointError::Interrupted), _) | (_, Err(EndpointError::Interrupted)) => {
             Err(QuicError::Interrupted)
         }
-        (Err(c), Err(s)) if deadline(&c) || deadline(&s) => Err(QuicError::Timeout(
-            limit,
-            format!("client: {c}; server: {s}"),
-        )),
-        (Err(e), Ok(_)) => Err(QuicError::Connection(format!("client: {e}"))),
-        (Ok(_), Err(e)) => Err(QuicError::Connection(format!("server: {e}"))),
-        (Err(c), Err(s)) => Err(QuicError::Connection(format!("client: {c}; server: {s}"))),
+        (Err(client), Err(server)) if deadline(&client) || deadline(&server) => {
+            Err(QuicError::Timeout {
+                limit,
+                ends: EndpointFailures::Both { client, server },
+            })
+        }
+        (Err(e), Ok(_)) => Err(QuicError::Connection(EndpointFailures::Client(e))),
+        (Ok(_), Err(e)) => Err(QuicError::Connection(EndpointFailures::Server(e))),
+        (Err(client), Err(server)) => Err(QuicError::Connection(EndpointFailures::Both {
+            client,
+            server,
+        })),
     }
 }
 
@@ -421,7 +426,7 @@ mod pair_tests {
         ));
         assert!(matches!(
             both(EndpointError::OtherEndpointFailed, deadline()),
-            QuicError::Timeout(..)
+            QuicError::Timeout { .. }
         ));
         assert!(matches!(
             both(EndpointError::NoStream, EndpointError::OtherEndpointFailed),
@@ -430,7 +435,7 @@ mod pair_tests {
         let server_only =
             both_finished(Ok::<(), EndpointError>(()), Err::<(), _>(deadline()), limit);
         assert!(
-            matches!(&server_only, Err(QuicError::Connection(m)) if m.starts_with("server: the deadline passed")),
+            matches!(&server_only, Err(QuicError::Connection(m)) if m.to_string().starts_with("server: the deadline passed")),
             "{server_only:?}"
         );
         assert!(both_finished::<u8, u8>(Ok(1), Ok(2), limit).is_ok());

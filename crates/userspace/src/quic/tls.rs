@@ -19,16 +19,16 @@ pub struct TlsPair {
 
 pub fn make_pair() -> Result<TlsPair, QuicError> {
     let certified = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()])
-        .map_err(|e| QuicError::Tls(format!("making the self-signed certificate: {e}")))?;
+        .map_err(QuicError::tls("making the self-signed certificate"))?;
     let cert: CertificateDer<'static> = certified.cert.der().clone();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.key_pair.serialize_der()));
     let server = ServerConfig::with_single_cert(vec![cert.clone()], key)
-        .map_err(|e| QuicError::Tls(format!("the server's certificate: {e}")))?;
+        .map_err(QuicError::tls("the server's certificate"))?;
     let mut roots = RootCertStore::empty();
     roots
         .add(cert)
-        .map_err(|e| QuicError::Tls(format!("trusting the certificate: {e}")))?;
+        .map_err(QuicError::tls("trusting the certificate"))?;
     let client = ClientConfig::with_root_certificates(Arc::new(roots))
-        .map_err(|e| QuicError::Tls(format!("the client's verifier: {e}")))?;
+        .map_err(QuicError::tls("the client's verifier"))?;
     Ok(TlsPair { server, client })
 }
