@@ -64,7 +64,13 @@ impl fmt::Display for Listening<'_> {
             self.server.export().display(),
             self.server.local_addr(),
             what.join(", ")
-        )
+        )?;
+        // The kernel refused the workers a socket each: say it, since
+        // clients then share the workers' batches.
+        if let Some(note) = self.server.udp_note() {
+            write!(f, "\nosprobe rfs serve: {note}")?;
+        }
+        Ok(())
     }
 }
 

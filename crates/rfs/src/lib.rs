@@ -63,6 +63,7 @@ pub mod server;
 pub mod service;
 pub(crate) mod sock;
 pub mod targets;
+pub(crate) mod udp_group;
 pub(crate) mod udp_io;
 pub(crate) mod udp_place;
 pub(crate) mod udp_worker;

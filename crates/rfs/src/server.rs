@@ -1,18 +1,22 @@
 //! `rfs serve`: the sockets around [`crate::service`].
 //!
-//! UDP: a few worker threads block on one socket, each taking the
-//! datagrams queued there with one call, and send the replies to their
-//! sources with another ([`crate::udp_worker`]: a read's data gathered
-//! from the file's mapped pages). Requests of one client may run on several workers
-//! at once and be answered out of order; the client matches replies by
-//! request id. A retransmission that arrives while the original is still
-//! running is dropped by the duplicate-request cache.
+//! UDP: a few worker threads, each blocking on a socket of its own, all
+//! bound to one address with SO_REUSEPORT ([`crate::udp_group`]: the
+//! kernel hashes each client's address to one of them; where the group is
+//! refused, every worker shares one socket). A worker takes the datagrams
+//! queued on its socket with one call, and sends the replies to their
+//! sources from that socket with another ([`crate::udp_worker`]: a read's
+//! data gathered from the file's mapped pages). A client's requests reach
+//! one worker (or, on a shared socket, several at once, answered out of
+//! order); the client matches replies by request id either way. A
+//! retransmission that arrives while the original is still running is
+//! dropped by the duplicate-request cache.
 //!
 //! Trap: a request runs to its end on the worker that took it, so a slow
-//! one (an fsync) holds that worker; with the default of min(4, CPUs)
-//! workers, other clients are slowed, not stopped, and the client sends
-//! such requests "patient" (long retransmission timeout). The slowest,
-//! Hash, goes to hasher threads of its own ([`crate::hasher`]).
+//! one (an fsync) holds that worker and the clients hashed to it; with the
+//! default of min(4, CPUs) workers, the other clients go on, and the
+//! client sends such requests "patient" (long retransmission timeout). The
+//! slowest, Hash, goes to hasher threads of its own ([`crate::hasher`]).
 //!
 //! TCP: one thread per connection. Connections that have not opened a
 //! session yet wait in a pool of their own, bounded in all and per source
@@ -60,6 +64,7 @@ use crate::export::Resolver;
 use crate::pending::Pending;
 use crate::protocol::{self, ErrorCode, Op, RemoteError, Transport, MAX_MESSAGE};
 use crate::service::{EventSink, FileBody, Outcome, Peer, ServerStats, Service, ServiceConfig};
+use crate::udp_group::{SocketSetup, UdpSockets};
 use crate::{sendfile, sock};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -208,7 +213,8 @@ pub enum ServerError {
 /// A bound server, ready to [`serve`](Server::serve).
 pub struct Server {
     tcp: Option<TcpListener>,
-    udp: Option<UdpSocket>,
+    /// One socket per UDP worker (or one shared by them all).
+    udp: Option<UdpSockets>,
     addr: SocketAddr,
     service: Arc<Service>,
     udp_workers: usize,
@@ -265,14 +271,14 @@ impl Server {
             path: export.to_path_buf(),
             source,
         })?;
-        let (tcp, udp, addr) = bind_sockets(addr, transports)?;
-        if udp.is_some() {
-            service.offload_hashes();
-        }
         let workers = match options.udp_workers {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
             n => n,
         };
+        let (tcp, udp, addr) = bind_sockets(addr, transports, workers)?;
+        if udp.is_some() {
+            service.offload_hashes();
+        }
         Ok(Server {
             tcp,
             udp,
@@ -308,16 +314,31 @@ impl Server {
         self.service.stats()
     }
 
+    /// Why the UDP workers share one socket, when the kernel refused them
+    /// a socket each (SO_REUSEPORT); `None` when each has its own, or one
+    /// worker, or no UDP.
+    pub fn udp_note(&self) -> Option<&str> {
+        self.udp.as_ref().and_then(|u| u.note())
+    }
+
+    /// UDP sockets the workers serve: one each, or 1 when shared.
+    pub fn udp_sockets(&self) -> usize {
+        self.udp.as_ref().map_or(0, |u| u.len())
+    }
+
     /// Serve until `stop` is set; returns after every thread ended (within
     /// a fraction of a second of `stop`).
     pub fn serve(&self, stop: &AtomicBool) -> Result<(), ServerError> {
         std::thread::scope(|scope| {
             if let Some(udp) = &self.udp {
-                for _ in 0..self.udp_workers {
-                    scope.spawn(move || self.udp_worker(udp, stop));
+                for i in 0..self.udp_workers {
+                    let socket = udp.for_worker(i);
+                    scope.spawn(move || self.udp_worker(socket, stop));
                 }
                 for _ in 0..crate::hasher::HASHERS {
-                    scope.spawn(move || self.hasher(udp, stop));
+                    // Any socket of the group sends from the same address.
+                    let socket = udp.first();
+                    scope.spawn(move || self.hasher(socket, stop));
                 }
             }
             let accept = self
@@ -679,7 +700,8 @@ fn validate(transports: &Transports, options: &ServerOptions) -> Result<(), Serv
 fn bind_sockets(
     addr: SocketAddr,
     transports: Transports,
-) -> Result<(Option<TcpListener>, Option<UdpSocket>, SocketAddr), ServerError> {
+    udp_workers: usize,
+) -> Result<(Option<TcpListener>, Option<UdpSockets>, SocketAddr), ServerError> {
     let bind_err = |transport, addr, source| ServerError::Bind {
         transport,
         addr,
@@ -701,8 +723,12 @@ fn bind_sockets(
                 .map_err(|e| bind_err(Transport::Tcp, addr, e))?,
             None => addr,
         };
+        let setup = SocketSetup {
+            read_timeout: POLL,
+            buffer: UDP_BUFFER,
+        };
         let udp = if transports.udp {
-            match UdpSocket::bind(udp_addr) {
+            match UdpSockets::bind(udp_addr, udp_workers, setup) {
                 Ok(s) => Some(s),
                 Err(e) if addr.port() == 0 && tcp.is_some() && tries < 8 => {
                     let _ = e;
@@ -722,11 +748,6 @@ fn bind_sockets(
         if let Some(l) = &tcp {
             l.set_nonblocking(true)
                 .map_err(|e| bind_err(Transport::Tcp, local, e))?;
-        }
-        if let Some(u) = &udp {
-            u.set_read_timeout(Some(POLL))
-                .map_err(|e| bind_err(Transport::Udp, local, e))?;
-            sock::set_buffers(u.as_raw_fd(), UDP_BUFFER);
         }
         return Ok((tcp, udp, local));
     }
@@ -1100,5 +1121,30 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    /// A UDP port held by another socket, one that allows sharing
+    /// (SO_REUSEPORT, as a second server of this kind holds it) or not, is
+    /// refused with the usual error naming the transport and address.
+    #[test]
+    fn a_udp_port_already_taken_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let sharing = crate::udp_group::bind_reusing("127.0.0.1:0".parse().unwrap()).unwrap();
+        let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for taken in [&sharing, &plain] {
+            let addr = taken.local_addr().unwrap();
+            let options = ServerOptions {
+                udp_workers: 2,
+                ..Default::default()
+            };
+            let e = Server::bind(addr, Transports::UDP, dir.path(), options)
+                .err()
+                .unwrap();
+            let text = e.to_string();
+            assert!(
+                matches!(e, ServerError::Bind { .. }) && text.contains(&format!("UDP on {addr}")),
+                "{text}"
+            );
+        }
     }
 }

@@ -8,7 +8,7 @@ mod common;
 
 use common::{data, options, TestServer};
 use osprobe_rfs::{
-    Client, LossyRelay, OpenMode, RelayOptions, ServerOptions, Transport, Transports,
+    Client, CreateHow, LossyRelay, OpenMode, RelayOptions, ServerOptions, Transport, Transports,
 };
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,4 +137,56 @@ fn reads_over_ipv6_loopback_come_back_whole() {
     let mut buf = vec![0u8; content.len()];
     assert_eq!(c.read_at(fd, 0, &mut buf).unwrap(), content.len());
     assert!(buf == content, "the bytes differ over IPv6");
+}
+
+/// The workers' sockets in one SO_REUSEPORT group: many clients at once,
+/// spread over the workers by the kernel, each get their own file's bytes
+/// (read and written back), and the server then stops with every thread.
+#[test]
+fn many_clients_over_a_socket_per_worker_then_a_clean_stop() {
+    let export = tempfile::tempdir().unwrap();
+    let files: Vec<Vec<u8>> = (0..12)
+        .map(|i| data((256 << 10) + i * 1021, 60 + i as u64))
+        .collect();
+    for (i, f) in files.iter().enumerate() {
+        std::fs::write(export.path().join(format!("f{i}")), f).unwrap();
+    }
+    let server = TestServer::start(
+        export.path(),
+        Transports::UDP,
+        ServerOptions {
+            udp_workers: 3,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        server.server.udp_sockets(),
+        3,
+        "{:?}",
+        server.server.udp_note()
+    );
+    std::thread::scope(|s| {
+        for (i, content) in files.iter().enumerate() {
+            let addr = server.addr;
+            s.spawn(move || {
+                let mut c = Client::connect(addr, options(Transport::Udp, 16, 16 << 10)).unwrap();
+                let fd = c.open(&format!("f{i}"), OpenMode::Read).unwrap();
+                let mut buf = vec![0u8; content.len()];
+                assert_eq!(c.read_at(fd, 0, &mut buf).unwrap(), content.len());
+                assert!(buf == *content, "client {i}: the bytes differ");
+                let out = c
+                    .create(&format!("copy{i}"), CreateHow::Exclusive, 0o644)
+                    .unwrap();
+                assert_eq!(c.write_at(out, 0, &buf).unwrap(), buf.len());
+            });
+        }
+    });
+    for (i, content) in files.iter().enumerate() {
+        let copy = std::fs::read(export.path().join(format!("copy{i}"))).unwrap();
+        assert!(copy == *content, "copy {i} differs");
+    }
+    let started = Instant::now();
+    server.stop();
+    // Generous: the workers look at the stop flag every 100 ms.
+    assert!(started.elapsed() < Duration::from_secs(10));
 }
