@@ -370,13 +370,7 @@ impl Pager {
         let memfd = memfd(len)?;
         let app = Mapping::shared(&memfd, len)?;
         let own = Mapping::shared(&memfd, len)?;
-        let dirty_tracking = crate::dirty::register(
-            &uffd,
-            app.addr as u64,
-            len as u64,
-            wants_write_protect(&config),
-        )
-        .map_err(io_error("registering the region with userfaultfd"))?;
+        let dirty_tracking = register_region(&uffd, &app, &config)?;
 
         let table = page_table(&config, &app, page_size)?;
 
@@ -576,6 +570,18 @@ pub fn exit_on_sigbus() {
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
     }
+}
+
+/// Register the application's mapping with the userfaultfd, for
+/// write-protect faults too where they track the dirty bit.
+fn register_region(
+    uffd: &Userfaultfd,
+    app: &Mapping,
+    config: &PagerConfig,
+) -> Result<DirtyTracking, PagerError> {
+    let wanted = wants_write_protect(config);
+    crate::dirty::register(uffd, app.addr as u64, app.len as u64, wanted)
+        .map_err(io_error("registering the region with userfaultfd"))
 }
 
 /// Whether write-protect may track this pager's dirty bits, or why not.
