@@ -53,26 +53,9 @@ fn die_quietly_on_a_closed_pipe() {
 
 fn list(json: bool) -> Result<ExitCode> {
     let registry = crate::registry::registry();
-    let root = osprobe_core::experiment::running_as_root();
     if json {
-        let items: Vec<serde_json::Value> = registry
-            .all()
-            .map(|e| {
-                let runnable = e.requirements().runnable_by(root);
-                serde_json::json!({
-                    "id": e.id(),
-                    "description": e.description(),
-                    "params": e.params().iter().map(|p| serde_json::json!({
-                        "name": p.name, "accepted": p.accepted(), "help": p.help,
-                    })).collect::<Vec<_>>(),
-                    "available": e.requirements().unmet().is_none(),
-                    "unavailable_because": e.requirements().unmet(),
-                    "runs_as_you": runnable.word(),
-                    "runs_as_you_because": runnable.reason(),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&items)?);
+        let root = osprobe_core::experiment::running_as_root();
+        println!("{}", serde_json::to_string_pretty(&registry.listing(root))?);
     } else {
         print!("{}", osprobe_report::list_table(&registry));
     }

@@ -7,13 +7,12 @@
 use crate::error::UsageError;
 use crate::flags::CompareArgs;
 use anyhow::Result;
-use osprobe_core::Run;
-use osprobe_report::compare::{compare, parse_threshold, render};
+use osprobe_report::compare::{compare, nothing_in_common, parse_threshold, render};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {
-    let threshold = parse_threshold(&args.threshold).map_err(|e| UsageError(e.to_string()))?;
+    let threshold = parse_threshold(&args.threshold).map_err(UsageError::invalid)?;
     let store = crate::store::open_to_look_up(db)?;
     let a = crate::store::load_run(&*store, &args.a)?;
     let b = crate::store::load_run(&*store, &args.b)?;
@@ -33,31 +32,4 @@ pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// Why two runs have no metric in common, in words: an empty run, no
-/// experiment in common, or the same experiments at other parameters.
-fn nothing_in_common(a: &Run, b: &Run) -> String {
-    let (in_a, in_b) = (a.measured_experiments(), b.measured_experiments());
-    for (run, ids) in [(a, &in_a), (b, &in_b)] {
-        if ids.is_empty() {
-            return format!("nothing compared: run {} has no measurements", run.id);
-        }
-    }
-    let common: Vec<&str> = in_a.iter().copied().filter(|e| in_b.contains(e)).collect();
-    if common.is_empty() {
-        format!(
-            "nothing compared: no experiment in common (run {} has {}; run {} has {})",
-            a.id,
-            in_a.join(", "),
-            b.id,
-            in_b.join(", ")
-        )
-    } else {
-        format!(
-            "nothing compared: both runs have {} but at different parameters or metrics \
-             (compare runs made with the same profile and --param values)",
-            common.join(", ")
-        )
-    }
 }

@@ -55,11 +55,8 @@ impl Exports {
         for (format, path) in asked {
             let Some(path) = path else { continue };
             let file = File::create(path).map_err(|e| {
-                UsageError(format!(
-                    "{} {}: cannot create it: {e}",
-                    format.flag(),
-                    path.display()
-                ))
+                let input = format!("{} {}", format.flag(), path.display());
+                UsageError::input(input, format!("cannot create it: {e}"))
             })?;
             files.push((format, path.clone(), file));
         }

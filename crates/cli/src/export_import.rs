@@ -77,10 +77,10 @@ pub fn import(args: ImportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
         )
     } else {
         let file = std::fs::File::open(&args.file).map_err(|e| {
-            UsageError(format!(
-                "cannot read {}: {e}; give a file written by `osprobe export`, or - for standard input",
-                args.file.display()
-            ))
+            UsageError::input(
+                args.file.display(),
+                format!("cannot read it: {e}; give a file written by `osprobe export`, or - for standard input"),
+            )
         })?;
         (
             args.file.display().to_string(),
@@ -89,8 +89,7 @@ pub fn import(args: ImportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     };
     // Every line is read and checked before the store is touched: a bad
     // file stores nothing.
-    let (runs, repeats) =
-        osprobe_store::parse_jsonl(input, &name).map_err(|e| UsageError(e.to_string()))?;
+    let (runs, repeats) = osprobe_store::parse_jsonl(input, &name).map_err(UsageError::invalid)?;
     let mut store = crate::store::open_for_writing(db)?;
     let done = store
         .import_runs(&runs)

@@ -11,6 +11,7 @@ use osprobe_core::far_end::FarEnd;
 use osprobe_core::runner::{self, Plan};
 use osprobe_core::{Environment, Experiment, Profile, Run};
 use osprobe_net::far_ends;
+use osprobe_net::net_flags::{self, NetFlags};
 use osprobe_store::RunStore;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,15 +20,16 @@ pub fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
     let registry = crate::registry::registry();
     let mut selected = registry
         .select(&args.only)
-        .map_err(|e| UsageError(format!("--only: {e}")))?;
+        .map_err(|e| UsageError::refused("--only", e))?;
     let token = args.token.secret()?;
     let mut overrides = Vec::new();
     if let Some(to) = &args.to {
         // Only the experiments with a remote form: those taking `to`.
         selected.retain(|e| e.params().iter().any(|p| p.name == "to"));
         if selected.is_empty() {
-            return Err(UsageError(
-                "--to: none of the selected experiments has a remote form (net.*, rfs.throughput, fs.remote_read, pager.fault)".into(),
+            return Err(UsageError::input(
+                "--to",
+                "none of the selected experiments has a remote form (net.*, rfs.throughput, fs.remote_read, pager.fault)",
             )
             .into());
         }
@@ -49,12 +51,10 @@ pub fn run(args: RunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
 
 pub fn bench(args: BenchArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let registry = crate::registry::registry();
-    let exp = registry.get(&args.id).ok_or_else(|| {
-        UsageError(format!(
-            "unknown experiment '{}'; known: {}",
-            args.id,
-            registry.ids().join(", ")
-        ))
+    let exp = registry.get(&args.id).ok_or_else(|| UsageError::Unknown {
+        what: "experiment",
+        name: args.id.clone(),
+        known: registry.ids(),
     })?;
     measure(Request {
         selected: vec![exp],
@@ -73,56 +73,25 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
     let registry = crate::registry::registry();
     let id = format!("net.{}", args.test.trim_start_matches("net."));
     let exp = registry.get(&id).ok_or_else(|| {
-        let tests: Vec<&str> = registry
-            .ids()
-            .into_iter()
-            .filter_map(|i| i.strip_prefix("net."))
-            .collect();
-        UsageError(format!(
-            "unknown network test '{}'; known: {}",
-            args.test,
-            tests.join(", ")
-        ))
-    })?;
-    // A parameter set by a flag (--to, --netns, --delay, ...) is not also
-    // swept with --param: that would silently measure both.
-    let by_flags = ["path", "to", "delay", "loss", "rate", "wmem"];
-    let flagged = args.to.is_some() || args.netns || !args.link.params().is_empty();
-    if let Some((name, _)) = args
-        .params
-        .iter()
-        .find(|(name, _)| flagged && by_flags.contains(&name.as_str()))
-    {
-        return Err(UsageError(format!(
-            "--param {name}=...: {name} is already set by --to, --netns or --delay/--loss/--rate/--wmem; give one or the other"
-        ))
-        .into());
-    }
-    let mut overrides = args.params.clone();
-    if let Some(direction) = direction_flag(&args, exp)? {
-        overrides.push(("direction".into(), direction.into()));
-    }
-    let link = args.link.params();
-    if let Some(to) = &args.to {
-        // With --delay/--loss/--rate/--wmem the emulator sits in front of
-        // HOST (path=emulated with to); without, HOST is measured as is.
-        if link.is_empty() {
-            overrides.push(("path".into(), "remote".into()));
-        } else {
-            // A HOST the middlebox cannot reach fails here, once, not
-            // at every point.
-            osprobe_link::testbed::remote::middlebox_destination(to)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let tests = registry.ids().into_iter();
+        UsageError::Unknown {
+            what: "network test",
+            name: args.test.clone(),
+            known: tests.filter_map(|i| i.strip_prefix("net.")).collect(),
         }
-        overrides.push(("to".into(), to.clone()));
-        overrides.extend(link);
-    } else if args.netns {
-        overrides.push(("path".into(), "netns".into()));
-    } else {
-        // --delay/--loss/--rate/--wmem: path=emulated with those values,
-        // checked like --param values.
-        overrides.extend(link);
-    }
+    })?;
+    let flags = NetFlags {
+        to: args.to.as_deref(),
+        netns: args.netns,
+        link: args.link.params(),
+        reverse: args.reverse,
+        bidir: args.bidir,
+        params: &args.params,
+    };
+    let overrides = net_flags::overrides(&flags, exp).map_err(|e| match e.is_usage() {
+        true => anyhow::Error::from(UsageError::invalid(e)),
+        false => anyhow::anyhow!("{e}"),
+    })?;
     measure(Request {
         selected: vec![exp],
         opts: &args.profile,
@@ -140,34 +109,10 @@ pub fn net(args: NetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> 
 fn preflight(to: &str, token: Option<String>, needs_files: bool) -> Result<()> {
     use osprobe_net::locate::PreflightError;
     osprobe_net::locate::preflight(to, token, needs_files).map_err(|e| match e {
-        PreflightError::BadAddress(_) => UsageError(e.to_string()).into(),
+        PreflightError::BadAddress(_) => UsageError::invalid(e).into(),
         // The message already holds its causes; anyhow's chain would repeat them.
         other => anyhow::anyhow!(other.to_string()),
     })
-}
-
-/// The direction iperf3's -R and --bidir ask for, refused where the test
-/// has no direction or where --param sets it too.
-fn direction_flag(args: &NetArgs, exp: &dyn Experiment) -> Result<Option<&'static str>> {
-    let (flag, direction) = match (args.reverse, args.bidir) {
-        (true, _) => ("-R/--reverse", "reverse"),
-        (_, true) => ("--bidir", "bidir"),
-        _ => return Ok(None),
-    };
-    if !exp.params().iter().any(|p| p.name == "direction") {
-        return Err(UsageError(format!(
-            "{flag}: {} has no direction; it applies to bandwidth",
-            exp.id()
-        ))
-        .into());
-    }
-    if args.params.iter().any(|(name, _)| name == "direction") {
-        return Err(UsageError(format!(
-            "{flag} and --param direction=... both set the direction; give one or the other"
-        ))
-        .into());
-    }
-    Ok(Some(direction))
 }
 
 /// What a measuring verb asks [`measure`] for.
@@ -186,16 +131,14 @@ struct Request<'r> {
 /// and `net`. The run itself is assembled by `osprobe_core::runner`.
 fn measure(request: Request) -> Result<ExitCode> {
     let opts = request.opts;
-    let profile = Profile::parse(&opts.profile).ok_or_else(|| {
-        UsageError(format!(
-            "unknown profile '{}': expected smoke, quick or full",
-            opts.profile
-        ))
+    let profile = Profile::parse(&opts.profile).ok_or_else(|| UsageError::Value {
+        flag: "--profile",
+        value: opts.profile.clone(),
+        accepted: "smoke, quick or full".into(),
     })?;
     let plan = Plan::new(request.selected, profile, request.overrides)
-        .map_err(|e| UsageError(format!("--param: {e}")))?;
-    let labels =
-        osprobe_core::labels::collect(&opts.labels).map_err(|e| UsageError(e.to_string()))?;
+        .map_err(|e| UsageError::refused("--param", e))?;
+    let labels = osprobe_core::labels::collect(&opts.labels).map_err(UsageError::invalid)?;
     // Open the store before measuring: a bad --db fails in a millisecond,
     // not after a minute of work.
     let store = if opts.no_store {
@@ -216,7 +159,7 @@ fn measure(request: Request) -> Result<ExitCode> {
     ctx.peer_token = request.peer_token;
     let options = runner::RunOptions {
         started,
-        command: redacted_command_line(),
+        command: osprobe_store::command_line::redacted(std::env::args().skip(1)),
         labels,
         far_ends,
     };
@@ -315,9 +258,4 @@ fn keep_and_show(
         println!("report: {}", path.display());
     }
     Ok(())
-}
-
-/// The command line as stored with a run, secrets redacted.
-fn redacted_command_line() -> String {
-    osprobe_store::command_line::redacted(std::env::args().skip(1))
 }

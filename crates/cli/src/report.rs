@@ -7,8 +7,7 @@
 use crate::error::UsageError;
 use crate::flags::ReportArgs;
 use anyhow::{Context as _, Result};
-use osprobe_core::{Run, SCHEMA_VERSION};
-use osprobe_report::html::Report;
+use osprobe_core::Run;
 use osprobe_store::RunStore;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,19 +18,8 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
         return fleet_page(&*store, fleet, args.out);
     }
     let run = crate::store::load_run(&*store, &args.run)?;
-    readable_schema(&run)?;
-    let out = args
-        .out
-        .unwrap_or_else(|| PathBuf::from(format!("osprobe-report-{}.html", run.id)));
-    if out.is_dir() {
-        return Err(UsageError(format!(
-            "--out {}: is a directory; give a file name, e.g. {}",
-            out.display(),
-            out.join(format!("osprobe-report-{}.html", run.id))
-                .display()
-        ))
-        .into());
-    }
+    run.check_readable().map_err(UsageError::invalid)?;
+    let out = out_file(args.out, &format!("osprobe-report-{}.html", run.id))?;
     let bytes = write(&run, &out)?;
     println!("{} ({} KiB)", out.display(), bytes.div_ceil(1024));
     Ok(ExitCode::SUCCESS)
@@ -40,22 +28,14 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
 /// `report --fleet ID`: load every run of the fleet and write its page.
 fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Result<ExitCode> {
     let fleet = osprobe_store::fleetref::resolve(&store.list_runs()?, reference)
-        .map_err(|e| UsageError(e.to_string()))?;
+        .map_err(UsageError::invalid)?;
     let mut runs = Vec::with_capacity(fleet.runs.len());
     for id in &fleet.runs {
         let run = crate::store::load_run(store, id)?;
-        readable_schema(&run)?;
+        run.check_readable().map_err(UsageError::invalid)?;
         runs.push(run);
     }
-    let out = out.unwrap_or_else(|| PathBuf::from(fleet_file_name(&fleet.id)));
-    if out.is_dir() {
-        return Err(UsageError(format!(
-            "--out {}: is a directory; give a file name, e.g. {}",
-            out.display(),
-            out.join(fleet_file_name(&fleet.id)).display()
-        ))
-        .into());
-    }
+    let out = out_file(out, &osprobe_report::fleet::file_name(&fleet.id))?;
     let html = osprobe_report::fleet::page(&fleet.id, &runs);
     std::fs::write(&out, &html).with_context(|| format!("cannot write {}", out.display()))?;
     println!(
@@ -69,29 +49,26 @@ fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Re
     Ok(ExitCode::SUCCESS)
 }
 
-/// A run written by a newer osprobe may hold what this one cannot show.
-fn readable_schema(run: &Run) -> Result<()> {
-    match run.measurements.iter().map(|m| m.schema).max() {
-        Some(v) if v > SCHEMA_VERSION => Err(UsageError(format!(
-            "run {} was stored by a newer osprobe (result schema {v}; this osprobe reads up to {SCHEMA_VERSION}): upgrade osprobe to report it",
-            run.id
-        ))
-        .into()),
-        _ => Ok(()),
+/// `--out`, else `default` in the current directory; a directory given
+/// to `--out` is refused, with the file name it could take.
+fn out_file(out: Option<PathBuf>, default: &str) -> Result<PathBuf, UsageError> {
+    let out = out.unwrap_or_else(|| PathBuf::from(default));
+    if out.is_dir() {
+        let example = out.join(default);
+        return Err(UsageError::input(
+            format!("--out {}", out.display()),
+            format!(
+                "is a directory; give a file name, e.g. {}",
+                example.display()
+            ),
+        ));
     }
+    Ok(out)
 }
 
 /// Render `run` into `path`; the number of bytes written.
 pub fn write(run: &Run, path: &Path) -> Result<usize> {
-    // Each experiment's preferred plots (what the generic rule cannot guess).
-    let mut report = Report::new(run).plot_views(crate::registry::registry().plot_views());
-    // The reference figures are built in; if they ever failed to load the
-    // report still renders, without that section.
-    if let Ok(references) = osprobe_report::reproduce::references() {
-        let rows = osprobe_report::reproduce::reproduce(run, &references, None);
-        report = report.references(rows);
-    }
-    let html = report.render();
+    let html = osprobe_report::html::page(run, crate::registry::registry().plot_views());
     std::fs::write(path, &html).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(html.len())
 }
@@ -104,31 +81,4 @@ pub fn write_beside_store(run: &Run, store: &osprobe_store::Location) -> Result<
     let path = dir.join(format!("{}.html", run.id));
     write(run, &path)?;
     Ok(path)
-}
-
-/// A file name made of the fleet id: anything but letters, digits, `.`,
-/// `_` and `-` becomes `_` (a label may hold `/`).
-fn fleet_file_name(id: &str) -> String {
-    let safe: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("osprobe-fleet-{}.html", safe.trim_start_matches('.'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_names_keep_only_safe_characters() {
-        assert_eq!(fleet_file_name("01JAAA"), "osprobe-fleet-01JAAA.html");
-        assert_eq!(fleet_file_name("../x y/z"), "osprobe-fleet-_x_y_z.html");
-    }
 }

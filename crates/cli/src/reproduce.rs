@@ -12,10 +12,11 @@ use std::process::ExitCode;
 pub fn run(args: ReproduceArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     let seed = match &args.seed {
         None => None,
-        Some(s) => Some(parse_seed(s).ok_or_else(|| {
-            UsageError(format!(
-                "--study '{s}': expected one of 000, 001, 002, 003, 004 (the reference studies, docs/references.md)"
-            ))
+        Some(s) => Some(parse_seed(s).ok_or_else(|| UsageError::Value {
+            flag: "--study",
+            value: s.clone(),
+            accepted:
+                "one of 000, 001, 002, 003, 004 (the reference studies, docs/references.md)".into(),
         })?),
     };
     let refs = references().context("the reference data built into osprobe")?;

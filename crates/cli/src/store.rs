@@ -35,7 +35,7 @@ pub fn open_for_reading(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
 /// (exit 2): they named runs in it.
 pub fn open_to_look_up(db: Option<PathBuf>) -> Result<Box<dyn RunStore>> {
     osprobe_store::open(&location(db)?, Access::Read).map_err(|e| match e {
-        StoreError::Missing(_) => UsageError(e.to_string()).into(),
+        StoreError::Missing(_) => UsageError::invalid(e).into(),
         other => classify(other),
     })
 }
@@ -56,9 +56,7 @@ pub fn open_if_exists(location: &Location) -> Result<Option<Box<dyn RunStore>>> 
 /// for a `host` label.
 pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
     let resolved = match hostref::split(id) {
-        Some(_) => {
-            hostref::resolve(&store.list_runs()?, id).map_err(|e| UsageError(e.to_string()))?
-        }
+        Some(_) => hostref::resolve(&store.list_runs()?, id).map_err(UsageError::invalid)?,
         None => None,
     };
     let id = match &resolved {
@@ -79,7 +77,7 @@ pub fn classify(e: StoreError) -> anyhow::Error {
     match e {
         StoreError::BadUrl { .. }
         | StoreError::UnknownRun { .. }
-        | StoreError::AmbiguousRun { .. } => UsageError(e.to_string()).into(),
+        | StoreError::AmbiguousRun { .. } => UsageError::invalid(e).into(),
         other => other.into(),
     }
 }

@@ -36,6 +36,7 @@ pub mod plot_view;
 pub mod proof;
 pub mod random;
 pub mod registry_docs;
+pub mod registry_view;
 pub mod runner;
 pub mod scratch;
 pub mod sleep;

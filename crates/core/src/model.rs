@@ -357,7 +357,28 @@ pub struct Run {
     pub far_ends: Vec<crate::far_end::FarEnd>,
 }
 
+/// A run stored by a newer osprobe than this one: it may hold what this
+/// one cannot show.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("run {run} was stored by a newer osprobe (result schema {schema}; this osprobe reads up to {SCHEMA_VERSION}): upgrade osprobe to report it")]
+pub struct NewerSchema {
+    pub run: String,
+    pub schema: u32,
+}
+
 impl Run {
+    /// Refuses a run with a measurement of a result schema newer than
+    /// this osprobe's.
+    pub fn check_readable(&self) -> Result<(), NewerSchema> {
+        match self.measurements.iter().map(|m| m.schema).max() {
+            Some(schema) if schema > SCHEMA_VERSION => Err(NewerSchema {
+                run: self.id.clone(),
+                schema,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The experiments this run measured, each once, in order of id.
     pub fn measured_experiments(&self) -> Vec<&str> {
         let mut ids: Vec<&str> = self
@@ -482,5 +503,37 @@ mod tests {
         assert_eq!(bits_per_second_text(1_234_567.0), "9.9 Mbit/s");
         assert_eq!(bits_per_second_text(5e9), "40.00 Gbit/s");
         assert_eq!(bits_per_second_text(1000.0), "8.0 kbit/s");
+    }
+    #[test]
+    fn a_run_of_a_newer_schema_is_refused_naming_both_schemas() {
+        let summary = crate::stats::Summary::of(&[1.0]).unwrap();
+        let m = Measurement::new("a.b", "t", Params::new(), Unit::Nanoseconds, summary);
+        let mut run = Run {
+            schema: SCHEMA_VERSION,
+            id: "01NEW".into(),
+            started: String::new(),
+            ended: String::new(),
+            osprobe_version: String::new(),
+            profile: Profile::Smoke,
+            command: String::new(),
+            environment: Environment::default(),
+            measurements: vec![m],
+            skipped: Vec::new(),
+            labels: BTreeMap::new(),
+            far_ends: Vec::new(),
+        };
+        assert_eq!(run.check_readable(), Ok(()));
+        run.measurements[0].schema = SCHEMA_VERSION + 1;
+        let refused = run.check_readable().unwrap_err();
+        assert_eq!(refused.schema, SCHEMA_VERSION + 1);
+        let text = refused.to_string();
+        assert!(
+            text.starts_with("run 01NEW was stored by a newer osprobe"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("reads up to {SCHEMA_VERSION}")),
+            "{text}"
+        );
     }
 }

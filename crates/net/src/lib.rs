@@ -25,6 +25,7 @@ pub mod icmp;
 pub mod link_server;
 pub mod locate;
 pub mod modes;
+pub mod net_flags;
 pub use osprobe_link::netns;
 pub mod path;
 pub mod peer_check;

@@ -1,5 +1,8 @@
 //! The live pager: a region of the application's memory whose every page
 //! fault is served by a handler thread, within a fixed number of frames.
+//! With [`Serve::FaultingThread`] the faulting thread serves its own
+//! zero-fills and referenced-bit faults in a SIGBUS handler and hands the
+//! rest to the pager's thread (see `faulting_thread.rs` beside this file).
 //!
 //! # How the region is built, and where the referenced bit comes from
 //!

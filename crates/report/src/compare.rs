@@ -517,6 +517,34 @@ fn render_singles(label: &str, list: &[Single]) -> String {
     out
 }
 
+/// Why two runs have no metric in common, in words (after `compare` found
+/// no pair): an empty run, no experiment in common, or the same
+/// experiments at other parameters.
+pub fn nothing_in_common(a: &Run, b: &Run) -> String {
+    let (in_a, in_b) = (a.measured_experiments(), b.measured_experiments());
+    for (run, ids) in [(a, &in_a), (b, &in_b)] {
+        if ids.is_empty() {
+            return format!("nothing compared: run {} has no measurements", run.id);
+        }
+    }
+    let common: Vec<&str> = in_a.iter().copied().filter(|e| in_b.contains(e)).collect();
+    if common.is_empty() {
+        format!(
+            "nothing compared: no experiment in common (run {} has {}; run {} has {})",
+            a.id,
+            in_a.join(", "),
+            b.id,
+            in_b.join(", ")
+        )
+    } else {
+        format!(
+            "nothing compared: both runs have {} but at different parameters or metrics \
+             (compare runs made with the same profile and --param values)",
+            common.join(", ")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -708,5 +736,22 @@ mod tests {
             text.contains("different machines") && text.contains("AMD B"),
             "{text}"
         );
+    }
+    #[test]
+    fn nothing_in_common_says_why() {
+        let a = run("A1", vec![m("t", Unit::Nanoseconds, 100.0, [95.0, 105.0])]);
+        let empty = run("B1", Vec::new());
+        assert_eq!(
+            nothing_in_common(&a, &empty),
+            "nothing compared: run B1 has no measurements"
+        );
+        let mut other = run("B2", vec![m("t", Unit::Nanoseconds, 100.0, [95.0, 105.0])]);
+        other.measurements[0].experiment = "z.w".into();
+        assert!(nothing_in_common(&a, &other)
+            .contains("no experiment in common (run A1 has x.y; run B2 has z.w)"));
+        let mut moved = run("B3", vec![m("t", Unit::Nanoseconds, 100.0, [95.0, 105.0])]);
+        moved.measurements[0].params = Params::new().with("k", 2);
+        assert!(nothing_in_common(&a, &moved)
+            .contains("both runs have x.y but at different parameters"));
     }
 }

@@ -25,6 +25,18 @@ use osprobe_core::plot_view::PlotViews;
 use osprobe_core::{Measurement, Run, SCHEMA_VERSION};
 use std::fmt::Write as _;
 
+/// The page `osprobe report` and `osprobe run` write: `run` plotted as
+/// `views` say (`Registry::plot_views`), beside the reference studies'
+/// figures. The references are built in; if they ever failed to load, the
+/// page still renders, without that section.
+pub fn page(run: &Run, views: PlotViews) -> String {
+    let mut report = Report::new(run).plot_views(views);
+    if let Ok(references) = crate::reproduce::references() {
+        report = report.references(crate::reproduce::reproduce(run, &references, None));
+    }
+    report.render()
+}
+
 /// A part of the report added by another renderer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Section {

@@ -21,3 +21,31 @@ use osprobe_core::Run;
 pub fn page(fleet: &str, runs: &[Run]) -> String {
     page::render(&view(fleet, runs))
 }
+
+/// The file the fleet page of `fleet` is written to by default: anything
+/// in the id but letters, digits, `.`, `_` and `-` becomes `_` (a label
+/// may hold `/`), and no leading dot.
+pub fn file_name(fleet: &str) -> String {
+    let safe: String = fleet
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("osprobe-fleet-{}.html", safe.trim_start_matches('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_keep_only_safe_characters() {
+        assert_eq!(file_name("01JAAA"), "osprobe-fleet-01JAAA.html");
+        assert_eq!(file_name("../x y/z"), "osprobe-fleet-_x_y_z.html");
+    }
+}

@@ -23,13 +23,15 @@ pub enum QuicError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Boxed, as in `Timeout`: two endpoints' errors would make every
+    /// `Result<_, QuicError>` large.
     #[error("the QUIC connection failed: {0}")]
-    Connection(#[source] EndpointFailures),
+    Connection(#[source] Box<EndpointFailures>),
     #[error("the QUIC transfer did not finish within {limit:?}: {ends}")]
     Timeout {
         limit: std::time::Duration,
         #[source]
-        ends: EndpointFailures,
+        ends: Box<EndpointFailures>,
     },
     #[error(transparent)]
     Path(#[from] crate::path::PathError),
@@ -64,12 +66,10 @@ impl QuicError {
             QuicError::Tls { what, source } => {
                 Ok((format!("setting up TLS for QUIC: {what}"), source))
             }
-            QuicError::Connection(ends) => {
-                Ok(("the QUIC connection failed".to_string(), Box::new(ends)))
-            }
+            QuicError::Connection(ends) => Ok(("the QUIC connection failed".to_string(), ends)),
             QuicError::Timeout { limit, ends } => Ok((
                 format!("the QUIC transfer did not finish within {limit:?}"),
-                Box::new(ends),
+                ends,
             )),
             other => Err(other),
         }
@@ -198,7 +198,8 @@ mod tests {
 
     #[test]
     fn conversions_keep_the_cause_and_the_words() {
-        let failed = || QuicError::Connection(EndpointFailures::Server(EndpointError::NoStream));
+        let failed =
+            || QuicError::Connection(Box::new(EndpointFailures::Server(EndpointError::NoStream)));
         let text = failed().to_string();
         assert_eq!(
             text,
@@ -214,10 +215,10 @@ mod tests {
 
         let late = QuicError::Timeout {
             limit: std::time::Duration::from_secs(5),
-            ends: EndpointFailures::Both {
+            ends: Box::new(EndpointFailures::Both {
                 client: EndpointError::OtherEndpointFailed,
                 server: EndpointError::NoStream,
-            },
+            }),
         };
         let text = late.to_string();
         assert!(text.starts_with("the QUIC transfer did not finish within 5s: client: "));

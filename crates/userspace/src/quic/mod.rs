@@ -394,15 +394,17 @@ fn both_finished<C, S>(
         (Err(client), Err(server)) if deadline(&client) || deadline(&server) => {
             Err(QuicError::Timeout {
                 limit,
-                ends: EndpointFailures::Both { client, server },
+                ends: Box::new(EndpointFailures::Both { client, server }),
             })
         }
-        (Err(e), Ok(_)) => Err(QuicError::Connection(EndpointFailures::Client(e))),
-        (Ok(_), Err(e)) => Err(QuicError::Connection(EndpointFailures::Server(e))),
-        (Err(client), Err(server)) => Err(QuicError::Connection(EndpointFailures::Both {
-            client,
-            server,
-        })),
+        (Err(e), Ok(_)) => Err(QuicError::Connection(Box::new(EndpointFailures::Client(e)))),
+        (Ok(_), Err(e)) => Err(QuicError::Connection(Box::new(EndpointFailures::Server(e)))),
+        (Err(client), Err(server)) => {
+            Err(QuicError::Connection(Box::new(EndpointFailures::Both {
+                client,
+                server,
+            })))
+        }
     }
 }
 
