@@ -88,6 +88,27 @@ def plain_tcp_stream(nbytes, transfers=5):
     return statistics.median(rates)
 
 
+def read_cost(path, rounds):
+    """{case: (Gbit/s, CPU-s/GiB)} from the read_cost example: tcp, udp and
+    plain in one process, alternating, medians of `rounds` rounds."""
+    cmd = [path, "tcp", "udp", "plain", "--rounds", str(rounds)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        fail(f"timed out: {' '.join(cmd)}")
+    if out.returncode != 0:
+        fail(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
+    found = {}
+    for line in out.stdout.splitlines():
+        f = line.split()
+        # "   udp    24.08 Gbit/s   0.397 CPU-s/GiB"
+        if len(f) == 5 and f[2] == "Gbit/s" and f[4] == "CPU-s/GiB":
+            found[f[0]] = (float(f[1]), float(f[3]))
+    if set(found) != {"tcp", "udp", "plain"}:
+        fail(f"{' '.join(cmd)} printed no figures for every case: {out.stdout.strip()}")
+    return found
+
+
 def mbit(bits):
     return f"{bits / 1e6:9.1f}"
 
@@ -97,10 +118,11 @@ def main():
     ap.add_argument("--osprobe", required=True)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--part", choices=["all", "stream", "curves", "model"], default="all")
+    ap.add_argument("--read-cost", default="")
+    ap.add_argument("--part", choices=["all", "stream", "curves", "model", "cost"], default="all")
     a = ap.parse_args()
     want = lambda part: a.part in ("all", part)
-    report = {"stream": {}, "curves": [], "model": [], "model_skipped": ""}
+    report = {"stream": {}, "curves": [], "model": [], "model_skipped": "", "cost": {}}
 
     # 1. rfs over TCP against a plain TCP stream, alternating, median of runs.
     # The same point over UDP gives the UDP/TCP ratio (target >= 0.8:
@@ -129,6 +151,15 @@ def main():
                             "runs": a.runs,
                             "rfs_runs": rfs_rates, "udp_runs": udp_rates,
                             "plain_runs": plain_rates}
+
+    # CPU-seconds per GiB, which survive load better than throughput.
+    if want("cost"):
+        if not a.read_cost:
+            fail("--read-cost (the read_cost example's path) is needed for the cost part", 2)
+        found = read_cost(a.read_cost, a.runs)
+        report["cost"] = {case: {"gbit_per_s": g, "cpu_s_per_gib": c}
+                          for case, (g, c) in found.items()}
+        report["cost"]["tcp_udp_cost_ratio"] = found["tcp"][1] / found["udp"][1]
 
     # 2. Curves over the window: SOS's figure 5 setting, both transports.
     for transport in ["udp", "tcp"] if want("curves") else []:
@@ -178,6 +209,15 @@ def main():
         print("rfs over loopback UDP vs TCP (the same window, packet and file)")
         print(f"  UDP read {mbit(s['udp_read_bits_per_s'])} Mbit/s   TCP read  {mbit(s['rfs_read_bits_per_s'])} Mbit/s"
               f"   ratio {s['udp_tcp_ratio']:.2f} ({verdict} the target >= {s['udp_target']}: UDP within 20% of TCP or faster)")
+        print()
+    c = report["cost"]
+    if c:
+        print("CPU-seconds per GiB read (client and server together, window 32 x 32 KiB, 8 MiB;"
+              f" median of {a.runs} rounds)")
+        for case in ["tcp", "udp", "plain"]:
+            print(f"  {case:>5}  {c[case]['cpu_s_per_gib']:6.3f} CPU-s/GiB   {c[case]['gbit_per_s']:6.2f} Gbit/s")
+        print(f"  TCP/UDP cost {c['tcp_udp_cost_ratio']:.2f} (UDP's throughput ratio where the read is"
+              " CPU-bound; target >= 0.8)")
         print()
     if report["curves"]:
         print("window curves, loopback, 1284-byte packets, 1 MB file (Mbit/s, median per point)")

@@ -15,9 +15,15 @@
 #               measured read throughput against the prediction
 #               min(window x packet / RTT, bandwidth, server rate);
 #               target within 20% where the window term binds
+#   cost        CPU-seconds per GiB (client and server together) of the
+#               stream part's read over TCP and UDP and of a plain TCP
+#               stream, in one process (the read_cost example, --runs
+#               rounds alternating the cases): the figure that survives a
+#               loaded machine; TCP/UDP cost is UDP's throughput ratio
+#               where the read is CPU-bound
 #
 # Usage: bench/rfs_compare.sh [--runs N] [--json] [--no-build]
-#                              [--part stream|curves|model]  (one part only)
+#                              [--part stream|curves|model|cost]  (one part only)
 # Exit: 0 every comparison made (whatever the verdicts), 1 a measurement
 # failed, 2 cannot start.
 
@@ -37,7 +43,7 @@ PYTHON="${PYTHON:-python3}"
 OSPROBE="${OSPROBE:-}"
 
 usage() {
-    sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # --part is this script's own; the shared flags go to parse_args.
@@ -50,12 +56,22 @@ while (($#)); do
     *) rest+=("$1"); shift ;;
     esac
 done
-[[ "$PART" =~ ^(all|stream|curves|model)$ ]] || die 2 "--part must be stream, curves or model, got '$PART'"
+[[ "$PART" =~ ^(all|stream|curves|model|cost)$ ]] || die 2 "--part must be stream, curves, model or cost, got '$PART'"
 parse_args ${rest[@]+"${rest[@]}"}
 command -v "$PYTHON" >/dev/null || die 2 "$PYTHON is needed (apt-get install python3)"
 build_osprobe
 "$OSPROBE" list 2>/dev/null | grep -q rfs.throughput || die 2 "$OSPROBE has no rfs.throughput (an older build?)"
 
-args=(--osprobe "$OSPROBE" --runs "$RUNS" --part "$PART")
+READ_COST="$ROOT/target/release/examples/read_cost"
+if [[ "$PART" =~ ^(all|cost)$ ]]; then
+    if ((BUILD)); then
+        log "building the read_cost example (cargo build --release --example read_cost)"
+        (cd "$ROOT" && cargo build --release --quiet -p osprobe-rfs --example read_cost) >&2 ||
+            die 1 "cargo build of the read_cost example failed"
+    fi
+    [[ -x "$READ_COST" ]] || die 1 "no read_cost example at $READ_COST (build it, or drop --no-build)"
+fi
+
+args=(--osprobe "$OSPROBE" --read-cost "$READ_COST" --runs "$RUNS" --part "$PART")
 ((JSON)) && args+=(--json)
 exec "$PYTHON" "$HELPER" "${args[@]}"

@@ -73,16 +73,11 @@ fn print(report: &Report, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// Exit 130 after Ctrl-C (saying what was kept), 1 when a host or pair
+/// failed.
 fn exit_code(report: &Report) -> ExitCode {
     if report.interrupted {
-        let _ = writeln!(
-            std::io::stderr(),
-            "osprobe: interrupted; the runs listed as stored are kept, nothing else was stored"
-        );
-        return ExitCode::from(osprobe_core::interrupt::exit_code());
+        let _ = writeln!(std::io::stderr(), "osprobe: {}", Report::INTERRUPTED);
     }
-    match report.succeeded() {
-        true => ExitCode::SUCCESS,
-        false => ExitCode::FAILURE,
-    }
+    ExitCode::from(report.exit_code())
 }

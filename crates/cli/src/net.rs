@@ -11,7 +11,7 @@ use osprobe_net::client::Peer;
 use osprobe_net::send::{SendError, SendRequest};
 use osprobe_net::server::{ServerConfig, ServerEvent};
 use osprobe_net::serving::{ServeEvents, ServeOptions, Serving};
-use osprobe_net::transfer::{SendMethod, TransferError};
+use osprobe_net::transfer::TransferError;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -105,27 +105,11 @@ fn max_bytes_of(raw: Option<&str>) -> Result<Option<u64>, UsageError> {
 }
 
 pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
-    let packet = osprobe_core::experiment::parse_bytes(&args.packet)
-        .filter(|p| (1..=16 << 20).contains(p))
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--packet '{}': expected a size from 1 to 16M (e.g. 1000, 64K)",
-                args.packet
-            ))
-        })? as usize;
-    let method = match args.method.as_str() {
-        "packets" => SendMethod::Packets,
-        _ => SendMethod::Sendfile,
-    };
+    let request = SendRequest::from_text(args.file, args.name, &args.method, &args.packet)
+        .map_err(|e| UsageError(e.to_string()))?;
     let addr =
         osprobe_net::path::resolve(&args.to).map_err(|e| UsageError(format!("--to: {e}")))?;
     let peer = Peer::new(addr, args.token.secret()?);
-    let request = SendRequest {
-        file: args.file.clone(),
-        name: args.name.clone(),
-        method,
-        packet,
-    };
     interrupt::install();
     let bar = crate::progress::byte_bar(quiet || args.json);
     let outcome =

@@ -13,9 +13,9 @@ use anyhow::Result;
 use osprobe_core::interrupt;
 use osprobe_rfs::address::DEFAULT_PORT;
 use osprobe_rfs::announce::Listening;
-use osprobe_rfs::connect::{ConnectError, ConnectOptions};
+use osprobe_rfs::connect::ConnectOptions;
 use osprobe_rfs::outcome::{Direction, Listing, StatReport, TransferReport};
-use osprobe_rfs::targets::{get_target, put_target, TargetError};
+use osprobe_rfs::targets::{get_target, put_target};
 use osprobe_rfs::{Client, Server, ServerEvent, ServerOptions, TransferSummary, Transports};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -128,11 +128,7 @@ pub fn connect(args: &ClientArgs, stoppable: bool) -> Result<Client> {
         token: args.token.secret()?,
         stop: stoppable.then(interrupt::flag),
     };
-    options.connect().map_err(|e| match e {
-        e if e.is_usage() => UsageError(e.to_string()).into(),
-        ConnectError::Client(e) => client_error(e),
-        e => anyhow::anyhow!(e.to_string()),
-    })
+    options.connect().map_err(|e| classified(e.is_usage(), e))
 }
 
 /// One line, exit code 128 + the signal (130 for Ctrl-C). Dropping the client ends the session (a
@@ -145,20 +141,22 @@ fn interrupted(e: osprobe_rfs::ClientError) -> ExitCode {
 /// The library's message already names the server, the path and the
 /// cause; anyhow's chain would repeat them.
 fn client_error(e: osprobe_rfs::ClientError) -> anyhow::Error {
-    anyhow::anyhow!(e.to_string())
+    classified(false, e)
 }
 
-/// A missing name is a usage error (exit code 2); a local file that
-/// cannot be sent is not.
-fn target_error(e: TargetError) -> anyhow::Error {
-    match e.is_usage() {
+/// The user's mistake (exit code 2: a bad value, a missing name), or any
+/// other failure (exit code 1: a file that cannot be sent, a server that
+/// does not answer), in the library's own words.
+fn classified(usage: bool, e: impl std::fmt::Display) -> anyhow::Error {
+    match usage {
         true => UsageError(e.to_string()).into(),
         false => anyhow::anyhow!(e.to_string()),
     }
 }
 
 fn get(args: GetArgs, quiet: bool) -> Result<ExitCode> {
-    let local = get_target(&args.remote, args.local.as_deref()).map_err(target_error)?;
+    let local =
+        get_target(&args.remote, args.local.as_deref()).map_err(|e| classified(e.is_usage(), e))?;
     transfer(
         Direction::Get,
         &args.client,
@@ -170,7 +168,8 @@ fn get(args: GetArgs, quiet: bool) -> Result<ExitCode> {
 }
 
 fn put(args: PutArgs, quiet: bool) -> Result<ExitCode> {
-    let remote = put_target(&args.local, args.remote.as_deref()).map_err(target_error)?;
+    let remote =
+        put_target(&args.local, args.remote.as_deref()).map_err(|e| classified(e.is_usage(), e))?;
     transfer(
         Direction::Put,
         &args.client,

@@ -74,6 +74,20 @@ fn as_map<S: Serializer, V: Serialize>(
 }
 
 impl Report {
+    /// What an interrupted run says it kept.
+    pub const INTERRUPTED: &'static str =
+        "interrupted; the runs listed as stored are kept, nothing else was stored";
+
+    /// The command's exit code: 128 + the signal when interrupted, 0 when
+    /// every host and pair succeeded, else 1.
+    pub fn exit_code(&self) -> u8 {
+        match (self.interrupted, self.succeeded()) {
+            (true, _) => osprobe_core::interrupt::exit_code(),
+            (false, true) => 0,
+            (false, false) => 1,
+        }
+    }
+
     /// Every host and every pair succeeded (exit 0).
     pub fn succeeded(&self) -> bool {
         self.hosts.len() == self.planned_hosts
@@ -213,6 +227,17 @@ mod tests {
             binary_bytes: 12_500_000,
             interrupted: false,
         }
+    }
+
+    #[test]
+    fn the_exit_code_says_interrupted_failed_or_fine() {
+        let mut r = report();
+        assert_eq!(r.exit_code(), 1);
+        r.hosts.iter_mut().for_each(|h| h.ok = true);
+        r.pairs.clear();
+        assert_eq!(r.exit_code(), 0);
+        r.interrupted = true;
+        assert!(r.exit_code() >= 128);
     }
 
     #[test]

@@ -10,7 +10,6 @@ use crate::protocol::{StreamReport, TestSpec};
 use crate::sock;
 use crate::stream_error::StreamError;
 use osprobe_core::ExperimentError;
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -167,51 +166,35 @@ pub fn run(
 /// duration, so a silent one is dead.
 const SILENCE: Duration = Duration::from_secs(2);
 
-/// Read until the server closes its half, counting bytes.
+/// Read until the server closes its half, counting bytes: the sink's read
+/// loop (woken for whole reads once the buffer has grown), with this
+/// stream's live counter for the intervals.
 fn receive_until_eof(
-    mut stream: &std::net::TcpStream,
+    stream: &std::net::TcpStream,
     read_size: usize,
     counter: &AtomicU64,
     stop: &AtomicBool,
 ) -> Result<(Received, Duration), StreamError> {
     let cpu_start = sock::thread_cpu_time();
-    let mut buf = sock::PageAligned::zeroed(read_size.max(1));
     let _ = stream.set_read_timeout(Some(SILENCE));
-    let mut rx = Received::default();
-    let (mut first, mut last) = (None, None);
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            break;
-        }
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let now = Instant::now();
-                first.get_or_insert(now);
-                last = Some(now);
-                rx.bytes += n as u64;
-                rx.reads += 1;
-                counter.fetch_add(n as u64, Ordering::Relaxed);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(StreamError::Silent {
-                    silence: SILENCE,
-                    fd: stream.as_raw_fd(),
-                })
-            }
-            Err(e) => return Err(StreamError::Receive(e)),
-        }
+    let tally = crate::sink::read_until_eof(stream, read_size, Some(stop), |n| {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    })
+    .map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => StreamError::Silent {
+            silence: SILENCE,
+            fd: stream.as_raw_fd(),
+        },
+        _ => StreamError::Receive(e),
+    })?;
+    if stop.load(Ordering::Relaxed) {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
     }
-    if let (Some(f), Some(l)) = (first, last) {
-        rx.first_to_last = l.duration_since(f);
-    }
+    let rx = Received {
+        bytes: tally.bytes,
+        reads: tally.reads,
+        first_to_last: tally.first_to_last(),
+    };
     Ok((rx, sock::thread_cpu_time().saturating_sub(cpu_start)))
 }
 

@@ -28,6 +28,39 @@ pub struct SendRequest {
     pub packet: usize,
 }
 
+/// The largest packet `send` takes: 16 MiB.
+pub const MAX_PACKET: u64 = 16 << 20;
+
+/// `--packet` refused.
+#[derive(Debug, thiserror::Error)]
+#[error("--packet '{0}': expected a size from 1 to 16M (e.g. 1000, 64K)")]
+pub struct PacketError(pub String);
+
+impl SendRequest {
+    /// The request from the user's words: `method` is `packets` or
+    /// (anything else) `sendfile`, `packet` a size from 1 to 16M.
+    pub fn from_text(
+        file: PathBuf,
+        name: Option<String>,
+        method: &str,
+        packet: &str,
+    ) -> Result<SendRequest, PacketError> {
+        let bytes = osprobe_core::experiment::parse_bytes(packet)
+            .filter(|p| (1..=MAX_PACKET).contains(p))
+            .ok_or_else(|| PacketError(packet.to_string()))?;
+        let method = match method {
+            "packets" => SendMethod::Packets,
+            _ => SendMethod::Sendfile,
+        };
+        Ok(SendRequest {
+            file,
+            name,
+            method,
+            packet: bytes as usize,
+        })
+    }
+}
+
 /// The outcome, as `osprobe send --json` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SendOutcome {

@@ -54,6 +54,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn requests_take_a_method_and_a_packet_size() {
+        use crate::send::SendRequest;
+        use crate::transfer::SendMethod;
+        let r = SendRequest::from_text("f".into(), None, "packets", "64K").unwrap();
+        assert_eq!((r.method, r.packet), (SendMethod::Packets, 65_536));
+        let r = SendRequest::from_text("f".into(), None, "sendfile", "16M").unwrap();
+        assert_eq!(r.method, SendMethod::Sendfile);
+        for bad in ["0", "17M", "big"] {
+            let err = SendRequest::from_text("f".into(), None, "packets", bad).unwrap_err();
+            assert!(
+                err.to_string().starts_with(&format!("--packet '{bad}': ")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn an_empty_file_has_no_rate() {
         let outcome = SendOutcome {
             file: "empty.bin".into(),

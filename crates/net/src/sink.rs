@@ -20,49 +20,88 @@ use crate::stream_error::RoleError;
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::AtomicBool;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Read and discard until EOF, in reads of `read_size` bytes. A read
 /// timeout set on `stream` beforehand is the idle limit: it ends the test
 /// when no byte arrived in that time.
 pub fn sink(
-    mut stream: &TcpStream,
+    stream: &TcpStream,
     read_size: usize,
     closed: &AtomicBool,
 ) -> Result<StreamReport, RoleError> {
+    let tally = read_until_eof(stream, read_size, None, |_| {})
+        .map_err(|e| crate::stream_error::read_error(e, closed))?;
+    Ok(StreamReport {
+        bytes: tally.bytes,
+        reads: tally.reads,
+        elapsed_ns: tally.first_to_last().as_nanos() as u64,
+        tcp_info: crate::tcp_info::tcp_info(stream.as_raw_fd())
+            .ok()
+            .and_then(|info| serde_json::to_value(info).ok()),
+        ..StreamReport::default()
+    })
+}
+
+/// What a read loop counted: bytes, reads, and when the reads that
+/// returned the first and the last byte did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Tally {
+    pub bytes: u64,
+    pub reads: u64,
+    pub first: Option<Instant>,
+    pub last: Option<Instant>,
+}
+
+impl Tally {
+    /// From the first byte to the last; zero before two reads.
+    pub fn first_to_last(&self) -> Duration {
+        match (self.first, self.last) {
+            (Some(f), Some(l)) => l.saturating_duration_since(f),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// The bulk receiver's read loop (the sink's, and the reverse test's at
+/// the client): read and discard until EOF in reads of `read_size` bytes,
+/// woken only for whole reads once the receive buffer has grown
+/// ([`wake_on_whole_reads`]). `on_read` is told each read's byte count
+/// (a live counter); a raised `stop`, checked before each read, ends the
+/// loop as EOF does. An interrupted read is retried; any other error is
+/// returned, a timeout set on the stream among them.
+pub(crate) fn read_until_eof(
+    mut stream: &TcpStream,
+    read_size: usize,
+    stop: Option<&AtomicBool>,
+    mut on_read: impl FnMut(usize),
+) -> io::Result<Tally> {
     let mut buf = crate::sock::PageAligned::zeroed(read_size.max(1));
-    let mut report = StreamReport::default();
-    let (mut first, mut last) = (None, None);
+    let mut tally = Tally::default();
     let mut raised = false;
-    loop {
+    while !stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 let now = Instant::now();
-                first.get_or_insert(now);
-                last = Some(now);
-                report.bytes += n as u64;
-                report.reads += 1;
+                tally.first.get_or_insert(now);
+                tally.last = Some(now);
+                tally.bytes += n as u64;
+                tally.reads += 1;
+                on_read(n);
                 // Never before the first read: a raised threshold would
                 // delay it, and with it the first-byte time the receiver's
                 // rate is measured from. Then every 16 reads until done.
-                if !raised && report.reads % 16 == 1 {
+                if !raised && tally.reads % 16 == 1 {
                     raised = wake_on_whole_reads(stream.as_raw_fd(), buf.len());
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::stream_error::read_error(e, closed)),
+            Err(e) => return Err(e),
         }
     }
-    report.elapsed_ns = match (first, last) {
-        (Some(f), Some(l)) => l.saturating_duration_since(f).as_nanos() as u64,
-        _ => 0,
-    };
-    report.tcp_info = crate::tcp_info::tcp_info(stream.as_raw_fd())
-        .ok()
-        .and_then(|info| serde_json::to_value(info).ok());
-    Ok(report)
+    Ok(tally)
 }
 
 /// Wake a blocked read on `fd` only when `bytes` are queued (or at EOF,
@@ -219,5 +258,32 @@ mod tests {
         let report = sink(&receiver, 1, &closed).unwrap();
         assert_eq!((report.bytes, report.reads), (3, 3));
         assert_eq!(low_water_mark(&receiver), 1);
+    }
+
+    #[test]
+    fn the_shared_loop_counts_live_and_stops_when_told() {
+        // As the reverse test's receiver uses it: a live counter, and a
+        // stop flag that ends it before EOF.
+        let (mut sender, receiver) = pair(Duration::from_secs(10));
+        let total = 4usize << 20;
+        let writer = std::thread::spawn(move || {
+            sender.write_all(&vec![7u8; total]).unwrap();
+            sender.shutdown(Shutdown::Write).unwrap();
+            sender
+        });
+        let mut live = 0u64;
+        let tally = read_until_eof(&receiver, 64 << 10, None, |n| live += n as u64).unwrap();
+        drop(writer.join().unwrap());
+        assert_eq!((tally.bytes, live), (total as u64, total as u64));
+        assert!(tally.reads >= 64, "{} reads", tally.reads);
+
+        let (_sender, receiver) = pair(Duration::from_secs(10));
+        let stop = AtomicBool::new(true);
+        let tally = read_until_eof(&receiver, 64 << 10, Some(&stop), |_| {}).unwrap();
+        assert_eq!(
+            (tally.bytes, tally.reads),
+            (0, 0),
+            "stopped before any read"
+        );
     }
 }

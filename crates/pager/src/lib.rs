@@ -17,15 +17,18 @@
 //! - [`table`]: the page table with regions, the frame table;
 //! - [`swap`]: swap backends (a local file, the remote file service) and
 //!   the swap map; `swap_ahead`: the next run of a sequential swap-in
-//!   read on a thread of its own;
+//!   read on a thread of its own (kept off the handler's CPU:
+//!   `placement`);
 //! - [`pager`]: the live pager, its handler thread and counters.
 
 pub mod announce;
+pub mod dirty;
 pub mod error;
 pub mod experiments;
 pub mod outcome;
 mod page_buffer;
 pub mod pager;
+mod placement;
 pub mod policy;
 pub mod processes;
 pub mod run_options;
@@ -37,5 +40,6 @@ pub mod trace;
 pub mod uffd;
 pub mod workload;
 
+pub use dirty::DirtyTracking;
 pub use experiments::register;
 pub use pager::{Pager, PagerConfig, PagerCounters, PagerError, ServiceTimes};

@@ -123,6 +123,13 @@ impl fmt::Display for RunReport {
             c.evictions - c.write_backs
         )?;
         writeln!(f, "  bits cleared    {}", c.bits_cleared)?;
+        if c.dirty_bit_faults > 0 || c.clean_drops > 0 {
+            writeln!(
+                f,
+                "  dirty bits      {} first writes to write-protected pages, {} clean pages dropped unhashed",
+                c.dirty_bit_faults, c.clean_drops
+            )?;
+        }
         if self.read_around > 1 || self.evict_batch > 1 {
             writeln!(
                 f,

@@ -1,5 +1,8 @@
 //! The live pager: a region of the application's memory whose every page
 //! fault is served by a handler thread, within a fixed number of frames.
+//! With [`Serve::FaultingThread`] the faulting thread serves its own
+//! zero-fills and referenced-bit faults in a SIGBUS handler and hands the
+//! rest to the pager's thread (see `faulting_thread.rs` beside this file).
 //!
 //! # How the region is built, and where the referenced bit comes from
 //!
@@ -51,13 +54,14 @@ mod faulting_thread;
 
 pub use faulting_thread::{NotThisProcess, Serve, SetupError as FaultingThreadError, UnknownServe};
 
+use crate::dirty::DirtyTracking;
 use crate::error::FaultError;
 use crate::page_buffer::PageBuffer;
 use crate::policy::{FrameId, Policy, ReferenceBits};
 use crate::swap::{SwapBackend, SwapError, SwapMap, Verified};
 use crate::swap_ahead::{Fetched, Prefetcher, SharedSwap};
 use crate::table::{Frame, FrameTable, PageState, PageTable, Region};
-use crate::uffd::{Fault, OpenError, Userfaultfd, PAGEFAULT_FLAG_WRITE};
+use crate::uffd::{Fault, OpenError, Userfaultfd, PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -116,6 +120,11 @@ pub struct PagerConfig {
     /// pages are written behind in one batch (over rfs, a window of
     /// writes in flight instead of one round trip each). 1: one at a time.
     pub evict_batch: usize,
+    /// The dirty bit by write-protect when the kernel has it (the
+    /// default): pages swapped in are mapped write-protected, and a page
+    /// never written leaves without being hashed or written. False: every
+    /// page leaving is hashed ([`DirtyTracking`]).
+    pub write_protect: bool,
     /// Which thread serves a fault: the handler thread (any access, the
     /// default) or the faulting thread itself, in a SIGBUS handler
     /// (threads of this process only; a system call touching the region
@@ -144,6 +153,7 @@ impl PagerConfig {
             handler_cpu: None,
             read_around: 1,
             evict_batch: 1,
+            write_protect: true,
             serve: Serve::HandlerThread,
         }
     }
@@ -165,6 +175,8 @@ struct Counters {
     failures: AtomicU64,
     read_around_pages: AtomicU64,
     read_ahead_pages: AtomicU64,
+    dirty_bit_faults: AtomicU64,
+    clean_drops: AtomicU64,
 }
 
 /// A snapshot of the counters. `faults` counts every fault the handler
@@ -193,6 +205,12 @@ pub struct PagerCounters {
     /// Pages (faulting ones and read-around alike) mapped from a run
     /// read ahead, while the application used the run before it.
     pub read_ahead_pages: u64,
+    /// First writes to a page mapped write-protected: the dirty bit set
+    /// (not in `faults`: the page was there already).
+    pub dirty_bit_faults: u64,
+    /// Evictions of a page write-protect showed unchanged: dropped
+    /// without a hash or a write.
+    pub clean_drops: u64,
 }
 
 impl Counters {
@@ -212,6 +230,8 @@ impl Counters {
             failures: get(&self.failures),
             read_around_pages: get(&self.read_around_pages),
             read_ahead_pages: get(&self.read_ahead_pages),
+            dirty_bit_faults: get(&self.dirty_bit_faults),
+            clean_drops: get(&self.clean_drops),
         }
     }
 }
@@ -331,6 +351,8 @@ pub struct Pager {
     policy_name: &'static str,
     swap_description: String,
     user_mode_only: bool,
+    read_ahead_cpus: Option<Vec<usize>>,
+    dirty_tracking: DirtyTracking,
     serve: Serve,
 }
 
@@ -346,8 +368,13 @@ impl Pager {
         let memfd = memfd(len)?;
         let app = Mapping::shared(&memfd, len)?;
         let own = Mapping::shared(&memfd, len)?;
-        uffd.register(app.addr as u64, len as u64)
-            .map_err(io_error("registering the region with userfaultfd"))?;
+        let dirty_tracking = crate::dirty::register(
+            &uffd,
+            app.addr as u64,
+            len as u64,
+            wants_write_protect(&config),
+        )
+        .map_err(io_error("registering the region with userfaultfd"))?;
 
         let table = page_table(&config, &app, page_size)?;
 
@@ -358,7 +385,13 @@ impl Pager {
         let policy_name = config.policy.name();
         let swap_description = config.swap.describe();
         let frames = config.frames;
-        let (swap, ahead) = swap_with_ahead(config.swap, page_size, config.read_around)?;
+        let (swap, ahead) = swap_with_ahead(
+            config.swap,
+            page_size,
+            config.read_around,
+            config.handler_cpu,
+        )?;
+        let read_ahead_cpus = ahead.as_ref().map(|a| a.cpus().to_vec());
         let handler = Handler {
             uffd,
             memfd,
@@ -382,6 +415,9 @@ impl Pager {
             read_around: config.read_around,
             evict_batch: config.evict_batch,
             next_sequential: None,
+            write_protect: dirty_tracking == DirtyTracking::WriteProtect,
+            continue_protected: true,
+            write_fault: false,
         };
         let (handler, faulting) =
             spawn_handler(handler, config.serve, config.handler_cpu, &stop, len as u64)?;
@@ -398,6 +434,8 @@ impl Pager {
             policy_name,
             swap_description,
             user_mode_only,
+            read_ahead_cpus,
+            dirty_tracking,
             serve: config.serve,
         })
     }
@@ -456,6 +494,17 @@ impl Pager {
 
     pub fn counters(&self) -> PagerCounters {
         self.counters.snapshot()
+    }
+
+    /// How this pager tells a changed page from a clean one.
+    pub fn dirty_tracking(&self) -> &DirtyTracking {
+        &self.dirty_tracking
+    }
+
+    /// The CPUs the swap read-ahead thread may run on (None: read-around
+    /// off, no such thread); never the handler's when another exists.
+    pub fn read_ahead_cpus(&self) -> Option<&[usize]> {
+        self.read_ahead_cpus.as_deref()
     }
 
     /// Why the last faulting access got SIGBUS, if one did.
@@ -525,6 +574,19 @@ pub fn exit_on_sigbus() {
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
     }
+}
+
+/// Whether write-protect may track this pager's dirty bits, or why not.
+fn wants_write_protect(config: &PagerConfig) -> Result<(), &'static str> {
+    if !config.write_protect {
+        return Err("off in the pager's configuration");
+    }
+    if config.serve == Serve::FaultingThread {
+        // There every fault raises SIGBUS in the faulting thread, a
+        // write-protect fault too.
+        return Err("faults are served on the faulting thread (serve=faulting-thread)");
+    }
+    Ok(())
 }
 
 /// Start the thread that serves faults (the handler thread), or with
@@ -664,12 +726,13 @@ fn swap_with_ahead(
     backend: Box<dyn SwapBackend>,
     page_size: usize,
     read_around: usize,
+    handler_cpu: Option<usize>,
 ) -> Result<(Verified, Option<Prefetcher>), PagerError> {
     if read_around <= 1 {
         return Ok((Verified::new(backend), None));
     }
     let shared = SharedSwap::new(backend);
-    let ahead = Prefetcher::start(shared.clone(), page_size, read_around)
+    let ahead = Prefetcher::start(shared.clone(), page_size, read_around, handler_cpu)
         .map_err(io_error("starting the swap read-ahead thread"))?;
     Ok((Verified::new(Box::new(shared)), Some(ahead)))
 }
@@ -724,6 +787,13 @@ struct Handler {
     /// The page after the last swap-in's (and its read-around's): a fault
     /// there is a sequential scan, which read-around serves.
     next_sequential: Option<u64>,
+    /// Pages swapped in are mapped write-protected ([`DirtyTracking`]).
+    write_protect: bool,
+    /// UFFDIO_CONTINUE can keep a page write-protected (until the kernel
+    /// says it cannot).
+    continue_protected: bool,
+    /// The fault being served is a write.
+    write_fault: bool,
 }
 
 /// The referenced bits as the policy sees them: clearing one drops the
@@ -783,8 +853,12 @@ struct Leaving {
 /// How one fault was served, for the counters and service times.
 enum Served {
     ZeroFill,
-    SwapIn { eviction_ns: Option<f64> },
+    SwapIn {
+        eviction_ns: Option<f64>,
+    },
     ReferencedBit,
+    /// A first write to a page mapped write-protected.
+    DirtyBit,
     Duplicate,
 }
 
@@ -837,6 +911,10 @@ impl Handler {
                 bump(&c.bytes_in, self.page_size as u64);
             }
             Served::ReferencedBit => bump(&c.referenced_bit_faults, 1),
+            Served::DirtyBit => {
+                bump(&c.dirty_bit_faults, 1);
+                return;
+            }
             Served::Duplicate => {
                 bump(&c.duplicate_faults, 1);
                 return;
@@ -856,6 +934,10 @@ impl Handler {
                 down(&c.swap_ins, 1)
             }
             Served::ReferencedBit => down(&c.referenced_bit_faults, 1),
+            Served::DirtyBit => {
+                down(&c.dirty_bit_faults, 1);
+                return;
+            }
             Served::Duplicate => return,
         };
         down(&c.faults, 1);
@@ -873,7 +955,7 @@ impl Handler {
                 }
             }
             Served::ReferencedBit => record(&mut self.times.referenced_bit, ns),
-            Served::Duplicate => {}
+            Served::DirtyBit | Served::Duplicate => {}
         }
     }
 
@@ -895,6 +977,13 @@ impl Handler {
                 region: region.name.clone(),
             });
         }
+        self.write_fault = fault.flags & PAGEFAULT_FLAG_WRITE != 0;
+        if fault.flags & PAGEFAULT_FLAG_WP != 0 {
+            if let PageState::Resident(frame) = self.table.get(page).state {
+                return self.first_write(page, frame);
+            }
+            // Evicted meanwhile: served as the fault on a missing page it now is.
+        }
         let addr = self.page_addr(page);
         match self.table.get(page).state {
             PageState::Resident(frame) => self.serve_resident(page, frame),
@@ -914,11 +1003,10 @@ impl Handler {
     /// Allocates nothing (the faulting-thread mode calls it in a signal
     /// handler).
     fn serve_resident(&mut self, page: u64, frame: FrameId) -> Result<Served, FaultError> {
-        let page_bytes = self.page_size as u64;
         let addr = self.page_addr(page);
         let was_referenced = self.frames.get(frame).is_some_and(|f| f.referenced);
         self.count(&Served::ReferencedBit);
-        match self.uffd.continue_(addr, page_bytes) {
+        match self.map_resident(frame, addr) {
             Ok(()) => {
                 if let Some(f) = self.frames.get_mut(frame) {
                     f.referenced = true;
@@ -1074,12 +1162,17 @@ impl Handler {
         let hash = self.swap.written_hash(slot).unwrap_or(0);
         let served = Served::SwapIn { eviction_ns };
         self.count(&served);
-        if let Err(e) = self.uffd.copy(addr, self.buffer.ptr(), page_bytes) {
+        // A write would fault again at once on a protected page: it is
+        // mapped writable, and dirty.
+        let protect = self.write_protect && !self.write_fault;
+        let (_, copied) = self.copy_in(addr, self.buffer.ptr(), page_bytes, protect);
+        if let Err(e) = copied {
             self.uncount(&served);
             self.frames.release(frame);
             return self.install_failed(page, addr, "UFFDIO_COPY", e);
         }
         self.install(page, frame, hash);
+        self.mark_clean(frame, protect);
         self.next_sequential = Some(page + 1);
         Ok(served)
     }
@@ -1212,7 +1305,9 @@ impl Handler {
         let served = Served::SwapIn { eviction_ns };
         self.count(&served);
         let addr = self.page_addr(page);
-        let (copied, result) = self.uffd.copy_pages(addr, src, len as u64);
+        // Protected, the faulting page too: a write to it costs one fault
+        // more per run, not per page.
+        let (copied, result) = self.copy_in(addr, src, len as u64, self.write_protect);
         // Pages the kernel stopped before go back; it stops only at a page
         // already present, which the eviction order rules out.
         let installed = (copied as usize / self.page_size).min(count);
@@ -1236,6 +1331,7 @@ impl Handler {
             // Checked against this hash by the read.
             let hash = self.swap.written_hash(slot + i as u64).unwrap_or(0);
             self.install(page + i as u64, *frame, hash);
+            self.mark_clean(*frame, self.write_protect);
         }
         let extra = (installed - 1) as u64;
         bump(&self.counters.read_around_pages, extra);
@@ -1280,10 +1376,70 @@ impl Handler {
                 page,
                 referenced: true,
                 loaded_hash: hash,
+                clean: false,
             },
         );
         self.table.entry(page).state = PageState::Resident(frame);
         self.policy.loaded(frame, page);
+    }
+
+    /// A frame just filled by a copy that mapped it write-protected
+    /// (`protected`): known clean until its first write.
+    fn mark_clean(&mut self, frame: FrameId, protected: bool) {
+        if let Some(f) = self.frames.get_mut(frame) {
+            f.clean = protected;
+        }
+    }
+
+    /// UFFDIO_COPY of `len` bytes from `src` to `addr`, the pages mapped
+    /// write-protected when `protect`; with the bytes copied.
+    fn copy_in(&self, addr: u64, src: *const u8, len: u64, protect: bool) -> (u64, io::Result<()>) {
+        if protect {
+            self.uffd.copy_pages_protected(addr, src, len)
+        } else {
+            self.uffd.copy_pages(addr, src, len)
+        }
+    }
+
+    /// Map the resident page in `frame` again (its referenced bit was
+    /// cleared): a clean page stays write-protected, unless this is a
+    /// write (it would fault at once) or the kernel cannot (it is then
+    /// mapped writable and no longer known clean).
+    fn map_resident(&mut self, frame: FrameId, addr: u64) -> io::Result<()> {
+        let page_bytes = self.page_size as u64;
+        let clean = self.frames.get(frame).is_some_and(|f| f.clean);
+        if clean && !self.write_fault && self.continue_protected {
+            match self.uffd.continue_protected(addr, page_bytes) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.continue_protected = false;
+                    self.log(format!(
+                        "UFFDIO_CONTINUE cannot keep a page write-protected here ({e}): pages mapped again count as changed"
+                    ));
+                }
+                done => return done,
+            }
+        }
+        // Cleared before the ioctl wakes the application: it may write.
+        self.mark_clean(frame, false);
+        self.uffd.continue_(addr, page_bytes)
+    }
+
+    /// A first write to the page in `frame`, mapped write-protected: it
+    /// is changed from now on; let the write go on.
+    fn first_write(&mut self, page: u64, frame: FrameId) -> Result<Served, FaultError> {
+        // Cleared before the ioctl wakes the writer.
+        self.mark_clean(frame, false);
+        self.count(&Served::DirtyBit);
+        let page_bytes = self.page_size as u64;
+        if let Err(e) = self.uffd.write_unprotect(self.page_addr(page), page_bytes) {
+            self.uncount(&Served::DirtyBit);
+            return Err(FaultError::Install {
+                ioctl: "UFFDIO_WRITEPROTECT",
+                page,
+                source: e,
+            });
+        }
+        Ok(Served::DirtyBit)
     }
 
     fn wake(&self, addr: u64) -> Result<(), FaultError> {
@@ -1367,9 +1523,11 @@ impl Handler {
             };
             resident.push((frame, f));
         }
+        // A clean page is mapped write-protected: a write waits in a fault
+        // until the eviction is over, as if unmapped; the punch unmaps it.
         let mut mapped: Vec<u64> = resident
             .iter()
-            .filter(|(_, f)| f.referenced)
+            .filter(|(_, f)| f.referenced && !f.clean)
             .map(|(_, f)| f.page)
             .collect();
         mapped.sort_unstable();
@@ -1386,8 +1544,19 @@ impl Handler {
             f.referenced = false;
         }
         let page = f.page;
-        let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
         let entry = *self.table.entry(page);
+        if let (true, Some(slot)) = (f.clean, entry.slot) {
+            // Unchanged since it was read from this slot: nothing to hash
+            // or write.
+            bump(&self.counters.clean_drops, 1);
+            return Ok(Leaving {
+                frame,
+                page,
+                new_state: PageState::Swapped(slot),
+                write: None,
+            });
+        }
+        let hash = xxhash_rust::xxh3::xxh3_128(self.own_page(page));
         let (new_state, write) = if hash != f.loaded_hash {
             let slot = match entry.slot {
                 Some(slot) => slot,

@@ -12,6 +12,7 @@
 //! up), the prefetch thread takes it for the length of one read.
 
 use crate::page_buffer::PageBuffer;
+use crate::placement;
 use crate::swap::{SwapBackend, SwapError};
 use std::io;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -104,21 +105,38 @@ pub(crate) struct Prefetcher {
     spare: Option<PageBuffer>,
     page_size: usize,
     worker: Option<JoinHandle<()>>,
+    cpus: Vec<usize>,
 }
 
 impl Prefetcher {
     /// A prefetch thread reading runs of up to `run_pages` pages of
-    /// `page_size` bytes from `backend`.
+    /// `page_size` bytes from `backend`; kept off `handler_cpu` (the
+    /// read must go on while the handler copies, and a thread started by
+    /// a pinned one would share its CPU).
     pub(crate) fn start(
         backend: SharedSwap,
         page_size: usize,
         run_pages: usize,
+        handler_cpu: Option<usize>,
     ) -> io::Result<Prefetcher> {
         let (requests, inbox) = mpsc::channel::<Request>();
         let (outbox, results) = mpsc::channel::<Fetched>();
+        let (placed, where_placed) = mpsc::channel::<io::Result<Vec<usize>>>();
         let worker = std::thread::Builder::new()
             .name("osprobe-swap-ahead".into())
-            .spawn(move || read_runs(backend, page_size, inbox, outbox))?;
+            .spawn(move || {
+                let cpus = match handler_cpu {
+                    Some(cpu) => placement::away_from(cpu),
+                    None => osprobe_core::affinity::allowed_cpus(),
+                };
+                if placed.send(cpus).is_ok() {
+                    read_runs(backend, page_size, inbox, outbox);
+                }
+            })?;
+        // The thread answers at once; if it died first, the error says so.
+        let cpus = where_placed
+            .recv()
+            .map_err(|_| io::Error::other("the swap read-ahead thread ended at its start"))??;
         Ok(Prefetcher {
             requests: Some(requests),
             results,
@@ -126,7 +144,13 @@ impl Prefetcher {
             spare: Some(PageBuffer::new(page_size, run_pages)),
             page_size,
             worker: Some(worker),
+            cpus,
         })
+    }
+
+    /// The CPUs the read-ahead thread may run on.
+    pub(crate) fn cpus(&self) -> &[usize] {
+        &self.cpus
     }
 
     /// Make the run read ahead `pages` slots from `first` on: nothing to
@@ -335,7 +359,7 @@ mod tests {
     #[test]
     fn a_run_asked_for_comes_back_with_its_pages_and_their_hashes() {
         let (_dir, swap) = swap_with(8);
-        let mut ahead = Prefetcher::start(swap, PAGE, 4).unwrap();
+        let mut ahead = Prefetcher::start(swap, PAGE, 4, None).unwrap();
         ahead.ask(2, 4);
         // Asked again while in flight: still the one read.
         ahead.ask(2, 4);
@@ -355,7 +379,7 @@ mod tests {
     #[test]
     fn a_run_elsewhere_or_written_to_is_not_handed_out() {
         let (_dir, swap) = swap_with(8);
-        let mut ahead = Prefetcher::start(swap, PAGE, 4).unwrap();
+        let mut ahead = Prefetcher::start(swap, PAGE, 4, None).unwrap();
         ahead.ask(0, 4);
         assert!(ahead.take(1).is_none(), "another first slot");
         // A new ask replaces the run in flight.
@@ -370,9 +394,23 @@ mod tests {
     }
 
     #[test]
+    fn the_read_ahead_runs_off_the_handlers_cpu() {
+        let (_dir, swap) = swap_with(4);
+        let cpus = osprobe_core::affinity::allowed_cpus().unwrap();
+        let handler = cpus[0];
+        let mut ahead = Prefetcher::start(swap, PAGE, 4, Some(handler)).unwrap();
+        if cpus.len() > 1 {
+            assert!(!ahead.cpus().contains(&handler), "{:?}", ahead.cpus());
+        }
+        // And it reads as before.
+        ahead.ask(0, 4);
+        assert!(ahead.take(0).unwrap().hashes.is_ok());
+    }
+
+    #[test]
     fn a_failed_read_ahead_says_why() {
         let (_dir, swap) = swap_with(2);
-        let mut ahead = Prefetcher::start(swap, PAGE, 4).unwrap();
+        let mut ahead = Prefetcher::start(swap, PAGE, 4, None).unwrap();
         // Slots 2 and 3 lie past the end of the file.
         ahead.ask(0, 4);
         let fetched = ahead.take(0).unwrap();

@@ -152,14 +152,18 @@ fn split(page: u64) -> (usize, usize) {
 }
 
 /// One frame: the page in it, whether the application referenced it
-/// since the bit was last cleared (and so has it mapped), and a hash of
+/// since the bit was last cleared (and so has it mapped), a hash of
 /// its contents when it was loaded (to tell a changed page from a clean
-/// one at eviction; see `Pager`).
+/// one at eviction; see `Pager`), and whether it is known clean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
     pub page: u64,
     pub referenced: bool,
     pub loaded_hash: u128,
+    /// Unchanged since it was loaded, for sure: mapped write-protected
+    /// ever since, with no write fault (see `crate::dirty`). False:
+    /// unknown, the hash decides.
+    pub clean: bool,
 }
 
 /// The frame table: `frames` slots, each empty or holding one page.

@@ -9,6 +9,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+mod write_protect;
+pub use write_protect::PAGEFAULT_FLAG_WP;
+
 const UFFD_API: u64 = 0xAA;
 
 const fn ioc(dir: u64, nr: u64, size: u64) -> u64 {

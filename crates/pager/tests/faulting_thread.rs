@@ -6,7 +6,7 @@
 //! These need userfaultfd: they run as root (and must, in CI).
 
 use osprobe_pager::policy::policy_by_name;
-use osprobe_pager::swap::FileSwap;
+use osprobe_pager::swap::{FileSwap, SwapBackend, SwapError};
 use osprobe_pager::{Pager, PagerConfig, PagerCounters};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
@@ -177,14 +177,54 @@ fn several_pagers_in_this_mode_serve_their_own_regions() {
     assert_eq!(b.finish().0.zero_fills, 2);
 }
 
+#[test]
+fn a_system_call_touching_an_unserved_page_gets_efault() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut pager = start(4, 4, "fifo", &dir);
+    let page_size = pager.page_size();
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let read_into = |at: *mut u8| {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a page of the region as the buffer of a read(2).
+        let n = unsafe { libc::read(zero.as_raw_fd(), at.cast(), page_size) };
+        (n, std::io::Error::last_os_error().raw_os_error())
+    };
+    let memory = pager.memory();
+    // The kernel's own access raises no signal: EFAULT, not a wait.
+    let (n, errno) = read_into(memory.as_mut_ptr());
+    assert_eq!((n, errno), (-1, Some(libc::EFAULT)));
+    // Touched first (served on this thread), the page takes the read.
+    memory[page_size] = 9;
+    let (n, _) = read_into(memory[page_size..].as_mut_ptr());
+    assert_eq!(n, page_size as isize);
+    assert_eq!(memory[page_size], 0);
+    assert_eq!(pager.finish().0.zero_fills, 1);
+}
+
 /// Run this binary again with only `test` selected and `scenario` in the
-/// environment; its exit status.
+/// environment; its exit status. The child dumps no core when SIGBUS
+/// ends it (no file left beside the tests).
 fn child(test: &str, scenario: &str) -> std::process::Output {
-    Command::new(std::env::current_exe().unwrap())
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, scenario)
-        .output()
-        .unwrap()
+        .env(CHILD, scenario);
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            Ok(())
+        });
+    }
+    command.output().unwrap()
 }
 
 /// A page of a zero-length file: touching it is a genuine bus error
@@ -228,6 +268,66 @@ fn child_touches_outside_the_region() {
     eprintln!("survived a bus error");
     drop(pager);
     std::process::exit(0);
+}
+
+/// A swap that refuses every write: an eviction of a changed page fails.
+struct FullSwap;
+
+impl SwapBackend for FullSwap {
+    fn describe(&self) -> String {
+        "a swap that refuses every write".into()
+    }
+    fn write_page(&mut self, _slot: u64, _page: &[u8]) -> Result<(), SwapError> {
+        Err(SwapError::Open("the test swap takes no writes".into()))
+    }
+    fn read_page(&mut self, _slot: u64, _page: &mut [u8]) -> Result<(), SwapError> {
+        Err(SwapError::Open("the test swap holds nothing".into()))
+    }
+}
+
+/// In the child: a fault that needs an eviction the swap refuses; the
+/// pager's thread cannot serve it, and the access must end the process
+/// with SIGBUS (not hang, not see a page it did not write).
+#[test]
+fn child_cannot_be_served() {
+    if std::env::var(CHILD).as_deref() != Ok("unservable") {
+        return;
+    }
+    let policy = policy_by_name("fifo", None).unwrap();
+    let mut config = PagerConfig::new(8, 2, policy, Box::new(FullSwap));
+    config.serve = osprobe_pager::pager::Serve::FaultingThread;
+    let mut pager = Pager::start(config).unwrap();
+    let page_size = pager.page_size();
+    let memory = pager.memory();
+    memory[0] = 1;
+    memory[page_size] = 2;
+    eprintln!("two pages in two frames");
+    // A third page: the first must go, and its write-back fails.
+    memory[2 * page_size] = 3;
+    eprintln!("survived an unservable fault");
+    std::process::exit(0);
+}
+
+#[test]
+fn a_fault_the_pager_cannot_serve_ends_the_process_with_its_reason() {
+    if !available() {
+        return;
+    }
+    let out = child("child_cannot_be_served", "unservable");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("two pages in two frames"), "{stderr}");
+    assert!(!stderr.contains("survived"), "{stderr}");
+    // The pager's thread logged why, as in the default mode.
+    assert!(
+        stderr.contains("takes no writes") && stderr.contains("gets SIGBUS"),
+        "{stderr}"
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "{:?}: {stderr}",
+        out.status
+    );
 }
 
 #[test]

@@ -50,6 +50,15 @@
 //! still buffered are queued and written together just before the client
 //! would block, one segment for several requests instead of one each
 //! (TCP_NODELAY stays on, so a lone request still leaves at once).
+//!
+//! UDP costs: a datagram per request and per reply, so the pipeline saves
+//! system calls and wake-ups by batches. The requests issued while the
+//! replies of a batch were acted on go with one sendmmsg just before the
+//! client waits (the server's worker then finds them queued together);
+//! the replies queued go into their places with one recvmmsg
+//! ([`crate::udp_place`]). The receive timeout is set only when the next
+//! retransmission is due sooner than the one set (a system call per reply
+//! before).
 
 use crate::error::ClientError;
 use crate::inplace::{Expected, Placed, Placer};

@@ -1,8 +1,9 @@
 //! `rfs serve`: the sockets around [`crate::service`].
 //!
-//! UDP: a few worker threads block in `recv_from` on one socket (the
-//! kernel hands each datagram to one of them), handle it and send the
-//! reply to its source. Requests of one client may run on several workers
+//! UDP: a few worker threads block on one socket, each taking the
+//! datagrams queued there with one call, and send the replies to their
+//! sources with another ([`crate::udp_worker`]: a read's data gathered
+//! from the file's mapped pages). Requests of one client may run on several workers
 //! at once and be answered out of order; the client matches replies by
 //! request id. A retransmission that arrives while the original is still
 //! running is dropped by the duplicate-request cache.
@@ -38,8 +39,9 @@
 //!
 //! Memory: per client, the duplicate-request cache (bounded by
 //! `max_client_memory` less the connection buffers) and, for TCP, an input
-//! buffer of two frames and an output buffer of two. UDP workers share one
-//! datagram buffer each. So the server's memory is bounded by
+//! buffer of two frames and an output buffer of two. Each UDP worker has a
+//! batch of datagram buffers (1 MiB) and a few mapped file windows
+//! ([`crate::mapped`]: address space, not memory). So the server's memory is bounded by
 //! `(max_clients + 4) x max_client_memory` plus the handle table and the
 //! pending pool's buffers (of which a peer without a session fills at most
 //! a hello), whatever the

@@ -70,15 +70,16 @@ impl Receiver {
         placed: &mut Vec<Placed>,
     ) -> io::Result<()> {
         self.whole.clear();
-        let mut empty: [u8; 0] = [];
-        let mut iovs: Vec<[libc::iovec; 3]> = Vec::with_capacity(BATCH);
+        // A slot with a place: head, place, rest. One without (more
+        // datagrams than reads guessed, or a job without places, as `get`'s):
+        // the rest alone, so that its datagram needs no putting together.
+        let mut iovs: Vec<([libc::iovec; 3], usize)> = Vec::with_capacity(BATCH);
         let mut places_iter = places.iter_mut();
         for (head, rest) in self.heads.iter_mut().zip(self.rest.iter_mut()) {
-            let place: &mut [u8] = match places_iter.next() {
-                Some(p) => p,
-                None => &mut empty,
-            };
-            iovs.push([iovec(head), iovec(place), iovec(rest)]);
+            iovs.push(match places_iter.next() {
+                Some(place) => ([iovec(head), iovec(place), iovec(rest)], 3),
+                None => ([iovec(rest), iovec(&mut []), iovec(&mut [])], 1),
+            });
         }
         if iovs.is_empty() {
             return Err(io::Error::other(
@@ -87,9 +88,9 @@ impl Receiver {
         }
         // SAFETY: mmsghdr is plain data; all-zero is "no address, no data".
         let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; iovs.len()];
-        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+        for (m, (iov, count)) in msgs.iter_mut().zip(iovs.iter_mut()) {
             m.msg_hdr.msg_iov = iov.as_mut_ptr();
-            m.msg_hdr.msg_iovlen = iov.len() as _;
+            m.msg_hdr.msg_iovlen = *count as _;
         }
         let n = loop {
             // SAFETY: each header's iovecs describe a head slot, a place and
@@ -114,7 +115,10 @@ impl Receiver {
         };
         for (slot, m) in msgs.iter().take(n).enumerate() {
             let len = m.msg_len as usize;
-            let place: &[u8] = places.get(slot).map_or(&[], |p| &p[..]);
+            let Some(place) = places.get(slot) else {
+                self.whole.push((slot, len.min(self.rest[slot].len())));
+                continue;
+            };
             let guess = expected.get(slot).filter(|e| e.len == place.len());
             match guess.and_then(|e| check(&self.heads[slot], len, session, *e)) {
                 Some(reply) => placed.push(reply),
@@ -264,6 +268,30 @@ mod tests {
         assert_eq!(whole, [4, 6, 7, 99].map(datagram));
         let (h, _, r) = decode_reply(&whole[0]).unwrap();
         assert_eq!((h.xid, r.unwrap_err().code), (4, ErrorCode::Io));
+    }
+
+    #[test]
+    fn without_places_every_datagram_comes_back_whole() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let order = [1, 4, 2, 99, 3, 5, 6, 7, 8];
+        for &xid in &order {
+            tx.send(&datagram(xid)).unwrap();
+        }
+        let mut receiver = Receiver::new();
+        let (mut placed, mut whole) = (Vec::new(), Vec::new());
+        while whole.len() < order.len() {
+            receiver
+                .recv(&rx, SESSION, &[], &mut [], &mut placed)
+                .unwrap();
+            for i in 0..receiver.unplaced() {
+                whole.push(receiver.whole(i).to_vec());
+            }
+        }
+        assert!(placed.is_empty());
+        assert_eq!(whole, order.map(datagram));
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub(crate) fn serve(service: &Service, udp: &UdpSocket, stop: &AtomicBool) {
         // Only now, with no reply pointing into them, may windows go.
         replies.clear();
         windows.trim();
+        windows.sweep(Instant::now());
     }
 }
 

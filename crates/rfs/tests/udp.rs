@@ -115,3 +115,26 @@ fn a_file_shrinking_and_growing_under_reads_gives_only_its_bytes() {
         assert!(writer.join().unwrap() > 0);
     });
 }
+
+#[test]
+fn reads_over_ipv6_loopback_come_back_whole() {
+    let export = tempfile::tempdir().unwrap();
+    let content = data((1 << 20) + 99, 51);
+    std::fs::write(export.path().join("f"), &content).unwrap();
+    let addr: std::net::SocketAddr = "[::1]:0".parse().unwrap();
+    if std::net::UdpSocket::bind(addr).is_err() {
+        osprobe_core::testing::skip("no IPv6 loopback (::1) here");
+        return;
+    }
+    let server = TestServer::start_at(
+        addr,
+        export.path(),
+        Transports::UDP,
+        ServerOptions::default(),
+    );
+    let mut c = Client::connect(server.addr, options(Transport::Udp, 32, 32 << 10)).unwrap();
+    let fd = c.open("f", OpenMode::Read).unwrap();
+    let mut buf = vec![0u8; content.len()];
+    assert_eq!(c.read_at(fd, 0, &mut buf).unwrap(), content.len());
+    assert!(buf == content, "the bytes differ over IPv6");
+}

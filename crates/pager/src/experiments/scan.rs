@@ -14,7 +14,7 @@
 use super::{check_pager, one_cpu};
 use crate::policy::policy_by_name;
 use crate::swap::RfsSwap;
-use crate::{Pager, PagerConfig, PagerCounters};
+use crate::{DirtyTracking, Pager, PagerConfig, PagerCounters};
 use osprobe_core::affinity::PinGuard;
 use osprobe_core::harness::value_measurement;
 use osprobe_core::{
@@ -28,7 +28,7 @@ use std::time::Instant;
 
 pub struct PageScan;
 
-const PARAMS: [ParamSpec; 6] = [
+const PARAMS: [ParamSpec; 7] = [
     ParamSpec {
         name: "read_around",
         help: "pages brought in per sequential swap-in (1: off); batches of evictions are as large",
@@ -51,6 +51,11 @@ const PARAMS: [ParamSpec; 6] = [
         name: "window",
         help: "requests in flight, for the swap and for rfs get alike",
         kind: ParamKind::Int { min: 1, max: 64 },
+    },
+    ParamSpec {
+        name: "dirty_bit",
+        help: "how an evicted page is known to be unchanged: write_protect (pages swapped in are mapped write-protected; falls back to hash where the kernel cannot) or hash (every page leaving is hashed)",
+        kind: ParamKind::Choice(&["write_protect", "hash"]),
     },
     PATH_PARAM,
     DELAY_PARAM,
@@ -122,8 +127,10 @@ impl Experiment for PageScan {
             packet: PACKET.min(transport.max_data()),
             ..ClientOptions::default()
         };
-        let (mut pager, _pin) = start_pager(&path, &options, frames, read_around)?;
+        let write_protect = params.text("dirty_bit").unwrap_or("write_protect") == "write_protect";
+        let (mut pager, pin) = start_pager(&path, &options, (frames, read_around), write_protect)?;
         let bytes = pager.len() as u64;
+        let placed = placement_note(&pager, pin.cpu);
 
         // rfs get of as many bytes, on the same path with the same options.
         make_file(path.export(), FILE, bytes)?;
@@ -136,6 +143,7 @@ impl Experiment for PageScan {
         let (scan_bits, get_bits) = alternate(ctx, &mut pager, &mut getter, passes)?;
         getter.close();
         let after = pager.counters();
+        let pager_dirty = pager.dirty_tracking().clone();
         let (counters, _) = pager.finish();
         if counters.failures > 0 {
             return Err(ExperimentError::Failed(format!(
@@ -173,6 +181,8 @@ impl Experiment for PageScan {
             "scan / rfs get on the same path, medians: {ratio:.2}"
         ));
         scan_m.notes.push(counters_note(&before, &after, passes));
+        scan_m.notes.push(placed);
+        scan_m.notes.push(pager_dirty_note(&after, pager_dirty));
         get_m.notes.push(format!(
             "one sample = one read_at of a {} MiB file into memory, alternating with the scan's passes; {setting}",
             bytes >> 20
@@ -186,8 +196,8 @@ impl Experiment for PageScan {
 fn start_pager(
     path: &TestPath,
     options: &ClientOptions,
-    frames: usize,
-    read_around: usize,
+    (frames, read_around): (usize, usize),
+    write_protect: bool,
 ) -> Result<(Pager, PinGuard), ExperimentError> {
     let swap = RfsSwap::create(path.client(options.clone())?, "osprobe-pager-scan.swap")
         .map_err(|e| ExperimentError::setup("the swap on the remote file service", e))?;
@@ -198,6 +208,7 @@ fn start_pager(
     config.read_around = read_around;
     config.evict_batch = read_around;
     config.handler_cpu = Some(pin.cpu);
+    config.write_protect = write_protect;
     let pager =
         Pager::start(config).map_err(|e| ExperimentError::failed("starting the pager", e))?;
     Ok((pager, pin))
@@ -312,6 +323,27 @@ fn scan(pager: &mut Pager) -> Result<f64, ExperimentError> {
 
 fn marker(page: usize) -> u8 {
     (page % 251) as u8 + 1
+}
+
+/// Where the pager's threads ran: the overlap of the read-ahead with the
+/// handler's copies needs a CPU of its own.
+fn placement_note(pager: &Pager, handler_cpu: usize) -> String {
+    match pager.read_ahead_cpus() {
+        Some(cpus) => format!(
+            "the application and the handler on CPU {handler_cpu}, the swap read-ahead thread on CPU(s) {cpus:?}"
+        ),
+        None => format!(
+            "the application and the handler on CPU {handler_cpu}; read-around off, no read-ahead thread"
+        ),
+    }
+}
+
+/// How clean pages were told from changed ones, and what it saved.
+fn pager_dirty_note(after: &PagerCounters, tracking: DirtyTracking) -> String {
+    format!(
+        "{tracking}; over the run {} clean pages dropped unhashed, {} first writes to write-protected pages",
+        after.clean_drops, after.dirty_bit_faults
+    )
 }
 
 fn counters_note(before: &PagerCounters, after: &PagerCounters, passes: usize) -> String {

@@ -23,6 +23,8 @@ pub enum QuicError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Boxed, as in `Timeout`: two endpoints' errors would make every
+    /// `Result<_, QuicError>` large.
     #[error("the QUIC connection failed: {0}")]
     Connection(#[source] Box<EndpointFailures>),
     #[error("the QUIC transfer did not finish within {limit:?}: {ends}")]
