@@ -39,10 +39,6 @@ pub enum UsageError {
     /// the input itself (a store URL, a run id, a label).
     #[error("{0}")]
     Invalid(Cause),
-    /// Said in words by the verbs that build their message themselves
-    /// (see [`UsageError()`]).
-    #[error("{0}")]
-    Said(String),
 }
 
 impl UsageError {
@@ -66,15 +62,6 @@ impl UsageError {
             problem: problem.into(),
         }
     }
-}
-
-/// A usage error said in words that already name the input and what it
-/// accepts: the form the service verbs and flags/ use (`UsageError(text)`,
-/// as when this was a tuple struct), kept so that they move to the named
-/// variants one at a time.
-#[allow(non_snake_case)]
-pub fn UsageError(message: String) -> UsageError {
-    UsageError::Said(message)
 }
 
 #[cfg(test)]
@@ -107,8 +94,8 @@ mod tests {
             refused.source().is_none(),
             "said once, not also as a source"
         );
-        let said = UsageError("--bind 'x': expected ADDR:PORT".into());
-        assert!(matches!(said, UsageError::Said(_)));
+        let input = UsageError::input("--token-file t", "its first line is empty");
+        assert_eq!(input.to_string(), "--token-file t: its first line is empty");
     }
 
     #[test]

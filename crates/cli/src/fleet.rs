@@ -3,7 +3,7 @@
 //! ssh), then osprobe_fleet runs the hosts and pairs, storing each run as
 //! it arrives, and its report is printed (docs/fleet.md).
 
-use crate::error::UsageError;
+use crate::error::{Cause, UsageError};
 use crate::flags::fleet::{FleetArgs, FleetCommand, FleetRunArgs};
 use anyhow::Result;
 use osprobe_fleet::progress::Progress;
@@ -21,15 +21,15 @@ pub fn fleet(args: FleetArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCo
     }
 }
 
-fn usage(e: impl std::fmt::Display) -> UsageError {
-    UsageError(e.to_string())
+fn usage(e: impl Into<Cause>) -> UsageError {
+    UsageError::invalid(e)
 }
 
 fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     let inventory = Inventory::load(&args.inventory).map_err(usage)?;
     crate::registry::registry()
         .select(&args.only)
-        .map_err(|e| UsageError(format!("--only: {e}")))?;
+        .map_err(|e| UsageError::refused("--only", e))?;
     let pair_plan = match &args.pairs {
         Some(spec) => pairs::plan(spec, &inventory).map_err(usage)?,
         None => Vec::new(),

@@ -5,7 +5,7 @@
 //! `shell::Emulated`, the server in B from osprobe-net, the report
 //! rendered by the link crate.
 
-use crate::error::UsageError;
+use crate::error::{Cause, UsageError};
 use crate::flags::link::LinkArgs;
 use crate::output::{Exporter, Json, Text};
 use anyhow::{Context as _, Result};
@@ -46,8 +46,8 @@ fn config_of(args: &LinkArgs) -> Result<LinkConfig> {
     usage(options_of(args).config())
 }
 
-fn usage<T>(result: Result<T, impl std::fmt::Display>) -> Result<T> {
-    result.map_err(|e| UsageError(e.to_string()).into())
+fn usage<T>(result: Result<T, impl Into<Cause>>) -> Result<T> {
+    result.map_err(|e| UsageError::invalid(e).into())
 }
 
 pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
@@ -55,7 +55,7 @@ pub fn link(args: LinkArgs, quiet: bool) -> Result<ExitCode> {
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or_else(|| UsageError("a command to run is needed after --".into()))?;
+        .ok_or_else(|| UsageError::input("osprobe link", "a command to run is needed after --"))?;
     let to = usage(args.to.as_deref().map(shell::resolve_host).transpose())?;
     let wmem = usage(options_of(&args).wmem_bytes())?;
     interrupt::install();

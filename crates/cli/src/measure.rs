@@ -13,6 +13,7 @@ use osprobe_core::{Environment, Experiment, Profile, Run};
 use osprobe_net::far_ends;
 use osprobe_net::net_flags::{self, NetFlags};
 use osprobe_store::RunStore;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -129,14 +130,15 @@ struct Request<'r> {
 
 /// Plan, open the store, measure, store, print: shared by `run`, `bench`
 /// and `net`. The run itself is assembled by `osprobe_core::runner`.
-fn measure(request: Request) -> Result<ExitCode> {
+fn measure(mut request: Request) -> Result<ExitCode> {
     let opts = request.opts;
     let profile = Profile::parse(&opts.profile).ok_or_else(|| UsageError::Value {
         flag: "--profile",
         value: opts.profile.clone(),
         accepted: "smoke, quick or full".into(),
     })?;
-    let plan = Plan::new(request.selected, profile, request.overrides)
+    let selected = std::mem::take(&mut request.selected);
+    let plan = Plan::new(selected, profile, request.overrides)
         .map_err(|e| UsageError::refused("--param", e))?;
     let labels = osprobe_core::labels::collect(&opts.labels).map_err(UsageError::invalid)?;
     // Open the store before measuring: a bad --db fails in a millisecond,
@@ -144,30 +146,10 @@ fn measure(request: Request) -> Result<ExitCode> {
     let store = if opts.no_store {
         None
     } else {
-        Some(crate::store::open_for_writing(request.db)?)
+        Some(crate::store::open_for_writing(request.db.take())?)
     };
     let exports = crate::export::Exports::create(opts)?;
-
-    osprobe_core::interrupt::install();
-    let started = osprobe_core::now_rfc3339();
-    let mut ctx = runner::context(&plan, profile, crate::version::build_info());
-    if let Some(warning) = crate::version::debug_build_warning() {
-        eprintln!("{warning}");
-    }
-    let far_ends = announce(&plan, &ctx.environment, opts, request.peer_token.as_deref());
-    ctx.locator = Some(osprobe_net::locate::locator(request.peer_token.clone()));
-    ctx.peer_token = request.peer_token;
-    let options = runner::RunOptions {
-        started,
-        command: osprobe_store::command_line::redacted(std::env::args().skip(1)),
-        labels,
-        far_ends,
-    };
-    let measured = {
-        let mut bar = Bar::new(plan.points(), request.quiet);
-        runner::measure(&plan, &ctx, options, &mut bar)
-    };
-    let Ok(measured) = measured else {
+    let Ok(measured) = measure_plan(&plan, profile, labels, &request) else {
         exports.discard();
         eprintln!("osprobe: interrupted; nothing was stored");
         return Ok(ExitCode::from(osprobe_core::interrupt::exit_code()));
@@ -188,6 +170,35 @@ fn measure(request: Request) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The run itself: its context (the clock, the machine and the far ends,
+/// announced; the peer's token and services), measured under a progress
+/// bar, which is gone when this returns.
+fn measure_plan(
+    plan: &Plan,
+    profile: Profile,
+    labels: BTreeMap<String, String>,
+    request: &Request,
+) -> Result<runner::Measured, runner::Interrupted> {
+    osprobe_core::interrupt::install();
+    let started = osprobe_core::now_rfc3339();
+    let mut ctx = runner::context(plan, profile, crate::version::build_info());
+    if let Some(warning) = crate::version::debug_build_warning() {
+        eprintln!("{warning}");
+    }
+    let token = request.peer_token.clone();
+    let far_ends = announce(plan, &ctx.environment, request.opts, token.as_deref());
+    ctx.locator = Some(osprobe_net::locate::locator(token.clone()));
+    ctx.peer_token = token;
+    let options = runner::RunOptions {
+        started,
+        command: osprobe_store::command_line::redacted(std::env::args().skip(1)),
+        labels,
+        far_ends,
+    };
+    let mut bar = Bar::new(plan.points(), request.quiet);
+    runner::measure(plan, &ctx, options, &mut bar)
 }
 
 /// Before measuring, unless the output is JSON or brief: the environment,

@@ -47,7 +47,7 @@ pub fn serve(args: NetServeArgs, quiet: bool) -> Result<ExitCode> {
     }
     let serving = Serving::start(options, events(quiet), interrupt::flag()).map_err(|e| {
         match e.is_usage() {
-            true => UsageError(e.to_string()).into(),
+            true => UsageError::invalid(e).into(),
             // The message already holds its causes; anyhow's chain would repeat them.
             false => anyhow::anyhow!(e.to_string()),
         }
@@ -85,20 +85,20 @@ fn say(line: &str) {
 
 /// `--bind ADDR:PORT`.
 fn bind_of(raw: &str) -> Result<SocketAddr, UsageError> {
-    raw.parse().map_err(|_| {
-        UsageError(format!(
-            "--bind '{raw}': expected ADDR:PORT, e.g. 0.0.0.0:5301 or [::]:5301"
-        ))
+    raw.parse().map_err(|_| UsageError::Value {
+        flag: "--bind",
+        value: raw.to_string(),
+        accepted: "ADDR:PORT, e.g. 0.0.0.0:5301 or [::]:5301".into(),
     })
 }
 
 /// `--max-bytes SIZE`, if given.
 fn max_bytes_of(raw: Option<&str>) -> Result<Option<u64>, UsageError> {
     raw.map(|raw| {
-        osprobe_core::experiment::parse_bytes(raw).ok_or_else(|| {
-            UsageError(format!(
-                "--max-bytes '{raw}': expected a size in bytes, e.g. 500M, 10G or 1048576"
-            ))
+        osprobe_core::experiment::parse_bytes(raw).ok_or_else(|| UsageError::Value {
+            flag: "--max-bytes",
+            value: raw.to_string(),
+            accepted: "a size in bytes, e.g. 500M, 10G or 1048576".into(),
         })
     })
     .transpose()
@@ -106,9 +106,8 @@ fn max_bytes_of(raw: Option<&str>) -> Result<Option<u64>, UsageError> {
 
 pub fn send(args: SendArgs, quiet: bool) -> Result<ExitCode> {
     let request = SendRequest::from_text(args.file, args.name, &args.method, &args.packet)
-        .map_err(|e| UsageError(e.to_string()))?;
-    let addr =
-        osprobe_net::path::resolve(&args.to).map_err(|e| UsageError(format!("--to: {e}")))?;
+        .map_err(UsageError::invalid)?;
+    let addr = osprobe_net::path::resolve(&args.to).map_err(|e| UsageError::refused("--to", e))?;
     let peer = Peer::new(addr, args.token.secret()?);
     interrupt::install();
     let bar = crate::progress::byte_bar(quiet || args.json);

@@ -44,7 +44,7 @@ fn options_of(args: &PagerRunArgs) -> RunOptions {
 
 fn run(args: PagerRunArgs, quiet: bool) -> Result<ExitCode> {
     let options = options_of(&args);
-    match options.plan().map_err(|e| UsageError(e.to_string()))? {
+    match options.plan().map_err(UsageError::invalid)? {
         Plan::Shared(plan) => processes::run(&args, plan, quiet),
         Plan::Single(plan) => run_single(&args, &options, plan, quiet),
     }

@@ -4,7 +4,7 @@
 //! protocol, the window, the checks and the outcomes' rendering live in
 //! the library.
 
-use crate::error::UsageError;
+use crate::error::{Cause, UsageError};
 use crate::flags::rfs::{
     ClientArgs, GetArgs, LsArgs, PutArgs, RfsArgs, RfsCommand, RfsServeArgs, StatArgs,
 };
@@ -34,17 +34,16 @@ pub fn rfs(args: RfsArgs, quiet: bool) -> Result<ExitCode> {
 }
 
 fn serve(args: RfsServeArgs, quiet: bool) -> Result<ExitCode> {
-    let bind: SocketAddr = args.bind.parse().map_err(|_| {
-        UsageError(format!(
-            "--bind '{}': expected ADDR:PORT, e.g. 0.0.0.0:{DEFAULT_PORT} or 127.0.0.1:0",
-            args.bind
-        ))
+    let bind: SocketAddr = args.bind.parse().map_err(|_| UsageError::Value {
+        flag: "--bind",
+        value: args.bind.clone(),
+        accepted: format!("ADDR:PORT, e.g. 0.0.0.0:{DEFAULT_PORT} or 127.0.0.1:0"),
     })?;
     if !args.dir.is_dir() {
-        return Err(UsageError(format!(
-            "{}: not a directory (rfs serve exports one existing directory)",
-            args.dir.display()
-        ))
+        return Err(UsageError::input(
+            args.dir.display(),
+            "not a directory (rfs serve exports one existing directory)",
+        )
         .into());
     }
     let transports = Transports::chosen(args.udp, args.tcp);
@@ -103,10 +102,10 @@ fn say(line: &str) {
 fn max_file_size_of(raw: &str) -> Result<u64, UsageError> {
     osprobe_core::experiment::parse_bytes(raw)
         .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--max-file-size '{raw}': expected a size of at least one byte, e.g. 64G or 500M"
-            ))
+        .ok_or_else(|| UsageError::Value {
+            flag: "--max-file-size",
+            value: raw.to_string(),
+            accepted: "a size of at least one byte, e.g. 64G or 500M".into(),
         })
 }
 
@@ -147,9 +146,9 @@ fn client_error(e: osprobe_rfs::ClientError) -> anyhow::Error {
 /// The user's mistake (exit code 2: a bad value, a missing name), or any
 /// other failure (exit code 1: a file that cannot be sent, a server that
 /// does not answer), in the library's own words.
-fn classified(usage: bool, e: impl std::fmt::Display) -> anyhow::Error {
+fn classified(usage: bool, e: impl Into<Cause> + std::fmt::Display) -> anyhow::Error {
     match usage {
-        true => UsageError(e.to_string()).into(),
+        true => UsageError::invalid(e).into(),
         false => anyhow::anyhow!(e.to_string()),
     }
 }

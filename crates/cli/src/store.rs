@@ -74,10 +74,9 @@ pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
 /// The store errors that name a mistake in what the user typed (exit 2);
 /// the others (unreachable, corrupt, too new) are failures (exit 1).
 pub fn classify(e: StoreError) -> anyhow::Error {
-    match e {
-        StoreError::BadUrl { .. }
-        | StoreError::UnknownRun { .. }
-        | StoreError::AmbiguousRun { .. } => UsageError::invalid(e).into(),
-        other => other.into(),
+    if e.is_user_input() {
+        UsageError::invalid(e).into()
+    } else {
+        e.into()
     }
 }

@@ -34,12 +34,17 @@
 //!   A fault queued meanwhile finds the page in swap and is served as a
 //!   swap-in: the handler decides from its own page table, never from the
 //!   fault's kind.
-//! - Dirty bit: not visible from user space either. A page is "changed"
-//!   when the 128-bit xxh3 hash of its contents differs from the hash
-//!   taken when it was loaded (about 0.2 us per page; the chance that a
-//!   change goes unnoticed is 2^-128 per eviction). A clean page keeps its
-//!   swap slot and is not written again; a page still all zeros that never
-//!   had a slot goes back to "untouched".
+//! - Dirty bit: not visible from user space either. Where the kernel can
+//!   write-protect shared memory, a page swapped in is mapped
+//!   write-protected and its first write is a fault the handler sees
+//!   ([`crate::dirty`]): a page with no such fault leaves unhashed and
+//!   unwritten, without the `madvise` (a write meanwhile waits in its
+//!   fault). Otherwise (and for pages zero-filled or mapped writable) a
+//!   page is "changed" when the 128-bit xxh3 hash of its contents differs
+//!   from the hash taken when it was loaded (about 0.2 us per page; the
+//!   chance that a change goes unnoticed is 2^-128 per eviction). A clean
+//!   page keeps its swap slot and is not written again; a page still all
+//!   zeros that never had a slot goes back to "untouched".
 //! - Swap integrity: every page written to swap has its xxh3-128 kept
 //!   ([`crate::swap::Verified`]); a page read back with another hash is
 //!   an error like a failing backend, never data in the application's
@@ -368,13 +373,7 @@ impl Pager {
         let memfd = memfd(len)?;
         let app = Mapping::shared(&memfd, len)?;
         let own = Mapping::shared(&memfd, len)?;
-        let dirty_tracking = crate::dirty::register(
-            &uffd,
-            app.addr as u64,
-            len as u64,
-            wants_write_protect(&config),
-        )
-        .map_err(io_error("registering the region with userfaultfd"))?;
+        let dirty_tracking = register_region(&uffd, &app, &config)?;
 
         let table = page_table(&config, &app, page_size)?;
 
@@ -574,6 +573,18 @@ pub fn exit_on_sigbus() {
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
     }
+}
+
+/// Register the application's mapping with the userfaultfd, for
+/// write-protect faults too where they track the dirty bit.
+fn register_region(
+    uffd: &Userfaultfd,
+    app: &Mapping,
+    config: &PagerConfig,
+) -> Result<DirtyTracking, PagerError> {
+    let wanted = wants_write_protect(config);
+    crate::dirty::register(uffd, app.addr as u64, app.len as u64, wanted)
+        .map_err(io_error("registering the region with userfaultfd"))
 }
 
 /// Whether write-protect may track this pager's dirty bits, or why not.

@@ -79,6 +79,20 @@ pub enum StoreError {
     Postgres { url: String, reason: String },
 }
 
+impl StoreError {
+    /// A mistake in what the user typed (a store URL, a run id): theirs to
+    /// fix (a usage error), where the others (unreachable, corrupt, too
+    /// new, not created yet) are failures of the store.
+    pub fn is_user_input(&self) -> bool {
+        matches!(
+            self,
+            StoreError::BadUrl { .. }
+                | StoreError::UnknownRun { .. }
+                | StoreError::AmbiguousRun { .. }
+        )
+    }
+}
+
 /// How a command uses the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -164,5 +178,31 @@ pub fn default_path() -> Result<PathBuf, StoreError> {
     match default_location()? {
         Location::Sqlite(path) => Ok(path),
         Location::Postgres(_) => location::default_sqlite_path(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_url_or_run_id_is_the_users_input_an_absent_store_is_not() {
+        let unknown = StoreError::UnknownRun {
+            id: "01X".into(),
+            hint: "see osprobe history".into(),
+        };
+        assert!(unknown.is_user_input());
+        let ambiguous = StoreError::AmbiguousRun {
+            id: "01".into(),
+            count: 2,
+        };
+        assert!(ambiguous.is_user_input());
+        let url = StoreError::BadUrl {
+            url: "postgres://".into(),
+            reason: "no host".into(),
+        };
+        assert!(url.is_user_input());
+        assert!(!StoreError::Missing(PathBuf::from("/x.db")).is_user_input());
+        assert!(!StoreError::NoDefaultPath.is_user_input());
     }
 }

@@ -33,30 +33,42 @@ impl TokenArg {
         use std::io::Read;
         if let Some(path) = &self.token_file {
             let shown = path.display();
-            let file = std::fs::File::open(path)
-                .map_err(|e| UsageError(format!("--token-file {shown}: cannot open it: {e}")))?;
+            let file = std::fs::File::open(path).map_err(|e| {
+                UsageError::input(
+                    format!("--token-file {shown}"),
+                    format!("cannot open it: {e}"),
+                )
+            })?;
             let mut text = String::new();
             file.take(MAX_TOKEN_FILE + 1)
                 .read_to_string(&mut text)
                 .map_err(|e| {
-                    UsageError(format!("--token-file {shown}: cannot read it as text: {e}"))
+                    UsageError::input(
+                        format!("--token-file {shown}"),
+                        format!("cannot read it as text: {e}"),
+                    )
                 })?;
             if text.len() as u64 > MAX_TOKEN_FILE {
-                return Err(UsageError(format!(
-                    "--token-file {shown}: larger than {MAX_TOKEN_FILE} bytes; expected one line holding the secret"
-                )));
+                return Err(UsageError::input(
+                    format!("--token-file {shown}"),
+                    format!(
+                        "larger than {MAX_TOKEN_FILE} bytes; expected one line holding the secret"
+                    ),
+                ));
             }
             let secret = text.lines().next().unwrap_or("").trim_end_matches('\r');
             if secret.is_empty() {
-                return Err(UsageError(format!(
-                    "--token-file {shown}: its first line is empty; expected the secret there"
-                )));
+                return Err(UsageError::input(
+                    format!("--token-file {shown}"),
+                    "its first line is empty; expected the secret there",
+                ));
             }
             return Ok(Some(secret.to_string()));
         }
         match &self.token {
-            Some(t) if t.is_empty() => Err(UsageError(
-                "--token (or $OSPROBE_TOKEN): the secret must not be empty".into(),
+            Some(t) if t.is_empty() => Err(UsageError::input(
+                "--token (or $OSPROBE_TOKEN)",
+                "the secret must not be empty",
             )),
             other => Ok(other.clone()),
         }
@@ -89,11 +101,12 @@ impl ExposureArgs {
                 "osprobe {command}: WARNING: listening on {bind} without a token (--no-auth): anyone who can reach this port may use it"
             )));
         }
-        Err(UsageError(format!(
-            "{command} --bind {bind}: a server reachable from other hosts needs a token: \
+        Err(UsageError::input(
+            format!("{command} --bind {bind}"),
+            "a server reachable from other hosts needs a token: \
              give --token-file PATH (or $OSPROBE_TOKEN), or --no-auth to serve anyone; \
-             without --bind it listens on loopback only"
-        )))
+             without --bind it listens on loopback only",
+        ))
     }
 }
 
@@ -126,11 +139,14 @@ pub struct ProfileArgs {
 }
 
 /// `--param NAME=VALUE`, the value checked later against the experiment.
-pub fn parse_param(raw: &str) -> Result<(String, String), UsageError> {
+pub fn parse_param(raw: &str) -> Result<(String, String), NotNameValue> {
     match raw.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-        _ => Err(UsageError(format!(
-            "expected NAME=VALUE (e.g. args=3), got '{raw}'"
-        ))),
+        _ => Err(NotNameValue(raw.to_string())),
     }
 }
+
+/// A `--param` that is not NAME=VALUE (clap names the flag before it).
+#[derive(Debug, thiserror::Error)]
+#[error("expected NAME=VALUE (e.g. args=3), got '{0}'")]
+pub struct NotNameValue(String);

@@ -49,6 +49,10 @@ pub fn json_of(out: &std::process::Output) -> Value {
 /// Send SIGINT to a running osprobe, wait for it, and require exit code 130
 /// (interrupted); returns its output for further checks.
 pub fn interrupt(child: std::process::Child, what: &str) -> std::process::Output {
+    // Before osprobe catches SIGINT (it first looks for leftovers with ip
+    // and nft), the signal's default action would kill it: that is not
+    // the interruption under test.
+    wait_until_catching_sigint(child.id(), std::time::Duration::from_secs(20));
     // SAFETY: plain kill(2) of our own child, which has not been reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let out = child
@@ -61,6 +65,24 @@ pub fn interrupt(child: std::process::Child, what: &str) -> std::process::Output
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Wait (at most `within`) until `pid` has a handler for SIGINT: the
+/// SigCgt mask of /proc/PID/status has bit SIGINT - 1 set.
+fn wait_until_catching_sigint(pid: u32, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline && !catches_sigint(pid) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn catches_sigint(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
 }
 
 /// The documented JSON schema of runs.

@@ -110,27 +110,17 @@ impl Experiment for PageScan {
         check_pager()?;
         let frames = params.int("frames").unwrap_or(2048).max(64) as usize;
         let read_around = (params.int("read_around").unwrap_or(128).max(1) as usize).min(frames);
-        let window = params.int("window").unwrap_or(32).clamp(1, 64) as usize;
-        let transport = match params.text("transport").unwrap_or("tcp") {
-            "udp" => Transport::Udp,
-            _ => Transport::Tcp,
-        };
         let passes = match ctx.profile {
             Profile::Smoke => 2,
             Profile::Quick => 3,
             Profile::Full => 5,
         };
         let path = TestPath::open(params)?;
-        let options = ClientOptions {
-            transport,
-            window,
-            packet: PACKET.min(transport.max_data()),
-            ..ClientOptions::default()
-        };
+        let options = client_options(params);
+        let (window, transport) = (options.window, options.transport);
         let write_protect = params.text("dirty_bit").unwrap_or("write_protect") == "write_protect";
         let (mut pager, pin) = start_pager(&path, &options, (frames, read_around), write_protect)?;
         let bytes = pager.len() as u64;
-        let placed = placement_note(&pager, pin.cpu);
 
         // rfs get of as many bytes, on the same path with the same options.
         make_file(path.export(), FILE, bytes)?;
@@ -143,7 +133,11 @@ impl Experiment for PageScan {
         let (scan_bits, get_bits) = alternate(ctx, &mut pager, &mut getter, passes)?;
         getter.close();
         let after = pager.counters();
-        let pager_dirty = pager.dirty_tracking().clone();
+        let pager_notes = [
+            counters_note(&before, &after, passes),
+            placement_note(&pager, pin.cpu),
+            pager_dirty_note(&after, pager.dirty_tracking()),
+        ];
         let (counters, _) = pager.finish();
         if counters.failures > 0 {
             return Err(ExperimentError::Failed(format!(
@@ -180,14 +174,25 @@ impl Experiment for PageScan {
         scan_m.notes.push(format!(
             "scan / rfs get on the same path, medians: {ratio:.2}"
         ));
-        scan_m.notes.push(counters_note(&before, &after, passes));
-        scan_m.notes.push(placed);
-        scan_m.notes.push(pager_dirty_note(&after, pager_dirty));
+        scan_m.notes.extend(pager_notes);
         get_m.notes.push(format!(
             "one sample = one read_at of a {} MiB file into memory, alternating with the scan's passes; {setting}",
             bytes >> 20
         ));
         Ok(vec![scan_m, get_m])
+    }
+}
+
+/// The rfs client's settings, for the swap and for rfs get alike.
+fn client_options(params: &Params) -> ClientOptions {
+    let window = params.int("window").unwrap_or(32).clamp(1, 64) as usize;
+    let udp = params.text("transport") == Some("udp");
+    let transport = if udp { Transport::Udp } else { Transport::Tcp };
+    ClientOptions {
+        transport,
+        window,
+        packet: PACKET.min(transport.max_data()),
+        ..ClientOptions::default()
     }
 }
 
@@ -339,7 +344,7 @@ fn placement_note(pager: &Pager, handler_cpu: usize) -> String {
 }
 
 /// How clean pages were told from changed ones, and what it saved.
-fn pager_dirty_note(after: &PagerCounters, tracking: DirtyTracking) -> String {
+fn pager_dirty_note(after: &PagerCounters, tracking: &DirtyTracking) -> String {
     format!(
         "{tracking}; over the run {} clean pages dropped unhashed, {} first writes to write-protected pages",
         after.clean_drops, after.dirty_bit_faults
