@@ -64,6 +64,21 @@ impl UsageError {
     }
 }
 
+/// An error and its causes on one line, each cause said once: the
+/// libraries' errors often print their source inside their own message
+/// and also keep it as the source, which `{:#}` would print again.
+pub fn chain_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +118,25 @@ mod tests {
         let err: anyhow::Error = UsageError::input("--out d", "is a directory").into();
         assert!(err.is::<UsageError>());
         assert_eq!(format!("{err:#}"), "--out d: is a directory");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot bind UDP on 127.0.0.1:1: {source}")]
+    struct Bind {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let in_use = || std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        let err = anyhow::Error::new(Bind { source: in_use() });
+        let text = chain_text(&err);
+        assert_eq!(text.matches(&in_use().to_string()).count(), 1, "{text}");
+        let wrapped = anyhow::Error::new(in_use()).context("starting the server");
+        assert_eq!(
+            chain_text(&wrapped),
+            format!("starting the server: {}", in_use())
+        );
     }
 }

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     match commands::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("osprobe: {err:#}");
+            eprintln!("osprobe: {}", error::chain_text(&err));
             if err.is::<error::UsageError>() {
                 ExitCode::from(2)
             } else {
