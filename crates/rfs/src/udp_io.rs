@@ -63,7 +63,7 @@ impl RecvBatch {
                 sock.as_raw_fd(),
                 msgs.as_mut_ptr(),
                 BATCH as _,
-                libc::MSG_WAITFORONE,
+                libc::MSG_WAITFORONE as _,
                 std::ptr::null_mut(),
             )
         };

@@ -101,7 +101,7 @@ impl Receiver {
                     sock.as_raw_fd(),
                     msgs.as_mut_ptr(),
                     msgs.len() as _,
-                    libc::MSG_WAITFORONE,
+                    libc::MSG_WAITFORONE as _,
                     std::ptr::null_mut(),
                 )
             };
