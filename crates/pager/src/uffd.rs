@@ -251,11 +251,23 @@ impl Userfaultfd {
     /// and wake the waiters; with how many bytes were copied, also when
     /// it failed part-way (the kernel stops at the first page present).
     pub fn copy_pages(&self, dst: u64, src: *const u8, len: u64) -> (u64, io::Result<()>) {
+        self.copy_with_mode(dst, src, len, 0)
+    }
+
+    /// UFFDIO_COPY with `mode`; with the bytes copied, also when it failed
+    /// part-way.
+    fn copy_with_mode(
+        &self,
+        dst: u64,
+        src: *const u8,
+        len: u64,
+        mode: u64,
+    ) -> (u64, io::Result<()>) {
         let mut arg = CopyArg {
             dst,
             src: src as u64,
             len,
-            mode: 0,
+            mode,
             copy: 0,
         };
         let result = ioctl(self.raw(), UFFDIO_COPY, &mut arg);

@@ -109,13 +109,7 @@ impl Experiment for PageFault {
         check_pager()?;
         let fault = params.text("fault").unwrap_or("zero_fill");
         let frames = params.int("frames").unwrap_or(1024).max(8) as usize;
-        let serve: Serve = params
-            .text("serve")
-            .unwrap_or(Serve::HandlerThread.name())
-            .parse()
-            .map_err(|e: crate::pager::UnknownServe| {
-                ExperimentError::invalid_parameter("serve", e.to_string())
-            })?;
+        let serve = super::serve_param(params)?;
         let _pin = one_cpu()?;
         let cpu = _pin.cpu;
         let (samples, kernel, times, counters, notes) = match fault {

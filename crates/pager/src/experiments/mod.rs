@@ -29,3 +29,14 @@ pub fn check_pager() -> Result<(), ExperimentError> {
 pub fn one_cpu() -> Result<PinGuard, ExperimentError> {
     PinGuard::first_allowed().map_err(|e| ExperimentError::io("pinning to a CPU", e))
 }
+
+/// The `serve` parameter (default: the handler thread).
+pub fn serve_param(params: &osprobe_core::Params) -> Result<crate::pager::Serve, ExperimentError> {
+    params
+        .text("serve")
+        .unwrap_or(crate::pager::Serve::HandlerThread.name())
+        .parse()
+        .map_err(|e: crate::pager::UnknownServe| {
+            ExperimentError::invalid_parameter("serve", e.to_string())
+        })
+}

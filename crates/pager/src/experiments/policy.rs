@@ -210,13 +210,7 @@ impl Experiment for PagePolicy {
 /// The serving mode, checked against the processes it would serve: the
 /// faulting-thread mode serves threads of the pager's process only.
 fn serve_of(params: &Params) -> Result<Serve, ExperimentError> {
-    let serve: Serve = params
-        .text("serve")
-        .unwrap_or(Serve::HandlerThread.name())
-        .parse()
-        .map_err(|e: crate::pager::UnknownServe| {
-            ExperimentError::invalid_parameter("serve", e.to_string())
-        })?;
+    let serve = super::serve_param(params)?;
     let processes = params.int("processes").unwrap_or(1).max(1) as usize;
     if params.text("mode") == Some("live") {
         serve

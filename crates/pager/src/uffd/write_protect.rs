@@ -9,10 +9,8 @@
 //! mapping comes back after a cleared referenced bit; without the latter
 //! the pager maps it writable and counts it dirty.
 
-use super::{ioc, ioctl, CopyArg, Range, RangeModeArg, RegisterArg, Userfaultfd, READ_WRITE};
-use super::{
-    REGISTER_MODE_MINOR, REGISTER_MODE_MISSING, UFFDIO_CONTINUE, UFFDIO_COPY, UFFDIO_REGISTER,
-};
+use super::{ioc, ioctl, Range, RangeModeArg, RegisterArg, Userfaultfd, READ_WRITE};
+use super::{REGISTER_MODE_MINOR, REGISTER_MODE_MISSING, UFFDIO_CONTINUE, UFFDIO_REGISTER};
 use std::io;
 
 pub const REGISTER_MODE_WP: u64 = 1 << 1;
@@ -54,19 +52,7 @@ impl Userfaultfd {
         src: *const u8,
         len: u64,
     ) -> (u64, io::Result<()>) {
-        let mut arg = CopyArg {
-            dst,
-            src: src as u64,
-            len,
-            mode: COPY_MODE_WP,
-            copy: 0,
-        };
-        let result = ioctl(self.raw(), UFFDIO_COPY, &mut arg);
-        let copied = match result {
-            Ok(()) => len,
-            Err(_) => u64::try_from(arg.copy).unwrap_or(0).min(len),
-        };
-        (copied, result)
+        self.copy_with_mode(dst, src, len, COPY_MODE_WP)
     }
 
     /// [`Userfaultfd::continue_`], the page mapped write-protected.
