@@ -5,8 +5,12 @@
 use crate::protocol::DEFAULT_PORT;
 use crate::server::{Server, ServerConfig};
 use osprobe_core::ExperimentError;
+use osprobe_link::serving::StartError;
 use osprobe_link::{Link, ServingThread};
+use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 /// Start the server in B; it stops when the returned thread is dropped
@@ -16,17 +20,28 @@ pub fn serve_in_b(link: &Link) -> Result<(ServingThread, SocketAddr), Experiment
     ServingThread::start(
         |body| link.spawn_in_b(body),
         "osprobe server in namespace B",
-        move |stop, ready| {
-            let server = match Server::bind(bind, ServerConfig::default(), Arc::new(|_| {})) {
-                Ok(s) => s,
-                Err(e) => {
-                    // Reported once, on the channel the start waits on.
-                    let _ = ready.send(Err(e.into()));
-                    return Ok(());
-                }
-            };
-            let _ = ready.send(server.local_addr().map_err(Into::into));
-            server.serve(&stop)
-        },
+        serving_body(bind, ServerConfig::default()),
     )
+}
+
+/// What a serving thread runs: bind `bind`, say on `ready` where it
+/// listens (or why it cannot), serve until `stop`.
+pub(crate) fn serving_body(
+    bind: SocketAddr,
+    config: ServerConfig,
+) -> impl FnOnce(Arc<AtomicBool>, Sender<Result<SocketAddr, StartError>>) -> io::Result<()>
+       + Send
+       + 'static {
+    move |stop, ready| {
+        let server = match Server::bind(bind, config, Arc::new(|_| {})) {
+            Ok(s) => s,
+            Err(e) => {
+                // Reported once, on the channel the start waits on.
+                let _ = ready.send(Err(e.into()));
+                return Ok(());
+            }
+        };
+        let _ = ready.send(server.local_addr().map_err(Into::into));
+        server.serve(&stop)
+    }
 }

@@ -9,11 +9,10 @@ use crate::client::Peer;
 use crate::emulated::EmulatedLink;
 use crate::netns::NetnsPair;
 use crate::protocol::DEFAULT_PORT;
-use crate::server::{Server, ServerConfig};
+use crate::server::ServerConfig;
 use osprobe_core::{Context, ExperimentError, Params};
 use osprobe_link::testbed::{self, ServerHost, Servers, Testbed};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 pub use osprobe_link::testbed::{PathKind, PATHS, PATH_PARAM, TO_PARAM};
@@ -38,18 +37,11 @@ impl Servers for NetServer {
 
     fn start(&mut self, host: &mut ServerHost<'_>) -> Result<Peer, ExperimentError> {
         let bind = testbed::any_port(host.ip());
-        let addr = host.start("osprobe server", move |stop, ready| {
-            let server = match Server::bind(bind, local_config(), Arc::new(|_| {})) {
-                Ok(s) => s,
-                Err(e) => {
-                    // Reported once, on the channel the start waits on.
-                    let _ = ready.send(Err(e.into()));
-                    return Ok(());
-                }
-            };
-            let _ = ready.send(server.local_addr().map_err(Into::into));
-            server.serve(&stop)
-        })?;
+        let addr = host.start(
+            "osprobe server",
+            crate::link_server::serving_body(bind, local_config()),
+        )?;
+
         Ok(Peer::new(addr, None))
     }
 
