@@ -138,11 +138,18 @@ impl Ticket {
     }
 
     /// Its first message has arrived whole: from now on it is evicted only
-    /// after every slow pending connection of its source.
-    pub fn ready(&self) {
+    /// after every slow pending connection of its source. False if it was
+    /// evicted before (its socket is shut for reading: whatever it asks
+    /// for would end at the next read).
+    #[must_use]
+    pub fn ready(&self) -> bool {
         let mut state = self.gate.lock();
-        if let Some(p) = state.pending.iter_mut().find(|p| p.id == self.id) {
-            p.ready = true;
+        match state.pending.iter_mut().find(|p| p.id == self.id) {
+            Some(p) => {
+                p.ready = true;
+                true
+            }
+            None => false,
         }
     }
 }
@@ -350,17 +357,21 @@ mod tests {
         });
         let conns: Vec<_> = (0..4).map(|_| pair(&listener)).collect();
         let waiting = gate.admit(&conns[0].1, ip("10.0.0.1")).unwrap();
-        waiting.ready();
+        assert!(waiting.ready());
         let slow = gate.admit(&conns[1].1, ip("10.0.0.1")).unwrap();
         let newer = gate.admit(&conns[2].1, ip("10.0.0.1")).unwrap();
         assert!(
             slow.evicted() && !waiting.evicted(),
             "the slow one goes first"
         );
-        newer.ready();
+        assert!(newer.ready());
         let _newest = gate.admit(&conns[3].1, ip("10.0.0.1")).unwrap();
         assert!(waiting.evicted(), "all ready: the oldest goes");
         assert!(!newer.evicted());
+        assert!(
+            !slow.ready(),
+            "evicted before its first message was whole: not ready, told busy"
+        );
     }
 
     #[test]

@@ -518,7 +518,12 @@ impl Shared {
             return;
         };
         let _ = stream.set_write_timeout(Some(self.config.idle_timeout));
-        ticket.ready();
+        // Evicted after its first message was read whole: a session opened
+        // now would end at once, and its client's streams would find none.
+        if !ticket.ready() {
+            self.refuse_busy(&stream, "too many connections waiting to authenticate");
+            return;
+        }
         // A backed-off source waits before its Open proof is checked. An
         // Attach's proof is checked only for a session that exists, whose
         // random id only an authenticated client (or someone on the path,
