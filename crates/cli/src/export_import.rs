@@ -7,8 +7,8 @@
 use crate::error::UsageError;
 use crate::flags::{ExportArgs, ImportArgs};
 use anyhow::{Context as _, Result};
-use osprobe_store::RunStore;
-use std::io::{BufRead, BufReader, Write};
+use osprobe_store::import::ExportError;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -21,39 +21,17 @@ pub fn export(args: ExportArgs, db: Option<PathBuf>, quiet: bool) -> Result<Exit
         .iter()
         .map(|name| crate::store::load_run(&*store, name))
         .collect::<Result<Vec<_>>>()?;
-    let ids: Vec<String> = if args.runs.is_empty() {
-        store.list_runs()?.into_iter().map(|r| r.id).collect()
-    } else {
-        named.iter().map(|r| r.id.clone()).collect()
+    let out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match osprobe_store::import::write_jsonl(&*store, &named, out) {
+        Ok(n) => n,
+        Err(ExportError::Write(e)) => return stdout_closed(e),
+        Err(ExportError::Store(e)) => return Err(crate::store::classify(e)),
     };
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut written: Vec<&str> = Vec::new();
-    for (i, id) in ids.iter().enumerate() {
-        // A run named twice (`latest` and its id) is written once.
-        if written.contains(&id.as_str()) {
-            continue;
-        }
-        written.push(id);
-        let loaded;
-        let run = match named.get(i) {
-            Some(run) => run,
-            None => {
-                loaded = crate::store::load_run(&*store, id)?;
-                &loaded
-            }
-        };
-        if let Err(e) = writeln!(out, "{}", osprobe_store::import::run_line(run)) {
-            return stdout_closed(e);
-        }
-    }
-    if let Err(e) = out.flush() {
-        return stdout_closed(e);
-    }
     if !quiet {
         eprintln!(
             "osprobe: exported {} run{} from {}",
-            written.len(),
-            plural(written.len()),
+            written,
+            plural(written),
             store.location()
         );
     }

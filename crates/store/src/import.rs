@@ -143,6 +143,42 @@ pub fn is_ulid(id: &str) -> bool {
     id.len() == 26 && id.chars().all(|c| CROCKFORD.contains(c)) && id.as_bytes()[0] <= b'7'
 }
 
+/// Why an export stopped: the store, or the writer (a reader gone, as
+/// `| head` leaves it, is `Write` with a broken pipe).
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Store(#[from] crate::StoreError),
+    #[error("writing the export: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+/// Write the `named` runs (each once, though named twice: `latest` and
+/// its id), or every run of `store` when none is named, one JSON line
+/// each, then flush; the number of runs written.
+pub fn write_jsonl(
+    store: &dyn crate::RunStore,
+    named: &[Run],
+    mut out: impl std::io::Write,
+) -> Result<usize, ExportError> {
+    let mut line = |run: &Run| writeln!(out, "{}", run_line(run)).map_err(ExportError::Write);
+    let mut written = std::collections::HashSet::new();
+    if named.is_empty() {
+        for summary in store.list_runs()? {
+            line(&store.load_run(&summary.id)?)?;
+            written.insert(summary.id);
+        }
+    } else {
+        for run in named {
+            if written.insert(run.id.clone()) {
+                line(run)?;
+            }
+        }
+    }
+    out.flush().map_err(ExportError::Write)?;
+    Ok(written.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
