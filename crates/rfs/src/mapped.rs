@@ -2,8 +2,10 @@
 //! UDP read reply's data goes from the page cache into the datagram with
 //! one copy (the kernel's, in `sendmsg`) instead of two (`pread` into a
 //! buffer, then `sendto` out of it). TCP sends from the file with
-//! sendfile; UDP cannot, since one socket shared by every worker cannot
-//! hold a datagram corked across two system calls.
+//! sendfile; UDP would need each datagram corked across two system calls
+//! (its header, then sendfile), where one `sendmmsg` sends a whole batch
+//! of replies (and a socket may fall back to being shared by every worker,
+//! which cannot hold a corked datagram).
 //!
 //! A window is [`WINDOW`] bytes of the file at a multiple of [`WINDOW`],
 //! mapped whatever the file's size: pages past the end of the file are
