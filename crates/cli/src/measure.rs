@@ -242,7 +242,12 @@ fn keep_and_show(
     // A report that cannot be written costs the run nothing: warn only.
     let report_path = match (&store, html_report) {
         (Some(store), true) => crate::report::write_beside_store(run, store.location())
-            .map_err(|e| eprintln!("osprobe: warning: no HTML report: {e:#}"))
+            .map_err(|e| {
+                eprintln!(
+                    "osprobe: warning: no HTML report: {}",
+                    crate::error::chain_text(&e)
+                )
+            })
             .ok(),
         _ => None,
     };
