@@ -8,6 +8,7 @@
 //! (`cc`, which says where the `+floor` patch can and cannot reach).
 
 mod app;
+pub mod bbr_linux;
 pub mod cc;
 mod driver;
 mod error;
