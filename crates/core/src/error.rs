@@ -138,6 +138,13 @@ pub enum ParamError {
         name: String,
     },
     /// `accepted`: each parameter as `name=what it accepts`.
+    /// A point whose parameters do not go together (`check_point`).
+    #[error("{experiment} at {point}: {reason}")]
+    Refused {
+        experiment: &'static str,
+        point: String,
+        reason: String,
+    },
     #[error("unknown parameter '{name}' for {experiment}: accepted {}", .accepted.join(", "))]
     Unknown {
         experiment: &'static str,

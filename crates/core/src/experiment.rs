@@ -39,6 +39,15 @@ pub trait Experiment: Send + Sync {
     }
     /// The points measured by a profile. Must not be empty.
     fn grid(&self, profile: Profile) -> Vec<Params>;
+
+    /// Whether one point's parameters go together (each alone is checked
+    /// by its spec), with the reason when not. Every point of a plan is
+    /// checked before anything is measured, so a combination the
+    /// experiment cannot honour is refused once, not measured as
+    /// something else.
+    fn check_point(&self, _params: &Params) -> Result<(), String> {
+        Ok(())
+    }
     /// Measure one point of the grid.
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError>;
 }
@@ -426,6 +435,14 @@ pub fn grid_with_overrides(
                 points.push(point);
             }
         }
+    }
+    for point in &points {
+        exp.check_point(point)
+            .map_err(|reason| ParamError::Refused {
+                experiment: exp.id(),
+                point: point.to_string(),
+                reason,
+            })?;
     }
     Ok(points)
 }

@@ -19,6 +19,10 @@ pub struct PathConfig {
     /// Socket buffer ceiling for the kernel's side (tcp_wmem/tcp_rmem
     /// maximum) in bytes; None: the namespaces' defaults.
     pub wmem: Option<u64>,
+    /// The MTU of the path's devices: 1500 as the talk's packets, or up to
+    /// 65535 so that stacks without segmentation offload are not held to
+    /// a trip per 1500 bytes.
+    pub mtu: u32,
 }
 
 /// One transfer to run.

@@ -10,11 +10,12 @@
 //! both ways, loss on the data direction A -> B only, a rate both ways
 //! behind a queue of one bandwidth-delay product.
 //!
-//! The TUN devices get a large MTU ([`PATH_MTU`]): a user-space stack has
-//! no segmentation offload, so a 1500-byte MTU would cost it one trip
-//! through the TUN device, the forwarder and the kernel per 1.4 KB; with
-//! 64 KB packets it pays that per 64 KB, as the kernel's TCP does with
-//! its offloads. Every stack on the path sees the same MTU.
+//! The TUN devices get the MTU the point asks for: 1500 bytes, the
+//! talk's packets, or up to [`PATH_MTU`]: a user-space stack has no
+//! segmentation offload, so a 1500-byte MTU costs it one trip through the
+//! TUN device, the forwarder and the kernel per 1.4 KB; with 64 KB
+//! packets it pays that per 64 KB, as the kernel's TCP does with its
+//! offloads. Every stack on the path sees the same MTU.
 //!
 //! Everything the path builds is held by descriptors (see the link
 //! crate): it disappears with the path, or with the process if it dies.
@@ -73,7 +74,7 @@ impl EmulatedPath {
     pub fn open(config: &PathConfig) -> Result<EmulatedPath, PathError> {
         let spec = emulated_spec(config)?;
         let mut link_config = spec.link_config();
-        link_config.mtu = PATH_MTU;
+        link_config.mtu = config.mtu;
         let link = Link::start(link_config)?;
         let buffers_note = osprobe_net::emulated::raise_buffers(&link, spec.wmem)?;
         Ok(EmulatedPath {
@@ -211,6 +212,7 @@ mod tests {
             loss_percent,
             rate_bps: Some(1_000_000_000),
             wmem: None,
+            mtu: PATH_MTU,
         }
     }
 

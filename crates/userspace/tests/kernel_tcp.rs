@@ -18,6 +18,7 @@ fn config(cc: &str, clock: ClockMode) -> TransferConfig {
             loss_percent: 0.0,
             rate_bps: None,
             wmem: None,
+            mtu: osprobe_userspace::path::PATH_MTU,
         },
     }
 }

@@ -20,6 +20,7 @@ fn a_to_b_crosses_the_emulator_with_its_delay() {
         loss_percent: 0.0,
         rate_bps: None,
         wmem: None,
+        mtu: osprobe_userspace::path::PATH_MTU,
     })
     .unwrap();
     assert_eq!(path.round_trip(), Duration::from_millis(10));

@@ -17,13 +17,14 @@ fn config(cc: &str, clock: &str, duration_ms: u64) -> TransferConfig {
             loss_percent: 0.0,
             rate_bps: None,
             wmem: None,
+            mtu: osprobe_userspace::path::PATH_MTU,
         },
     }
 }
 
 #[test]
 fn a_loopback_transfer_arrives_intact_with_every_controller() {
-    for cc in ["newreno", "cubic", "bbr"] {
+    for cc in ["newreno", "cubic", "bbr", "bbr-linux"] {
         let outcome = quic::run_transfer_on(&config(cc, "fine", 400), Placement::Loopback)
             .unwrap_or_else(|e| panic!("{cc}: {e}"));
         assert!(outcome.verified, "{cc}: {:?}", outcome.notes);
@@ -44,7 +45,8 @@ fn a_loopback_transfer_arrives_intact_with_every_controller() {
             outcome
                 .notes
                 .iter()
-                .any(|n| n.contains(&format!("quinn-proto {cc}"))),
+                .any(|n| n.contains(&format!("quinn-proto {cc}"))
+                    || n.contains("bbr-linux (Linux 4.9's BBR")),
             "{:?}",
             outcome.notes
         );
@@ -79,12 +81,33 @@ fn on_a_10ms_tick_clock_quinn_sees_time_in_ticks() {
 }
 
 #[test]
-fn the_floor_says_where_it_cannot_reach() {
-    let outcome =
-        quic::run_transfer_on(&config("bbr", "tick:10ms+floor", 300), Placement::Loopback).unwrap();
+fn the_floor_is_refused_where_it_cannot_reach() {
+    for cc in ["bbr", "cubic", "newreno"] {
+        let err = quic::run_transfer_on(&config(cc, "tick:10ms+floor", 300), Placement::Loopback)
+            .unwrap_err();
+        assert!(matches!(err, QuicError::Invalid(_)), "{cc}: {err}");
+        assert!(err.to_string().contains("bbr-linux"), "{cc}: {err}");
+    }
+}
+
+#[test]
+fn the_floor_reaches_bbr_linux() {
+    let outcome = quic::run_transfer_on(
+        &config("bbr-linux", "tick:10ms+floor", 300),
+        Placement::Loopback,
+    )
+    .unwrap();
     assert!(outcome.verified);
     assert!(
-        outcome.notes.iter().any(|n| n.contains("could NOT reach")),
+        outcome
+            .notes
+            .iter()
+            .any(|n| n.contains("the floor reached the controller")),
+        "{:?}",
+        outcome.notes
+    );
+    assert!(
+        outcome.notes.iter().any(|n| n.contains("min_rtt 10000 us")),
         "{:?}",
         outcome.notes
     );
@@ -137,6 +160,7 @@ mod emulated {
             loss_percent: loss,
             rate_bps: Some(200_000_000),
             wmem: None,
+            mtu: osprobe_userspace::path::PATH_MTU,
         };
         c
     }
@@ -159,6 +183,42 @@ mod emulated {
         // Loss on the data direction: quinn must have repaired some.
         assert!(outcome.retransmits > 0, "{:?}", outcome.notes);
         assert!(outcome.notes.iter().any(|n| n.contains("namespace A")));
+    }
+
+    /// Seed 001's finding with the talk's BBR: on the clean path (round
+    /// trip far below a tick, 1500-byte packets), a 10 ms clock collapses
+    /// bbr-linux and the patch restores it. Bounds are loose for a busy
+    /// 2-core machine (the talk's ratios are 0.05 and 1.0; under a load
+    /// average of 20 a debug build read 0.14 and 0.69): the collapse at
+    /// most 0.3 of fine, the cure at least half of fine and three times
+    /// the collapse. bench/userspace_compare.sh holds the tight targets.
+    #[test]
+    fn bbr_linux_collapses_on_a_10ms_tick_and_the_floor_cures_it() {
+        if !can_run() {
+            return;
+        }
+        let _one = exclusive();
+        let rate = |clock: &str| {
+            let mut c = config("bbr-linux", clock, 2000);
+            c.path.mtu = 1500;
+            let outcome = quic::run_transfer(&c).unwrap_or_else(|e| panic!("{clock}: {e}"));
+            assert!(outcome.verified, "{clock}: {:?}", outcome.notes);
+            let mut samples = outcome.throughput_bps.clone();
+            samples.sort_by(f64::total_cmp);
+            let median = samples[samples.len() / 2];
+            eprintln!(
+                "{clock}: median {:.0} Mbit/s; {:?}",
+                median / 1e6,
+                outcome.notes
+            );
+            median
+        };
+        let fine = rate("fine");
+        let tick = rate("tick:10ms");
+        let floor = rate("tick:10ms+floor");
+        assert!(tick / fine <= 0.3, "collapse: tick/fine {:.3}", tick / fine);
+        assert!(floor / fine >= 0.5, "cure: floor/fine {:.3}", floor / fine);
+        assert!(floor >= 3.0 * tick, "cure: floor/tick {:.3}", floor / tick);
     }
 
     #[test]

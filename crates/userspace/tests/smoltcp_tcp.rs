@@ -22,6 +22,7 @@ fn config(clock: &str, delay_ms: u64) -> TransferConfig {
             // smoltcp to lengthen the test.
             rate_bps: None,
             wmem: None,
+            mtu: osprobe_userspace::path::PATH_MTU,
         },
     }
 }

@@ -10,6 +10,7 @@
 use crate::clock::{ClockMode, CLOCK_VALUES};
 use crate::error::TransferError;
 use crate::outcome::{PathConfig, TransferConfig, TransferOutcome};
+use crate::path::PATH_MTU;
 use osprobe_core::error::CheckError;
 use osprobe_core::harness::value_measurement;
 use osprobe_core::{
@@ -23,12 +24,15 @@ use std::time::Duration;
 
 pub struct NetUserspace;
 
+/// The smallest MTU a path may have: IPv4's minimum datagram.
+const MIN_MTU: u32 = 576;
+
 /// The stacks `stack=` accepts.
 pub const STACKS: &[&str] = &["smoltcp", "kernel", "quinn"];
 
 const ID: &str = "net.userspace";
 
-const PARAMS: [ParamSpec; 8] = [
+const PARAMS: [ParamSpec; 9] = [
     ParamSpec {
         name: "stack",
         help: "smoltcp: smoltcp's TCP over a TUN device in user space; kernel: the kernel's TCP (the baseline); quinn: QUIC with quinn-proto, both ends in user space over UDP",
@@ -36,12 +40,12 @@ const PARAMS: [ParamSpec; 8] = [
     },
     ParamSpec {
         name: "cc",
-        help: "congestion control: smoltcp offers reno, cubic, none (no BBR); the kernel bbr, cubic, reno; quinn reno (its NewReno), cubic, bbr",
-        kind: ParamKind::Choice(&["reno", "cubic", "bbr", "none"]),
+        help: "congestion control: smoltcp offers reno, cubic, none (no BBR); the kernel bbr, cubic, reno; quinn reno (its NewReno), cubic, bbr (quinn-proto's) and bbr-linux (Linux 4.9's BBR, osprobe's own controller on the stack clock)",
+        kind: ParamKind::Choice(&["reno", "cubic", "bbr", "bbr-linux", "none"]),
     },
     ParamSpec {
         name: "clock",
-        help: "the clock the user-space stack sees: fine (CLOCK_MONOTONIC), tick:10ms (HZ=100 jiffies), tick:1ms, tick:10ms+floor (zero RTT samples count as one tick); the kernel runs on its own (fine only)",
+        help: "the clock the user-space stack sees: fine (CLOCK_MONOTONIC), tick:10ms (HZ=100 jiffies), tick:1ms, tick:10ms+floor (the talk's patch: zero RTT samples count as one tick; only quinn with cc=bbr-linux can take it); the kernel runs on its own (fine only)",
         kind: ParamKind::Checked {
             form: CLOCK_VALUES,
             check: check_clock,
@@ -51,6 +55,14 @@ const PARAMS: [ParamSpec; 8] = [
     LOSS_PARAM,
     RATE_PARAM,
     WMEM_PARAM,
+    ParamSpec {
+        name: "mtu",
+        help: "the MTU of the path's devices: 1500 as the talk's packets, up to 65535 so that stacks without segmentation offload send 64 KB packets",
+        kind: ParamKind::Int {
+            min: MIN_MTU as i64,
+            max: PATH_MTU as i64,
+        },
+    },
     ParamSpec {
         name: "duration",
         help: "how long the sender sends (the test runs longer: handshake, then until the last byte is acknowledged)",
@@ -84,7 +96,28 @@ fn point(stack: &str, cc: &str, clock: &str, path: &Path, duration: &str) -> Par
         .with("loss", path.loss)
         .with("rate", path.rate)
         .with("wmem", path.wmem)
+        .with("mtu", i64::from(path.mtu))
         .with("duration", duration)
+}
+
+/// Why a stack, a congestion control and a clock do not go together:
+/// bbr-linux is a QUIC controller, and the floor acts only where osprobe
+/// takes the RTT samples itself.
+pub fn refuse_combination(stack: &str, cc: &str, clock: &str) -> Result<(), String> {
+    if cc == "bbr-linux" && stack != "quinn" {
+        return Err(format!(
+            "cc=bbr-linux is osprobe's BBR for QUIC: use it with stack=quinn (stack={stack} offers {})",
+            if stack == "kernel" { "bbr, cubic, reno" } else { "reno, cubic, none" }
+        ));
+    }
+    let floors = ClockMode::parse(clock).is_ok_and(|c| c.floors_rtt());
+    if floors && !(stack == "quinn" && cc == "bbr-linux") {
+        return Err(format!(
+            "clock={clock}: the floor acts only in stack=quinn with cc=bbr-linux, which takes its RTT samples itself; {} keeps its RTT estimator private, so the row would measure plain tick",
+            if stack == "quinn" { format!("quinn-proto's {cc}") } else { format!("{stack}'s TCP") }
+        ));
+    }
+    Ok(())
 }
 
 /// A path of the grid, as parameters.
@@ -93,6 +126,7 @@ struct Path {
     loss: &'static str,
     rate: &'static str,
     wmem: i64,
+    mtu: u32,
 }
 
 /// A bottleneck path: 10 ms each way, no loss, 1 Gbit/s (the round trip is
@@ -102,16 +136,19 @@ const BOTTLENECK_PATH: Path = Path {
     loss: "0%",
     rate: "1gbit",
     wmem: 0,
+    mtu: PATH_MTU,
 };
 
 /// The seed's first benchmark: a clean, close link (here: the emulator
 /// with no delay and no bottleneck), where the round trip is far below a
-/// 10 ms tick.
+/// 10 ms tick, carrying the talk's 1500-byte packets (bbr_target_cwnd's
+/// floor is counted in packets).
 const CLEAN_PATH: Path = Path {
     delay: "0ms",
     loss: "0%",
     rate: "0",
     wmem: 0,
+    mtu: 1500,
 };
 
 /// The seed's middlebox: 100 ms round trip, 1% loss of data packets, with
@@ -123,6 +160,7 @@ const MIDDLEBOX_PATH: Path = Path {
     loss: "1%",
     rate: "500mbit",
     wmem: 100_000_000,
+    mtu: PATH_MTU,
 };
 
 impl Experiment for NetUserspace {
@@ -190,6 +228,10 @@ impl Experiment for NetUserspace {
                 point("quinn", "cubic", "tick:10ms", &CLEAN_PATH, "2s"),
                 point("quinn", "bbr", "fine", &CLEAN_PATH, "2s"),
                 point("quinn", "bbr", "tick:10ms", &CLEAN_PATH, "2s"),
+                // The talk's BBR (Linux 4.9's), with and without its patch.
+                point("quinn", "bbr-linux", "fine", &CLEAN_PATH, "2s"),
+                point("quinn", "bbr-linux", "tick:10ms", &CLEAN_PATH, "2s"),
+                point("quinn", "bbr-linux", "tick:10ms+floor", &CLEAN_PATH, "2s"),
             ],
             Profile::Full => {
                 let mut points = Vec::new();
@@ -206,10 +248,13 @@ impl Experiment for NetUserspace {
                     for cc in ["bbr", "cubic", "reno"] {
                         points.push(point("kernel", cc, "fine", path, duration));
                     }
-                    // quinn: BBR on every clock, the patched one included
-                    // (its notes say where the floor cannot reach); Cubic
-                    // and NewReno on fewer.
+                    // quinn: Linux's BBR on every clock, the patched one
+                    // included; quinn-proto's BBR beside it (the floor
+                    // cannot reach it); Cubic and NewReno on fewer.
                     for clock in ["fine", "tick:1ms", "tick:10ms", "tick:10ms+floor"] {
+                        points.push(point("quinn", "bbr-linux", clock, path, duration));
+                    }
+                    for clock in ["fine", "tick:1ms", "tick:10ms"] {
                         points.push(point("quinn", "bbr", clock, path, duration));
                     }
                     for clock in ["fine", "tick:1ms", "tick:10ms"] {
@@ -222,6 +267,14 @@ impl Experiment for NetUserspace {
                 points
             }
         }
+    }
+
+    fn check_point(&self, params: &Params) -> Result<(), String> {
+        refuse_combination(
+            params.text("stack").unwrap_or("smoltcp"),
+            params.text("cc").unwrap_or("cubic"),
+            params.text("clock").unwrap_or("fine"),
+        )
     }
 
     fn run(&self, _ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
@@ -279,6 +332,10 @@ pub fn transfer_config(params: &Params) -> Result<TransferConfig, ExperimentErro
         _ => None,
     };
     let wmem = params.int("wmem").filter(|&w| w > 0).map(|w| w as u64);
+    let mtu = params
+        .int("mtu")
+        .and_then(|m| u32::try_from(m).ok())
+        .unwrap_or(PATH_MTU);
     let duration = match params.text("duration") {
         Some(t) => parse::duration(t).map_err(bad("duration"))?,
         None => Duration::from_secs(3),
@@ -293,6 +350,7 @@ pub fn transfer_config(params: &Params) -> Result<TransferConfig, ExperimentErro
             loss_percent,
             rate_bps,
             wmem,
+            mtu,
         },
     })
 }
@@ -460,8 +518,62 @@ mod tests {
                 }
                 let config = transfer_config(&params).unwrap();
                 assert!(config.duration >= Duration::from_millis(500));
+                NetUserspace
+                    .check_point(&params)
+                    .unwrap_or_else(|e| panic!("{params}: {e}"));
             }
         }
+    }
+
+    #[test]
+    fn combinations_that_cannot_be_honoured_are_refused_with_the_reason() {
+        let e = refuse_combination("smoltcp", "bbr-linux", "fine").unwrap_err();
+        assert!(
+            e.contains("stack=quinn") && e.contains("reno, cubic, none"),
+            "{e}"
+        );
+        let e = refuse_combination("kernel", "bbr-linux", "fine").unwrap_err();
+        assert!(e.contains("bbr, cubic, reno"), "{e}");
+        let e = refuse_combination("quinn", "bbr", "tick:10ms+floor").unwrap_err();
+        assert!(
+            e.contains("quinn-proto's bbr") && e.contains("cc=bbr-linux"),
+            "{e}"
+        );
+        let e = refuse_combination("smoltcp", "cubic", "tick:10ms+floor").unwrap_err();
+        assert!(e.contains("smoltcp's TCP"), "{e}");
+        assert!(refuse_combination("quinn", "bbr-linux", "tick:10ms+floor").is_ok());
+        assert!(refuse_combination("quinn", "bbr", "tick:10ms").is_ok());
+    }
+
+    #[test]
+    fn a_refused_combination_stops_the_plan_before_anything_runs() {
+        let overrides = [
+            ("stack".to_string(), "smoltcp".to_string()),
+            ("cc".to_string(), "bbr-linux".to_string()),
+        ];
+        let e = osprobe_core::experiment::grid_with_overrides(
+            &NetUserspace,
+            Profile::Smoke,
+            &overrides,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("net.userspace") && e.contains("stack=quinn"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_talks_rows_carry_its_1500_byte_packets() {
+        let quick = NetUserspace.grid(Profile::Quick);
+        let linux: Vec<_> = quick
+            .iter()
+            .filter(|p| p.text("cc") == Some("bbr-linux"))
+            .collect();
+        assert_eq!(linux.len(), 3);
+        assert!(linux.iter().all(|p| p.int("mtu") == Some(1500)));
+        assert_eq!(transfer_config(linux[0]).unwrap().path.mtu, 1500);
     }
 
     #[test]

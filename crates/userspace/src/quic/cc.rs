@@ -16,7 +16,12 @@
 //! compute and floor the sample (`now - sent`) but has nothing to hand the
 //! floored value to: the floor reaches the wrapper's own record and the
 //! report, not the controller. `notes()` says so in every outcome.
+//!
+//! `bbr-linux` is osprobe's own controller (`bbr_linux`): it takes its RTT
+//! samples itself, so the floor does reach it; the other three refuse a
+//! `+floor` clock before the run (net.userspace's `check_point`).
 
+use super::bbr_linux::{BbrLinux, BbrLinuxConfig, BbrLinuxSummary, BbrLinuxTrace};
 use crate::clock::StackClock;
 use quinn_proto::congestion::{
     Bbr, BbrConfig, Controller, ControllerFactory, ControllerMetrics, Cubic, CubicConfig, NewReno,
@@ -29,14 +34,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What `cc=` accepts for QUIC.
-pub const CC_VALUES: &str = "reno (or newreno), cubic, bbr";
+pub const CC_VALUES: &str =
+    "reno (or newreno), cubic, bbr (quinn-proto's), bbr-linux (Linux 4.9's)";
 
-/// One of quinn-proto's congestion controllers.
+/// One of quinn-proto's congestion controllers, or osprobe's Linux BBR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CcKind {
     NewReno,
     Cubic,
     Bbr,
+    BbrLinux,
 }
 
 impl CcKind {
@@ -46,11 +53,10 @@ impl CcKind {
             "reno" | "newreno" => Ok(CcKind::NewReno),
             "cubic" => Ok(CcKind::Cubic),
             "bbr" => Ok(CcKind::Bbr),
+            "bbr-linux" => Ok(CcKind::BbrLinux),
             other => Err(crate::error::ParamError {
                 name: "cc",
-                reason: format!(
-                    "cc '{other}' for QUIC: expected {CC_VALUES} (quinn-proto's controllers)"
-                ),
+                reason: format!("cc '{other}' for QUIC: expected {CC_VALUES}"),
             }),
         }
     }
@@ -60,14 +66,34 @@ impl CcKind {
             CcKind::NewReno => "newreno",
             CcKind::Cubic => "cubic",
             CcKind::Bbr => "bbr",
+            CcKind::BbrLinux => "bbr-linux",
         }
     }
 
-    fn build(self, now: Instant, mtu: u16) -> Box<dyn Controller> {
+    /// Whether a `+floor` clock reaches this controller's RTT samples.
+    pub fn takes_the_floor(self) -> bool {
+        self == CcKind::BbrLinux
+    }
+
+    fn build(self, now: Instant, mtu: u16, factory: &ObservingFactory) -> Box<dyn Controller> {
         match self {
             CcKind::NewReno => Box::new(NewReno::new(Arc::new(NewRenoConfig::default()), now, mtu)),
             CcKind::Cubic => Box::new(Cubic::new(Arc::new(CubicConfig::default()), now, mtu)),
             CcKind::Bbr => Box::new(Bbr::new(Arc::new(BbrConfig::default()), mtu)),
+            CcKind::BbrLinux => {
+                let mode = factory.clock.mode();
+                let config = BbrLinuxConfig {
+                    tick_floor: if mode.floors_rtt() { mode.tick() } else { None },
+                    gso_max_segs: factory.gso_max_segs,
+                    seed: 0x5eed,
+                };
+                Box::new(BbrLinux::new(
+                    config,
+                    now,
+                    mtu,
+                    factory.record.bbr_linux.clone(),
+                ))
+            }
         }
     }
 }
@@ -83,6 +109,8 @@ pub struct SampleRecord {
     floored: AtomicU64,
     /// The smallest sample after the floor, in ns (u64::MAX: none yet).
     min_floored_ns: AtomicU64,
+    /// What a bbr-linux controller ended with.
+    bbr_linux: Arc<BbrLinuxTrace>,
 }
 
 /// A snapshot of a [`SampleRecord`].
@@ -92,6 +120,7 @@ pub struct SampleCounts {
     pub zero: u64,
     pub floored: u64,
     pub min_floored: Option<Duration>,
+    pub bbr_linux: Option<BbrLinuxSummary>,
 }
 
 impl SampleRecord {
@@ -109,6 +138,7 @@ impl SampleRecord {
             zero: self.zero.load(Ordering::Relaxed),
             floored: self.floored.load(Ordering::Relaxed),
             min_floored: (min != u64::MAX).then(|| Duration::from_nanos(min)),
+            bbr_linux: self.bbr_linux.summary(),
         }
     }
 
@@ -133,12 +163,14 @@ pub struct ObservingFactory {
     pub kind: CcKind,
     pub clock: StackClock,
     pub record: Arc<SampleRecord>,
+    /// Datagrams the path sends in one burst at most (bbr-linux's TSO goal).
+    pub gso_max_segs: u64,
 }
 
 impl ControllerFactory for ObservingFactory {
     fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
         Box::new(ObservingController {
-            inner: self.kind.build(now, current_mtu),
+            inner: self.kind.build(now, current_mtu, &self),
             clock: self.clock,
             record: self.record.clone(),
         })
@@ -235,19 +267,53 @@ impl Controller for ObservingController {
 /// What the outcome says about the floor and the samples, in plain words.
 pub fn notes(clock: &StackClock, kind: CcKind, counts: SampleCounts) -> Vec<String> {
     let mut notes = vec![format!(
-        "quinn-proto {kind}: {} acknowledged packets gave an RTT sample on the stack's clock, {} of them zero (sent and acknowledged within one tick)",
+        "{who}: {} acknowledged packets gave an RTT sample on the stack's clock, {} of them zero (sent and acknowledged within one tick)",
         counts.samples,
         counts.zero,
-        kind = kind.name()
+        who = who(kind)
     )];
     if clock.mode().floors_rtt() {
-        notes.push(format!(
-            "clock {}: the floor could NOT reach quinn-proto's controller: quinn-proto 0.11 folds each RTT sample into its RttEstimator before calling the controller, and the estimator's fields and update are private; BBR takes min_rtt from that estimator, Cubic its smoothed RTT, NewReno neither. The wrapper floored {} zero samples in its own record only, so this row measures what tick:P without the floor measures",
-            clock.mode(),
-            counts.floored
-        ));
+        notes.push(if kind.takes_the_floor() {
+            format!(
+                "clock {}: the floor reached the controller: bbr-linux counted {} zero RTT samples (and any zero rate interval) as one tick, as the talk's patch does in tcp_input.c and tcp_rate.c",
+                clock.mode(),
+                counts.floored
+            )
+        } else {
+            format!(
+                "clock {}: the floor cannot reach quinn-proto's {}: quinn-proto 0.11 folds each RTT sample into its private RttEstimator before calling the controller",
+                clock.mode(),
+                kind.name()
+            )
+        });
+    }
+    if let Some(linux) = counts.bbr_linux {
+        notes.push(bbr_linux_note(&linux));
     }
     notes
+}
+
+fn who(kind: CcKind) -> String {
+    match kind {
+        CcKind::BbrLinux => "bbr-linux (Linux 4.9's BBR, osprobe's own)".to_string(),
+        other => format!("quinn-proto {}", other.name()),
+    }
+}
+
+/// Why bbr-linux ran at the rate it did: its min_rtt, window and estimate.
+fn bbr_linux_note(linux: &BbrLinuxSummary) -> String {
+    let min_rtt = linux
+        .min_rtt
+        .map_or("none".to_string(), |m| format!("{} us", m.as_micros()));
+    format!(
+        "bbr-linux at the end: mode {}, min_rtt {min_rtt}, window {} packets, bandwidth estimate {:.1} Mbit/s, pacing rate {:.1} Mbit/s (computed, not applied: quinn-proto paces by its own rule); {} of {} rate samples valid (a zero interval is none)",
+        linux.mode,
+        linux.cwnd_packets,
+        linux.max_bw_bytes_per_sec as f64 * 8.0 / 1e6,
+        linux.pacing_rate as f64 * 8.0 / 1e6,
+        linux.valid_samples,
+        linux.valid_samples + linux.invalid_samples
+    )
 }
 
 #[cfg(test)]
@@ -261,6 +327,7 @@ mod tests {
             kind: CcKind::Bbr,
             clock,
             record: Arc::new(SampleRecord::new()),
+            gso_max_segs: 1,
         });
         let controller = factory.build(clock.origin(), 1200);
         *controller
@@ -284,6 +351,7 @@ mod tests {
                 zero: 1,
                 floored: 1,
                 min_floored: Some(Duration::from_millis(10)),
+                bbr_linux: None,
             }
         );
     }
@@ -310,6 +378,8 @@ mod tests {
         assert_eq!(CcKind::parse("newreno").unwrap(), CcKind::NewReno);
         assert_eq!(CcKind::parse("cubic").unwrap(), CcKind::Cubic);
         assert_eq!(CcKind::parse("bbr").unwrap(), CcKind::Bbr);
+        assert_eq!(CcKind::parse("bbr-linux").unwrap(), CcKind::BbrLinux);
+        assert!(CcKind::BbrLinux.takes_the_floor() && !CcKind::Bbr.takes_the_floor());
         let err = CcKind::parse("vegas").unwrap_err().to_string();
         assert!(err.contains("'vegas'") && err.contains("bbr"), "{err}");
     }

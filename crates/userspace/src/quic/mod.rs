@@ -99,6 +99,13 @@ pub fn run_transfer_on(
     placement: Placement,
 ) -> Result<TransferOutcome, QuicError> {
     let kind = CcKind::parse(&config.cc).map_err(|e| QuicError::Invalid(e.reason))?;
+    if config.clock.floors_rtt() && !kind.takes_the_floor() {
+        return Err(QuicError::Invalid(format!(
+            "clock {}: the floor acts only in cc=bbr-linux; quinn-proto's {} keeps its RTT estimator private, so the transfer would run on plain tick",
+            config.clock,
+            kind.name()
+        )));
+    }
     check_times(config)?;
     let clock = crate::clock::StackClock::new(config.clock);
     let record = Arc::new(SampleRecord::new());
@@ -106,7 +113,19 @@ pub fn run_transfer_on(
     let max_payload = path.as_ref().map_or(LOOPBACK_UDP_PAYLOAD, |p| {
         u16::try_from(p.mtu().saturating_sub(IPV4_UDP_HEADERS)).unwrap_or(u16::MAX)
     });
-    let transport = Arc::new(transport_config(kind, clock, record.clone(), max_payload));
+    // What one GSO send carries at most, in datagrams (bbr-linux's burst).
+    let gso_max_segs = if client_udp.gso {
+        (udp::GSO_BYTES / usize::from(max_payload).max(1)).clamp(1, udp::GSO_SEGMENTS) as u64
+    } else {
+        1
+    };
+    let transport = Arc::new(transport_config(
+        kind,
+        clock,
+        record.clone(),
+        max_payload,
+        gso_max_segs,
+    ));
     let pair = tls::make_pair()?;
     let mut server_config = pair.server;
     server_config.transport_config(transport.clone());
@@ -278,6 +297,7 @@ fn transport_config(
     clock: crate::clock::StackClock,
     record: Arc<SampleRecord>,
     max_udp_payload: u16,
+    gso_max_segs: u64,
 ) -> TransportConfig {
     let mut transport = TransportConfig::default();
     transport
@@ -285,6 +305,7 @@ fn transport_config(
             kind,
             clock,
             record,
+            gso_max_segs,
         }))
         .stream_receive_window(VarInt::from_u32(FLOW_WINDOW))
         .receive_window(VarInt::from_u32(FLOW_WINDOW))

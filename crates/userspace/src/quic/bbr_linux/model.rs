@@ -166,8 +166,8 @@ impl BbrModel {
 
     /// A rate in bytes per second from a bandwidth and a gain.
     pub fn rate_bytes_per_sec(&self, bw: u64, gain: u64) -> u64 {
-        let rate = u128::from(bw) * u128::from(self.mtu) * u128::from(gain) >> BBR_SCALE;
-        u64::try_from(rate * 1_000_000 >> BW_SCALE).unwrap_or(u64::MAX)
+        let rate = (u128::from(bw) * u128::from(self.mtu) * u128::from(gain)) >> BBR_SCALE;
+        u64::try_from((rate * 1_000_000) >> BW_SCALE).unwrap_or(u64::MAX)
     }
 
     fn init_pacing_rate_from_rtt(&mut self, srtt_us: u64) {
@@ -335,7 +335,7 @@ impl BbrModel {
         if self.full_bw_reached || !self.round_start || rs.is_app_limited {
             return;
         }
-        let threshold = self.full_bw * FULL_BW_THRESH >> BBR_SCALE;
+        let threshold = (self.full_bw * FULL_BW_THRESH) >> BBR_SCALE;
         if self.max_bw() >= threshold {
             self.full_bw = self.max_bw();
             self.full_bw_count = 0;
