@@ -3,7 +3,7 @@
 //! are in measure.rs. No measuring and no formatting happen here.
 
 use crate::flags::{Cli, Command, HistoryArgs, ShowArgs};
-use crate::output::{Csv, Exporter, Markdown};
+use crate::output::Format;
 use anyhow::Result;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,32 +94,14 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
     // (compare and report call it a usage error).
     let store = crate::store::open_for_reading(db)?;
     let run = crate::store::load_run(&*store, &args.run)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
-    } else if args.csv {
-        print!("{}", Csv.render(&run)?);
-    } else if args.markdown {
-        print!("{}", Markdown.render(&run)?);
-    } else {
-        println!(
-            "run {} ({} profile, {} .. {}, osprobe {})",
-            run.id, run.profile, run.started, run.ended, run.osprobe_version
-        );
-        println!("command: osprobe {}", run.command);
-        if let Some(line) = osprobe_report::terminal::labels_line(&run.labels) {
-            println!("{line}");
-        }
-        println!();
-        print!("{}", osprobe_report::environment_block(&run.environment));
-        println!();
-        let ends = osprobe_report::ends::ends_block_fit(&run, osprobe_report::terminal_width());
-        if !ends.is_empty() {
-            println!("{ends}");
-        }
+    let format = Format::of_show(&args);
+    if format == Format::Table {
+        // Which run, its command line and its machine, above its results.
         print!(
             "{}",
-            osprobe_report::run_results(&run, osprobe_report::terminal_width())
+            osprobe_report::show_header(&run, osprobe_report::terminal_width())
         );
     }
+    print!("{}", format.of_run().render(&run)?);
     Ok(ExitCode::SUCCESS)
 }

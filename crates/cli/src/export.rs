@@ -5,71 +5,41 @@
 
 use crate::error::UsageError;
 use crate::flags::ProfileArgs;
-use crate::output::{self, Exporter};
+use crate::output::Format;
 use anyhow::{Context as _, Result};
 use osprobe_core::Run;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Copy)]
-enum Format {
-    Json,
-    Csv,
-    Markdown,
-}
-
-impl Format {
-    fn flag(self) -> &'static str {
-        match self {
-            Format::Json => "--export-json",
-            Format::Csv => "--export-csv",
-            Format::Markdown => "--export-markdown",
-        }
-    }
-
-    fn exporter(self) -> &'static dyn Exporter<Run> {
-        match self {
-            Format::Json => &output::Json,
-            Format::Csv => &output::Csv,
-            Format::Markdown => &output::Markdown,
-        }
-    }
-}
-
 /// The export files asked for, open for writing.
 pub struct Exports {
-    files: Vec<(Format, PathBuf, File)>,
+    /// Each file's format, the flag that asked for it, its path.
+    files: Vec<(Format, &'static str, PathBuf, File)>,
 }
 
 impl Exports {
     /// Create every file asked for; a path that cannot be written is a
     /// usage error naming the flag and the path.
     pub fn create(opts: &ProfileArgs) -> Result<Exports, UsageError> {
-        let asked = [
-            (Format::Json, &opts.export_json),
-            (Format::Csv, &opts.export_csv),
-            (Format::Markdown, &opts.export_markdown),
-        ];
         let mut files = Vec::new();
-        for (format, path) in asked {
-            let Some(path) = path else { continue };
+        for (format, flag, path) in Format::exports(opts) {
             let file = File::create(path).map_err(|e| {
-                let input = format!("{} {}", format.flag(), path.display());
+                let input = format!("{flag} {}", path.display());
                 UsageError::input(input, format!("cannot create it: {e}"))
             })?;
-            files.push((format, path.clone(), file));
+            files.push((format, flag, path.to_path_buf(), file));
         }
         Ok(Exports { files })
     }
 
     /// Write the run to every file.
     pub fn write(self, run: &Run) -> Result<()> {
-        for (format, path, mut file) in self.files {
-            let text = format.exporter().render(run)?;
+        for (format, flag, path, mut file) in self.files {
+            let text = format.of_run().render(run)?;
             file.write_all(text.as_bytes())
                 .and_then(|()| file.flush())
-                .with_context(|| format!("{} {}: writing it", format.flag(), path.display()))?;
+                .with_context(|| format!("{flag} {}: writing it", path.display()))?;
         }
         Ok(())
     }
@@ -77,7 +47,7 @@ impl Exports {
     /// Remove the files created for a run that produced nothing to export
     /// (interrupted, or nothing measured): no empty file is left behind.
     pub fn discard(self) {
-        for (_, path, file) in self.files {
+        for (_, _, path, file) in self.files {
             drop(file);
             let _ = std::fs::remove_file(path);
         }

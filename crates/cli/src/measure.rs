@@ -5,6 +5,7 @@
 
 use crate::error::UsageError;
 use crate::flags::{BenchArgs, NetArgs, ProfileArgs, RunArgs};
+use crate::output::Format;
 use crate::progress::Bar;
 use anyhow::{Context as _, Result};
 use osprobe_core::far_end::FarEnd;
@@ -210,7 +211,7 @@ fn announce(
     opts: &ProfileArgs,
     peer_token: Option<&str>,
 ) -> Vec<FarEnd> {
-    let tables = !opts.json && !opts.brief;
+    let tables = Format::of_measuring(opts) == Format::Table;
     if tables {
         print!("{}", osprobe_report::environment_block(environment));
         println!();
@@ -252,15 +253,10 @@ fn keep_and_show(
         _ => None,
     };
     exports.write(run)?;
-    if opts.json {
-        println!("{}", serde_json::to_string_pretty(run)?);
+    let format = Format::of_measuring(opts);
+    print!("{}", format.of_run().render(run)?);
+    if format == Format::Json {
         return Ok(());
-    }
-    let width = osprobe_report::terminal_width();
-    if opts.brief {
-        print!("{}", osprobe_report::brief_results(run, width));
-    } else {
-        print!("{}", osprobe_report::run_results(run, width));
     }
     if let Some(store) = &store {
         println!(

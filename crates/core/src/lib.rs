@@ -31,6 +31,7 @@ pub mod models;
 pub mod mounts;
 pub mod nic;
 pub mod owner;
+pub mod paths;
 pub mod peer_text;
 pub mod plot_view;
 pub mod proof;

@@ -141,6 +141,14 @@ mod tests {
     }
 
     #[test]
+    fn the_show_header_ends_with_the_far_ends() {
+        let run = run_with_far_end();
+        let header = crate::terminal::show_header(&run, 120);
+        let ends = ends_block_fit(&run, 120);
+        assert!(header.ends_with(&format!("\n{ends}\n")), "{header}");
+    }
+
+    #[test]
     fn the_html_section_escapes_the_far_text() {
         let mut html = String::new();
         ends_section(&mut html, &run_with_far_end());

@@ -24,6 +24,7 @@ pub mod width;
 
 pub use terminal::{
     brief_results, environment_block, environment_block_fit, history_table, list_table,
-    measurements_table, measurements_table_fit, run_results, skipped_block, summary_line,
+    measurements_table, measurements_table_fit, run_results, show_header, skipped_block,
+    summary_line,
 };
 pub use width::terminal_width;

@@ -23,6 +23,7 @@ use crate::compare::Better;
 use crate::error::{Incomparable, RowError};
 use crate::human::number;
 use crate::table::{Align, Table};
+use osprobe_core::paths::{path_kind, PATH_KINDS};
 use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
 use serde::{Deserialize, Serialize};
 
@@ -80,15 +81,11 @@ pub struct Reference {
     pub local: Option<LocalFigure>,
 }
 
-/// The kinds of path a row may name, in the words of the experiments'
-/// `path` parameter.
-pub const PATH_KINDS: [&str; 4] = ["loopback", "netns", "emulated", "remote"];
-
 /// Where a study's figure was measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StudyPath {
-    /// One of [`PATH_KINDS`]: `remote` for a real network between hosts.
+    /// One of core's [`PATH_KINDS`]: `remote` for a real network between hosts.
     pub kind: String,
     /// What it was, in words: `NFS over WiFi between two machines`.
     pub words: String,
@@ -120,12 +117,6 @@ fn pinned(pins: &Params, params: &Params) -> bool {
     pins.0
         .iter()
         .all(|(k, v)| params.get(k).is_some_and(|mv| same_value(v, mv)))
-}
-
-/// The kind of path a measurement ran over: its `path` parameter (every
-/// experiment with one defaults to loopback).
-fn path_of(m: &Measurement) -> &str {
-    m.params.text("path").unwrap_or("loopback")
 }
 
 /// The denominator of a ratio row.
@@ -484,8 +475,9 @@ fn row(run: &Run, r: &Reference) -> ReproduceRow {
         return out;
     }
     if let Some(path) = &r.path {
-        let (same, other): (Vec<&Measurement>, Vec<&Measurement>) =
-            matching.into_iter().partition(|m| path_of(m) == path.kind);
+        let (same, other): (Vec<&Measurement>, Vec<&Measurement>) = matching
+            .into_iter()
+            .partition(|m| path_kind(&m.params) == path.kind);
         if same.is_empty() {
             if let Some(m) = other.first() {
                 other_path_row(run, r, path, m, &mut out);
@@ -655,7 +647,7 @@ fn other_path_row(
     out.measured_params = Some(label.clone());
     let difference = format!(
         "measured over {}, the study's figure over {} (path={}): not the same kind of path",
-        path_of(m),
+        path_kind(&m.params),
         path.words,
         path.kind
     );

@@ -168,6 +168,29 @@ pub fn run_results(run: &Run, width: usize) -> String {
     out
 }
 
+/// What `show` prints above a stored run's results: which run it is (id,
+/// profile, times, version), the command line that made it, its labels,
+/// the machine, and the far ends of a remote run, at most `width` wide.
+pub fn show_header(run: &Run, width: usize) -> String {
+    let mut out = format!(
+        "run {} ({} profile, {} .. {}, osprobe {})\ncommand: osprobe {}\n",
+        run.id, run.profile, run.started, run.ended, run.osprobe_version, run.command
+    );
+    if let Some(line) = labels_line(&run.labels) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(&environment_block_fit(&run.environment, width));
+    out.push('\n');
+    let ends = crate::ends::ends_block_fit(run, width);
+    if !ends.is_empty() {
+        out.push_str(&ends);
+        out.push('\n');
+    }
+    out
+}
+
 /// `--brief`: the headline measurement of each experiment (its first), one
 /// line each, then the summary line.
 pub fn brief_results(run: &Run, width: usize) -> String {
@@ -609,6 +632,43 @@ mod tests {
         assert_eq!(
             summary_line(&run, 200),
             "0 experiments measured, 0 measurements; 4 points skipped: needs root (3), needs x86_64, this is aarch64 (1)\n"
+        );
+    }
+
+    #[test]
+    fn the_show_header_names_the_run_then_the_machine() {
+        let mut run = Run {
+            schema: 1,
+            id: "01J".into(),
+            started: "2026-01-02T03:04:05Z".into(),
+            ended: "2026-01-02T03:05:00Z".into(),
+            osprobe_version: "0.9.0".into(),
+            profile: osprobe_core::Profile::Quick,
+            command: "bench cpu.syscall".into(),
+            environment: Environment {
+                hostname: "lab-1".into(),
+                ..Environment::default()
+            },
+            measurements: vec![],
+            skipped: vec![],
+            labels: Default::default(),
+            far_ends: Vec::new(),
+        };
+        let machine = environment_block_fit(&run.environment, 100);
+        assert!(machine.contains("lab-1"), "{machine}");
+        assert_eq!(
+            show_header(&run, 100),
+            format!(
+                "run 01J (quick profile, 2026-01-02T03:04:05Z .. 2026-01-02T03:05:00Z, osprobe 0.9.0)\n\
+                 command: osprobe bench cpu.syscall\n\n{machine}\n"
+            )
+        );
+        run.labels.insert("host".into(), "lab-1".into());
+        run.labels.insert("rack".into(), "b".into());
+        let header = show_header(&run, 100);
+        assert!(
+            header.contains("cpu.syscall\nlabels: host=lab-1; rack=b\n\n"),
+            "{header}"
         );
     }
 

@@ -1,17 +1,20 @@
 //! Output formats behind one interface, as hyperfine's `src/export/`: an
 //! [`Exporter`] turns an outcome into the text of one format, one file per
-//! format. Outcomes render themselves (`Display` for people, `Serialize`
+//! format, and [`Format`] is the one table of them (each format's flags and
+//! exporter). Outcomes render themselves (`Display` for people, `Serialize`
 //! for programs, in the crate that owns them); the verbs pick a format
-//! from their flags and print, they do not format.
+//! from their flags through [`Format`] and print, they do not format.
 //!
 //! Every `--json` output has a JSON Schema in `schema/` (docs/json.md).
 
 mod csv;
+mod format;
 mod json;
 mod markdown;
 mod text;
 
 pub use csv::Csv;
+pub use format::Format;
 pub use json::Json;
 pub use markdown::Markdown;
 pub use text::Text;
@@ -26,19 +29,11 @@ pub trait Exporter<T: ?Sized> {
     fn render(&self, outcome: &T) -> Result<String>;
 }
 
-/// JSON with `--json`, else text.
-pub fn chosen<T: Serialize + Display + ?Sized>(json: bool) -> Box<dyn Exporter<T>> {
-    if json {
-        Box::new(Json)
-    } else {
-        Box::new(Text)
-    }
-}
-
 /// Print `outcome` on stdout: as JSON with `--json`, else as text.
 pub fn print<T: Serialize + Display + ?Sized>(json: bool, outcome: &T) -> Result<()> {
     use std::io::Write as _;
-    let text = chosen::<T>(json).render(outcome)?;
+    let format = Format::chosen(&[(Format::Json, json)]);
+    let text = format.of_outcome::<T>()?.render(outcome)?;
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth a message.
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());

@@ -1,5 +1,7 @@
 //! Integer socket options (`setsockopt`/`getsockopt` with a C int), the
-//! kind most options are: buffer sizes, flags, TCP_MAXSEG, TCP_NOTSENT_LOWAT.
+//! kind most options are: buffer sizes, flags, TCP_MAXSEG, TCP_NOTSENT_LOWAT;
+//! and socket buffers asked for past the system's cap where allowed
+//! ([`force_buffers`]).
 
 use std::io;
 use std::os::unix::io::RawFd;
@@ -51,6 +53,27 @@ pub fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<l
     }
 }
 
+/// Ask for `bytes` of receive and of send buffer on socket `fd`:
+/// SO_RCVBUFFORCE / SO_SNDBUFFORCE where allowed (CAP_NET_ADMIN), which
+/// pass net.core.rmem_max / wmem_max, else SO_RCVBUF / SO_SNDBUF, which the
+/// kernel caps at them. A sender that must not wait on a small default
+/// asks here; the error is the ordinary option's, when neither was taken.
+pub fn force_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let mut outcome = Ok(());
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if set_int(fd, libc::SOL_SOCKET, force, value).is_err() {
+            if let Err(e) = set_int(fd, libc::SOL_SOCKET, plain, value) {
+                outcome = Err(e);
+            }
+        }
+    }
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +106,43 @@ mod tests {
         let e = get_int(socket.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG).unwrap_err();
         assert!(e.raw_os_error().is_some(), "{e}");
         let e = set_int(-1, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+    }
+
+    /// The system's cap on the ordinary option, e.g. net.core.rmem_max.
+    fn cap(name: &str) -> usize {
+        let path = format!("/proc/sys/net/core/{name}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        text.trim().parse().unwrap()
+    }
+
+    #[test]
+    fn forced_buffers_pass_the_cap_where_allowed() {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fd = socket.as_raw_fd();
+        let (rmem_max, wmem_max) = (cap("rmem_max"), cap("wmem_max"));
+        // Twice the larger cap (bounded, should a cap be huge): only the
+        // forcing options can grant it.
+        let asked = (2 * rmem_max.max(wmem_max)).min(1 << 28);
+        force_buffers(fd, asked).unwrap();
+        let read = |name| get_int(fd, libc::SOL_SOCKET, name).unwrap() as usize;
+        // The kernel reports twice what it was asked (its bookkeeping).
+        if crate::sys::is_root() {
+            assert!(
+                read(libc::SO_RCVBUF) >= 2 * asked,
+                "{}",
+                read(libc::SO_RCVBUF)
+            );
+            assert!(
+                read(libc::SO_SNDBUF) >= 2 * asked,
+                "{}",
+                read(libc::SO_SNDBUF)
+            );
+        } else {
+            assert_eq!(read(libc::SO_RCVBUF), 2 * asked.min(rmem_max));
+            assert_eq!(read(libc::SO_SNDBUF), 2 * asked.min(wmem_max));
+        }
+        let e = force_buffers(-1, 1 << 20).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EBADF));
     }
 }

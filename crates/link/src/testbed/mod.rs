@@ -68,7 +68,7 @@ impl PathKind {
     /// The `path` parameter's kind (loopback when not given); `emulated`
     /// with a `to` is [`PathKind::EmulatedTo`].
     pub fn of(params: &Params) -> Result<PathKind, ExperimentError> {
-        match params.text("path").unwrap_or("loopback") {
+        match osprobe_core::paths::path_kind(params) {
             "loopback" => Ok(PathKind::Loopback),
             "netns" => Ok(PathKind::Netns),
             "remote" => Ok(PathKind::Remote),

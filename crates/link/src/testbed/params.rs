@@ -6,8 +6,8 @@ use crate::parse;
 use osprobe_core::error::CheckError;
 use osprobe_core::{ParamKind, ParamSpec, Params};
 
-/// The path kinds, as the `path` parameter spells them.
-pub const PATHS: &[&str] = &["loopback", "netns", "remote", "emulated"];
+/// The path kinds, as the `path` parameter spells them (core's names).
+pub const PATHS: &[&str] = &osprobe_core::paths::PATH_KINDS;
 
 /// Which points need root, as `Requirements::root_for` says it: the path
 /// kinds that build network namespaces.

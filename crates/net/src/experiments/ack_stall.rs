@@ -9,7 +9,7 @@
 //! The mechanics and the kernel behaviour behind them are in
 //! [`crate::ack_stall`].
 
-use super::{default_paths, duration, failed, value_measurement, COMMON, DURATION_PARAM};
+use super::{default_paths, failed, networked, value_measurement, DefaultDuration, DURATION_PARAM};
 use crate::ack_stall::{self, SenderReport};
 use crate::path::Endpoint;
 use crate::protocol::TestSpec;
@@ -24,13 +24,7 @@ use std::time::Duration;
 
 pub struct AckStall;
 
-const PARAMS: [ParamSpec; 8] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+const PARAMS: [ParamSpec; 8] = networked(&[
     ParamSpec {
         name: "segment",
         help: "bytes per segment the sender keeps in flight",
@@ -40,15 +34,13 @@ const PARAMS: [ParamSpec; 8] = [
         },
     },
     DURATION_PARAM,
-];
+]);
 
-fn default_duration_ms(profile: Profile) -> i64 {
-    match profile {
-        Profile::Smoke => 1_000,
-        Profile::Quick => 1_500,
-        Profile::Full => 5_000,
-    }
-}
+const DURATION: DefaultDuration = DefaultDuration {
+    smoke_ms: 1_000,
+    quick_ms: 1_500,
+    full_ms: 5_000,
+};
 
 impl Experiment for AckStall {
     fn id(&self) -> &'static str {
@@ -57,10 +49,7 @@ impl Experiment for AckStall {
 
     /// Who can run which points: `osprobe list` shows it.
     fn requirements(&self) -> osprobe_core::Requirements {
-        osprobe_core::Requirements {
-            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
-            ..osprobe_core::Requirements::default()
-        }
+        super::requirements()
     }
 
     fn description(&self) -> &'static str {
@@ -74,16 +63,13 @@ impl Experiment for AckStall {
     fn grid(&self, profile: Profile) -> Vec<Params> {
         default_paths(profile)
             .into_iter()
-            .map(|p| {
-                p.with("segment", 1000i64)
-                    .with("duration_ms", default_duration_ms(profile))
-            })
+            .map(|p| DURATION.on(p.with("segment", 1000i64), profile))
             .collect()
     }
 
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let segment = params.int("segment").unwrap_or(1000) as usize;
-        let length = duration(params, default_duration_ms(ctx.profile) as u64);
+        let length = DURATION.of(params, ctx.profile);
         let endpoint = Endpoint::open(ctx, params)?;
         let delayed = one_mode(&endpoint, segment, length, false)?;
         ctx.check_interrupt()?;

@@ -5,7 +5,8 @@
 //! retransmissions and limits TCP_INFO shows.
 
 use super::{
-    cross, default_paths, value_measurement, Placement, COMMON, DURATION_PARAM, PIN_PARAM,
+    cross, default_paths, networked, value_measurement, DefaultDuration, Placement, DURATION_PARAM,
+    PIN_PARAM,
 };
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
@@ -17,13 +18,7 @@ use osprobe_core::{
 
 pub struct Bandwidth;
 
-const PARAMS: [ParamSpec; 11] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+const PARAMS: [ParamSpec; 11] = networked(&[
     ParamSpec {
         name: "streams",
         help: "parallel TCP connections (iperf3 -P)",
@@ -40,15 +35,9 @@ const PARAMS: [ParamSpec; 11] = [
     DURATION_PARAM,
     PIN_PARAM,
     super::direction::DIRECTION_PARAM,
-];
+]);
 
-pub fn default_duration_ms(profile: Profile) -> u64 {
-    match profile {
-        Profile::Smoke => 300,
-        Profile::Quick => 1_000,
-        Profile::Full => 5_000,
-    }
-}
+const DURATION: DefaultDuration = DefaultDuration::BULK;
 
 impl Experiment for Bandwidth {
     fn id(&self) -> &'static str {
@@ -57,10 +46,7 @@ impl Experiment for Bandwidth {
 
     /// Who can run which points: `osprobe list` shows it.
     fn requirements(&self) -> osprobe_core::Requirements {
-        osprobe_core::Requirements {
-            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
-            ..osprobe_core::Requirements::default()
-        }
+        super::requirements()
     }
 
     fn description(&self) -> &'static str {
@@ -91,9 +77,8 @@ impl Experiment for Bandwidth {
         points
             .into_iter()
             .map(|p| {
-                p.with("write_size", 128i64 << 10)
-                    .with("duration_ms", default_duration_ms(profile) as i64)
-                    .with("pin", "auto")
+                let point = p.with("write_size", 128i64 << 10).with("pin", "auto");
+                DURATION.on(point, profile)
             })
             .collect()
     }
@@ -101,7 +86,7 @@ impl Experiment for Bandwidth {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let endpoint = Endpoint::open(ctx, params)?;
         let placement = Placement::choose(params, endpoint.kind);
-        let timing = super::bulk_timing(params, default_duration_ms(ctx.profile), &endpoint);
+        let timing = super::bulk_timing(DURATION.of(params, ctx.profile), &endpoint);
         let config = BulkConfig {
             streams: params.int("streams").unwrap_or(1) as u32,
             write_size: params.int("write_size").unwrap_or(128 << 10) as usize,
@@ -177,13 +162,7 @@ pub fn bulk_measurements(
     config: &BulkConfig,
     result: &bulk::BulkResult,
 ) -> Result<Vec<Measurement>, ExperimentError> {
-    let errors = result.errors();
-    if !errors.is_empty() {
-        return Err(ExperimentError::Failed(format!(
-            "the server reported: {}",
-            errors.join("; ")
-        )));
-    }
+    super::fail_on_server_errors(result.errors())?;
     let path = format!("path: {}", endpoint.description);
     let diagnosis = bulk::diagnosis(result, config);
 

@@ -10,9 +10,8 @@
 //! tcp_wmem's maximum, reported); `sndbuf` fixes SO_SNDBUF instead, which is
 //! how the BBR talk's "raise tcp_wmem" is tried per socket.
 
-use super::bandwidth::default_duration_ms;
 use super::value_measurement;
-use super::{default_paths, Placement, COMMON, DURATION_PARAM, PIN_PARAM};
+use super::{default_paths, networked, DefaultDuration, Placement, DURATION_PARAM, PIN_PARAM};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
 use crate::sock::ConnectOptions;
@@ -26,13 +25,10 @@ pub struct CongestionControl;
 
 const ALGORITHMS: &[&str] = &["bbr", "cubic", "reno"];
 
-const PARAMS: [ParamSpec; 10] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+/// As long as net.bandwidth sends, so the two compare.
+const DURATION: DefaultDuration = DefaultDuration::BULK;
+
+const PARAMS: [ParamSpec; 10] = networked(&[
     ParamSpec {
         name: "cc",
         help: "congestion control (those the kernel offers)",
@@ -48,7 +44,7 @@ const PARAMS: [ParamSpec; 10] = [
     },
     DURATION_PARAM,
     PIN_PARAM,
-];
+]);
 
 impl Experiment for CongestionControl {
     fn id(&self) -> &'static str {
@@ -85,11 +81,8 @@ impl Experiment for CongestionControl {
             .into_iter()
             .flat_map(|p| {
                 ALGORITHMS.iter().map(move |cc| {
-                    p.clone()
-                        .with("cc", *cc)
-                        .with("sndbuf", 0i64)
-                        .with("duration_ms", default_duration_ms(profile) as i64)
-                        .with("pin", "auto")
+                    let point = p.clone().with("cc", *cc).with("sndbuf", 0i64);
+                    DURATION.on(point.with("pin", "auto"), profile)
                 })
             })
             .collect();
@@ -111,7 +104,7 @@ impl Experiment for CongestionControl {
         let sndbuf = params.int("sndbuf").unwrap_or(0);
         let endpoint = Endpoint::open(ctx, params)?;
         let placement = Placement::choose(params, endpoint.kind);
-        let timing = super::bulk_timing(params, default_duration_ms(ctx.profile), &endpoint);
+        let timing = super::bulk_timing(DURATION.of(params, ctx.profile), &endpoint);
         let config = BulkConfig {
             streams: 1,
             write_size: 128 << 10,
@@ -199,13 +192,7 @@ fn cc_measurements(
     result: &bulk::BulkResult,
     config: &BulkConfig,
 ) -> Result<Vec<Measurement>, ExperimentError> {
-    let errors = result.errors();
-    if !errors.is_empty() {
-        return Err(ExperimentError::Failed(format!(
-            "the server reported: {}",
-            errors.join("; ")
-        )));
-    }
+    super::fail_on_server_errors(result.errors())?;
     let mut out = vec![throughput(id, params, result, config)?];
     let from = "the sender's TCP_INFO at the end of the test";
     let mut figures = vec![Figure {

@@ -13,7 +13,7 @@
 
 use super::{default_paths, failed, COMMON};
 use crate::path::Endpoint;
-use crate::protocol::{self, Message, TestSpec};
+use crate::protocol::{self, Message};
 use crate::sock::{self, ConnectOptions};
 use osprobe_core::model::{Histogram, Prediction};
 use osprobe_core::{Context, Experiment, ExperimentError, Measurement, ParamSpec, Params, Profile};
@@ -36,10 +36,7 @@ impl Experiment for Connect {
 
     /// Who can run which points: `osprobe list` shows it.
     fn requirements(&self) -> osprobe_core::Requirements {
-        osprobe_core::Requirements {
-            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
-            ..osprobe_core::Requirements::default()
-        }
+        super::requirements()
     }
 
     fn description(&self) -> &'static str {
@@ -134,22 +131,8 @@ fn read_hello(stream: &TcpStream) -> Result<(), ExperimentError> {
 
 /// Median of a few TCP echo round trips, for the prediction.
 fn tcp_round_trip_ns(endpoint: &Endpoint) -> Result<f64, ExperimentError> {
-    let session = endpoint
-        .peer
-        .open(
-            TestSpec::Echo {
-                streams: 1,
-                size: 32,
-            },
-            Duration::from_secs(30),
-        )
-        .map_err(failed)?;
-    let options = ConnectOptions {
-        nodelay: true,
-        ..ConnectOptions::default()
-    };
-    let mut stream = session.attach(0, &options).map_err(failed)?;
-    let _ = stream.set_read_timeout(Some(CONNECT_TIMEOUT));
+    let session = super::echo_session(endpoint, 32, Duration::from_secs(30))?;
+    let mut stream = super::echo_stream(&session, CONNECT_TIMEOUT)?;
     let mut buf = [0u8; 32];
     let mut rtts = Vec::with_capacity(51);
     for _ in 0..51 {

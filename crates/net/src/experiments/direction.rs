@@ -29,13 +29,7 @@ pub fn reverse_measurements(
     config: &BulkConfig,
     result: &ReverseResult,
 ) -> Result<Vec<Measurement>, ExperimentError> {
-    let errors = result.errors();
-    if !errors.is_empty() {
-        return Err(ExperimentError::Failed(format!(
-            "the server reported: {}",
-            errors.join("; ")
-        )));
-    }
+    super::fail_on_server_errors(result.errors())?;
     let path = format!("path: {}", endpoint.description);
     // One measurement: `name` after the prefix, its values and notes.
     let make = |name: &str, unit: Unit, values: &[f64], notes: Vec<String>| {

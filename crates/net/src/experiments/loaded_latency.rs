@@ -10,16 +10,15 @@
 //! flows' packets in the bottleneck's drop-tail queue; on loopback it
 //! competes for the CPUs and socket locks.
 
-use super::{failed, value_measurement, COMMON, DURATION_PARAM};
+use super::{failed, networked, value_measurement, DefaultDuration, DURATION_PARAM};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
-use crate::protocol::TestSpec;
 use crate::sock::ConnectOptions;
 use osprobe_core::interrupt;
 use osprobe_core::model::{Histogram, Prediction};
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
-    Requirements, Samples, Unit,
+    Samples, Unit,
 };
 use osprobe_link::testbed::EmulatedLink;
 use std::io::{Read, Write};
@@ -29,13 +28,7 @@ use std::time::{Duration, Instant};
 
 pub struct LoadedLatency;
 
-const PARAMS: [ParamSpec; 10] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+const PARAMS: [ParamSpec; 10] = networked(&[
     ParamSpec {
         name: "streams",
         help: "bulk TCP flows that load the path (RRUL uses 4 each way)",
@@ -58,15 +51,13 @@ const PARAMS: [ParamSpec; 10] = [
         },
     },
     DURATION_PARAM,
-];
+]);
 
-fn default_duration_ms(profile: Profile) -> u64 {
-    match profile {
-        Profile::Smoke => 500,
-        Profile::Quick => 2_000,
-        Profile::Full => 10_000,
-    }
-}
+const DURATION: DefaultDuration = DefaultDuration {
+    smoke_ms: 500,
+    quick_ms: 2_000,
+    full_ms: 10_000,
+};
 
 impl Experiment for LoadedLatency {
     fn id(&self) -> &'static str {
@@ -81,21 +72,16 @@ impl Experiment for LoadedLatency {
         &PARAMS
     }
 
-    fn requirements(&self) -> Requirements {
-        Requirements {
-            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
-            ..Requirements::default()
-        }
+    fn requirements(&self) -> osprobe_core::Requirements {
+        super::requirements()
     }
 
     fn grid(&self, profile: Profile) -> Vec<Params> {
         super::default_paths(profile)
             .into_iter()
             .map(|p| {
-                p.with("streams", 4i64)
-                    .with("size", 1i64)
-                    .with("probe_ms", 5i64)
-                    .with("duration_ms", default_duration_ms(profile) as i64)
+                let point = p.with("streams", 4i64).with("size", 1i64);
+                DURATION.on(point.with("probe_ms", 5i64), profile)
             })
             .collect()
     }
@@ -105,7 +91,7 @@ impl Experiment for LoadedLatency {
         let size = params.int("size").unwrap_or(1) as usize;
         let every = Duration::from_millis(params.int("probe_ms").unwrap_or(5) as u64);
         let endpoint = Endpoint::open(ctx, params)?;
-        let timing = super::bulk_timing(params, default_duration_ms(ctx.profile), &endpoint);
+        let timing = super::bulk_timing(DURATION.of(params, ctx.profile), &endpoint);
         let config = BulkConfig {
             streams,
             write_size: 128 << 10,
@@ -196,13 +182,7 @@ fn measure(
     if stop.load(Ordering::SeqCst) {
         return Err(ExperimentError::Interrupted);
     }
-    let errors = bulk.errors();
-    if !errors.is_empty() {
-        return Err(ExperimentError::Failed(format!(
-            "the server reported: {}",
-            errors.join("; ")
-        )));
-    }
+    super::fail_on_server_errors(bulk.errors())?;
     Ok(Rounds { idle, loaded, bulk })
 }
 
@@ -267,25 +247,9 @@ struct Probe {
 
 impl Probe {
     fn open(endpoint: &Endpoint, size: usize, lasts: Duration) -> Result<Probe, ExperimentError> {
-        let session = endpoint
-            .peer
-            .open(
-                TestSpec::Echo {
-                    streams: 1,
-                    size: size as u32,
-                },
-                lasts + Duration::from_secs(30),
-            )
-            .map_err(failed)?;
-        let options = ConnectOptions {
-            nodelay: true,
-            ..ConnectOptions::default()
-        };
-        let stream = session.attach(0, &options).map_err(failed)?;
+        let session = super::echo_session(endpoint, size, lasts + Duration::from_secs(30))?;
         // A probe stuck behind a full queue for this long is a failed path.
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| ExperimentError::io("probe read timeout", e))?;
+        let stream = super::echo_stream(&session, Duration::from_secs(10))?;
         Ok(Probe {
             session: Some(session),
             stream,

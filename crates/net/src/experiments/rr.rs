@@ -13,7 +13,7 @@
 //! warm-up left out); the rate is transactions over that time, and each
 //! transaction's time is one latency sample.
 
-use super::{duration, failed, COMMON, DURATION_PARAM};
+use super::{failed, networked, DefaultDuration, DURATION_PARAM};
 use crate::modes;
 use crate::path::Endpoint;
 use crate::protocol::TestSpec;
@@ -22,7 +22,7 @@ use osprobe_core::interrupt;
 use osprobe_core::model::Histogram;
 use osprobe_core::{
     Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
-    Requirements, Samples, Unit,
+    Samples, Unit,
 };
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -37,13 +37,7 @@ const WARMUP: usize = 100;
 /// Most latency samples kept (every transaction still counts in the rate).
 const MAX_SAMPLES: usize = 2_000_000;
 
-const PARAMS: [ParamSpec; 9] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+const PARAMS: [ParamSpec; 9] = networked(&[
     ParamSpec {
         name: "mode",
         help: "rr: transactions on one connection (netperf TCP_RR); crr: a connection per transaction (TCP_CRR)",
@@ -58,15 +52,9 @@ const PARAMS: [ParamSpec; 9] = [
         },
     },
     DURATION_PARAM,
-];
+]);
 
-fn default_duration_ms(profile: Profile) -> u64 {
-    match profile {
-        Profile::Smoke => 300,
-        Profile::Quick => 1_000,
-        Profile::Full => 5_000,
-    }
-}
+const DURATION: DefaultDuration = DefaultDuration::BULK;
 
 impl Experiment for Rr {
     fn id(&self) -> &'static str {
@@ -81,11 +69,8 @@ impl Experiment for Rr {
         &PARAMS
     }
 
-    fn requirements(&self) -> Requirements {
-        Requirements {
-            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
-            ..Requirements::default()
-        }
+    fn requirements(&self) -> osprobe_core::Requirements {
+        super::requirements()
     }
 
     fn grid(&self, profile: Profile) -> Vec<Params> {
@@ -93,10 +78,8 @@ impl Experiment for Rr {
             .into_iter()
             .flat_map(|p| {
                 MODES.iter().map(move |mode| {
-                    p.clone()
-                        .with("mode", *mode)
-                        .with("size", 1i64)
-                        .with("duration_ms", default_duration_ms(profile) as i64)
+                    let point = p.clone().with("mode", *mode).with("size", 1i64);
+                    DURATION.on(point, profile)
                 })
             })
             .collect()
@@ -105,7 +88,7 @@ impl Experiment for Rr {
     fn run(&self, ctx: &Context, params: &Params) -> Result<Vec<Measurement>, ExperimentError> {
         let size = params.int("size").unwrap_or(1) as usize;
         let mode = params.text("mode").unwrap_or("rr");
-        let test_time = duration(params, default_duration_ms(ctx.profile));
+        let test_time = DURATION.of(params, ctx.profile);
         let endpoint = Endpoint::open(ctx, params)?;
         let stop = interrupt::flag();
         let (outcome, served) = match mode {
@@ -209,24 +192,8 @@ fn rr(
     test_time: Duration,
     stop: &AtomicBool,
 ) -> Result<(Outcome, u64), ExperimentError> {
-    let session = endpoint
-        .peer
-        .open(
-            TestSpec::Echo {
-                streams: 1,
-                size: size as u32,
-            },
-            test_time + Duration::from_secs(30),
-        )
-        .map_err(failed)?;
-    let options = ConnectOptions {
-        nodelay: true,
-        ..ConnectOptions::default()
-    };
-    let mut stream = session.attach(0, &options).map_err(failed)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| ExperimentError::io("read timeout", e))?;
+    let session = super::echo_session(endpoint, size, test_time + Duration::from_secs(30))?;
+    let mut stream = super::echo_stream(&session, Duration::from_secs(5))?;
     let request = vec![0x5au8; size];
     let mut response = vec![0u8; size];
     let outcome = timed_loop(test_time, stop, || {
@@ -298,11 +265,5 @@ fn crr_transaction(
 
 /// Transactions the server counted; its stream error as a failure.
 fn served(reports: &[crate::protocol::StreamReport], size: usize) -> Result<u64, ExperimentError> {
-    let report = reports
-        .first()
-        .ok_or_else(|| ExperimentError::Failed("the server reported no stream".into()))?;
-    if let Some(e) = &report.error {
-        return Err(ExperimentError::Failed(format!("the server reported: {e}")));
-    }
-    Ok(report.bytes / size.max(1) as u64)
+    Ok(super::only_stream(reports)?.bytes / size.max(1) as u64)
 }

@@ -8,11 +8,9 @@
 //! sockperf do by default; on a VM, waking the other vCPU is part of what a
 //! round trip costs.
 
-use super::{default_paths, failed, COMMON};
+use super::{default_paths, failed, networked};
 use crate::icmp::Pinger;
 use crate::path::Endpoint;
-use crate::protocol::TestSpec;
-use crate::sock::ConnectOptions;
 use osprobe_core::model::Histogram;
 use osprobe_core::{
     Budget, Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params,
@@ -30,13 +28,7 @@ const UDP_HEADER: usize = 16;
 const UDP_TIMEOUT: Duration = Duration::from_millis(500);
 const MAX_LOST: u64 = 50;
 
-const PARAMS: [ParamSpec; 8] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+const PARAMS: [ParamSpec; 8] = networked(&[
     ParamSpec {
         name: "proto",
         help: "tcp (TCP_NODELAY ping-pong), udp (echo), icmp (echo request)",
@@ -50,7 +42,7 @@ const PARAMS: [ParamSpec; 8] = [
             max: 65_000,
         },
     },
-];
+]);
 
 impl Experiment for Rtt {
     fn id(&self) -> &'static str {
@@ -117,24 +109,8 @@ fn tcp(
     endpoint: &Endpoint,
     size: usize,
 ) -> Result<(Samples, Vec<String>), ExperimentError> {
-    let session = endpoint
-        .peer
-        .open(
-            TestSpec::Echo {
-                streams: 1,
-                size: size as u32,
-            },
-            session_time(ctx),
-        )
-        .map_err(failed)?;
-    let options = ConnectOptions {
-        nodelay: true,
-        ..ConnectOptions::default()
-    };
-    let mut stream = session.attach(0, &options).map_err(failed)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| ExperimentError::io("read timeout", e))?;
+    let session = super::echo_session(endpoint, size, session_time(ctx))?;
+    let mut stream = super::echo_stream(&session, Duration::from_secs(5))?;
     let message = vec![0x5au8; size];
     let mut reply = vec![0u8; size];
     let samples = ctx.harness().each_timed(|| {
@@ -160,16 +136,7 @@ fn udp(
     endpoint: &Endpoint,
     size: usize,
 ) -> Result<(Samples, Vec<String>), ExperimentError> {
-    let session = endpoint
-        .peer
-        .open(
-            TestSpec::Echo {
-                streams: 1,
-                size: size as u32,
-            },
-            session_time(ctx),
-        )
-        .map_err(failed)?;
+    let session = super::echo_session(endpoint, size, session_time(ctx))?;
     let (socket, id) = session.udp_echo().map_err(failed)?;
     socket
         .set_read_timeout(Some(UDP_TIMEOUT))

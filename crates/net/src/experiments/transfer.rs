@@ -16,7 +16,7 @@
 //! local (loopback or netns), iperf3 -P N runs in the same point, as the
 //! lab report did beside its own program.
 
-use super::{cross, default_paths, failed, value_measurement, COMMON};
+use super::{cross, default_paths, failed, networked, value_measurement};
 use crate::diagnosis::{diagnose_with_sysctls, Diagnosis, DiagnosisInput};
 use crate::path::Endpoint;
 use crate::protocol::{StreamReport, TestSpec};
@@ -44,13 +44,7 @@ pub enum Transfer {
     Connections,
 }
 
-const PARAMS: [ParamSpec; 10] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+const PARAMS: [ParamSpec; 10] = networked(&[
     ParamSpec {
         name: "file_size",
         help: "size of the file sent",
@@ -77,7 +71,7 @@ const PARAMS: [ParamSpec; 10] = [
         help: "packets (read+write, the lab report's program) or sendfile",
         kind: ParamKind::Choice(&["packets", "sendfile"]),
     },
-];
+]);
 
 const K: i64 = 1 << 10;
 const M: i64 = 1 << 20;
@@ -169,10 +163,7 @@ impl Experiment for Transfer {
 
     /// Who can run which points: `osprobe list` shows it.
     fn requirements(&self) -> osprobe_core::Requirements {
-        osprobe_core::Requirements {
-            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
-            ..osprobe_core::Requirements::default()
-        }
+        super::requirements()
     }
 
     fn description(&self) -> &'static str {

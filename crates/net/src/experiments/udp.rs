@@ -9,15 +9,14 @@
 //! (see [`crate::modes`]). Loss is what this end sent minus what the server
 //! counted, so datagrams lost at the very end are counted too.
 
-use super::{duration, failed, value_measurement, COMMON, DURATION_PARAM};
+use super::{failed, networked, value_measurement, DefaultDuration, DURATION_PARAM};
 use crate::modes::{self, DatagramHeader, UDP_HEADER};
 use crate::path::Endpoint;
 use crate::protocol::{TestSpec, UdpCounts};
 use crate::sock::ConnectOptions;
 use osprobe_core::interrupt;
 use osprobe_core::{
-    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile,
-    Requirements, Unit,
+    Context, Experiment, ExperimentError, Measurement, ParamKind, ParamSpec, Params, Profile, Unit,
 };
 use std::net::{Shutdown, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,13 +24,7 @@ use std::time::{Duration, Instant};
 
 pub struct Udp;
 
-const PARAMS: [ParamSpec; 9] = [
-    COMMON[0],
-    COMMON[1],
-    COMMON[2],
-    COMMON[3],
-    COMMON[4],
-    COMMON[5],
+const PARAMS: [ParamSpec; 9] = networked(&[
     ParamSpec {
         name: "size",
         help: "UDP payload bytes per datagram (iperf3 -l; 1460 fills an Ethernet frame, 64 is the small-packet test); at least 32 for the header",
@@ -49,7 +42,7 @@ const PARAMS: [ParamSpec; 9] = [
         },
     },
     DURATION_PARAM,
-];
+]);
 
 fn check_bitrate(raw: &str) -> Result<(), osprobe_core::error::CheckError> {
     parse_bitrate(raw)?;
@@ -64,13 +57,7 @@ fn parse_bitrate(raw: &str) -> Result<Option<u64>, osprobe_link::ParseError> {
     osprobe_link::parse::rate(raw).map(Some)
 }
 
-fn default_duration_ms(profile: Profile) -> u64 {
-    match profile {
-        Profile::Smoke => 300,
-        Profile::Quick => 1_000,
-        Profile::Full => 5_000,
-    }
-}
+const DURATION: DefaultDuration = DefaultDuration::BULK;
 
 impl Experiment for Udp {
     fn id(&self) -> &'static str {
@@ -85,11 +72,8 @@ impl Experiment for Udp {
         &PARAMS
     }
 
-    fn requirements(&self) -> Requirements {
-        Requirements {
-            root_for: Some(osprobe_link::testbed::NAMESPACES_NEED_ROOT),
-            ..Requirements::default()
-        }
+    fn requirements(&self) -> osprobe_core::Requirements {
+        super::requirements()
     }
 
     fn grid(&self, profile: Profile) -> Vec<Params> {
@@ -102,10 +86,8 @@ impl Experiment for Udp {
             .into_iter()
             .flat_map(|p| {
                 points.iter().map(move |(size, rate)| {
-                    p.clone()
-                        .with("size", *size)
-                        .with("bitrate", *rate)
-                        .with("duration_ms", default_duration_ms(profile) as i64)
+                    let point = p.clone().with("size", *size).with("bitrate", *rate);
+                    DURATION.on(point, profile)
                 })
             })
             .collect()
@@ -115,7 +97,7 @@ impl Experiment for Udp {
         let size = params.int("size").unwrap_or(1460) as usize;
         let bitrate = parse_bitrate(params.text("bitrate").unwrap_or("1gbit"))
             .map_err(|e| ExperimentError::invalid_parameter("bitrate", format!("bitrate: {e}")))?;
-        let test_time = duration(params, default_duration_ms(ctx.profile));
+        let test_time = DURATION.of(params, ctx.profile);
         let endpoint = Endpoint::open(ctx, params)?;
         let session = endpoint
             .peer
@@ -147,12 +129,7 @@ impl Experiment for Udp {
         let reports = session
             .finish(Vec::new(), Duration::from_secs(30))
             .map_err(failed)?;
-        let report = reports
-            .first()
-            .ok_or_else(|| ExperimentError::Failed("the server reported no stream".into()))?;
-        if let Some(e) = &report.error {
-            return Err(ExperimentError::Failed(format!("the server reported: {e}")));
-        }
+        let report = super::only_stream(&reports)?;
         let counts = report.udp.ok_or_else(|| {
             ExperimentError::Failed("the server's report has no UDP counts".into())
         })?;

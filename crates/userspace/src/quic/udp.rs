@@ -23,7 +23,7 @@ pub const RECV_BUFFER: usize = 65_536;
 /// Socket buffers asked for: a window's worth of datagrams must fit while
 /// the other thread is busy (8 MB; the kernel caps it at rmem_max /
 /// wmem_max unless FORCE is allowed).
-const SOCKET_BUFFER: libc::c_int = 8 << 20;
+const SOCKET_BUFFER: usize = 8 << 20;
 
 /// A bound socket and what the kernel let it do.
 pub struct Udp {
@@ -44,14 +44,8 @@ impl Udp {
         let socket = UdpSocket::bind(addr)?;
         socket.set_nonblocking(true)?;
         let fd = socket.as_raw_fd();
-        for (force, plain) in [
-            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        ] {
-            if !setsockopt(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER) {
-                setsockopt(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
-            }
-        }
+        // Smaller buffers only cost throughput, which the transfer reports.
+        let _ = osprobe_core::sys::force_buffers(fd, SOCKET_BUFFER);
         setsockopt(
             fd,
             libc::IPPROTO_IP,
