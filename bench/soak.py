@@ -291,6 +291,8 @@ def hostile_wrong_token(osprobe, rfs_addr, serve_addr, bad_token, stop):
 RFS_VERSION = 2
 OP_HELLO, OP_AUTH, OP_LOOKUP, OP_HASH = 1, 2, 4, 11
 HELLO_LEN = 256
+# Connections of the hash flood.
+HASH_FLOODERS = 6
 AUTH_LABEL = b"osprobe-rfs-auth-v2"
 
 
@@ -522,7 +524,7 @@ def rfs_attacks(opts, rfs, export, work):
     hashes = {"hashed": 0, "busy": 0}
     rows.append(run_rfs_attack("hash-flood", seconds, opts, rfs, opts.token, [
         (lambda stop: hostile_hash_flood(rfs["addr"], token_text, "sparse.bin", stop, hashes))
-        for _ in range(6)]))
+        for _ in range(HASH_FLOODERS)]))
     attackers["hash-flood"] = hashes
     os.unlink(sparse)
 
@@ -592,9 +594,12 @@ def main():
         serve, serve_addr = start_server(
             [opts.osprobe, "serve", "--bind", f"{LOOPBACK}:0", "--token-file", opts.token,
              "--dir", opts.recv_dir, "--max-clients", limit], "osprobe serve")
+        # Room beside the clients for the hash flood's connections: they
+        # hold the token, and the attack is on the hashers, not the slots.
         rfs, rfs_addr = start_server(
             [opts.osprobe, "rfs", "serve", export, "--bind", f"{LOOPBACK}:0", "--token-file",
-             opts.token, "--max-clients", limit], "osprobe rfs serve")
+             opts.token, "--max-clients", str(opts.clients * 2 + HASH_FLOODERS)],
+            "osprobe rfs serve")
         servers = {"serve": {"child": serve, "addr": serve_addr},
                    "rfs": {"child": rfs, "addr": rfs_addr}}
         try:
