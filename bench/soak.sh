@@ -8,14 +8,22 @@
 #   attack   the same load beside hostile traffic for at most 60 s: trickling
 #            and silent connections, TCP garbage, connect floods, UDP garbage,
 #            wrong tokens
+#   then, against the file service alone, one attack each beside the rfs
+#   clients: hello-flood (hellos that never prove the token, from the
+#   clients' own address), hash-flood (6 TCP connections with the token
+#   hashing an 8 GiB sparse file), other-user (`nobody` trying get and put
+#   on a tokenless `rfs serve --writable` of root's)
 #
 # Prints transfers done and failed, p50 and p99 of a transfer's wall time
-# and each server's largest RSS, per phase; and how many bytes UDP garbage
-# drew back. Target: zero failed transfers, no UDP amplification.
+# and each server's largest RSS, per phase; how many bytes UDP garbage drew
+# back; each rfs attack's p99 against quiet and what its attacker achieved.
+# Target: zero failed transfers, no UDP amplification, no other-user try
+# let in, p99 under attack within 2x of quiet.
 #
 # Usage: bench/soak.sh [--clients N] [--seconds S] [--attack-seconds S]
-#                      [--json] [--no-build]
-# Exit: 0 target met, 1 a transfer failed or UDP amplified, 2 cannot start.
+#                      [--rfs-attack-seconds S] [--json] [--no-build]
+# Exit: 0 target met, 1 a transfer failed, UDP amplified or another user
+# got in, 2 cannot start.
 
 set -euo pipefail
 shopt -s inherit_errexit
@@ -33,7 +41,7 @@ PYTHON="${PYTHON:-python3}"
 OSPROBE="${OSPROBE:-}"
 
 usage() {
-    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # Flags of this script's own go to the helper; the shared ones to parse_args.
@@ -41,7 +49,7 @@ extra=()
 rest=()
 while (($#)); do
     case "$1" in
-    --clients | --seconds | --attack-seconds)
+    --clients | --seconds | --attack-seconds | --rfs-attack-seconds)
         [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die 2 "$1 needs a positive integer"
         extra+=("$1" "$2"); shift 2 ;;
     *) rest+=("$1"); shift ;;

@@ -84,7 +84,7 @@ fn server_options(args: &RfsServeArgs, bind: SocketAddr) -> Result<ServerOptions
         eprintln!("{warning}");
     }
     Ok(ServerOptions {
-        read_only: args.read_only,
+        read_only: !args.writable,
         token,
         max_clients: args.max_clients as usize,
         max_file_size,

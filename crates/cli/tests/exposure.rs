@@ -137,3 +137,60 @@ fn the_token_from_a_file_is_the_one_required() {
     assert!(right.status.success(), "{}", stderr(&right));
     assert!(String::from_utf8_lossy(&right.stdout).contains("token"));
 }
+
+#[test]
+fn token_files_others_can_read_or_relink_are_warned_about_and_fifos_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("private");
+    std::fs::write(&private, "s3cret\n").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = dir.path().join("open");
+    std::fs::write(&open, "s3cret\n").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&private, &link).unwrap();
+    for (path, warning) in [
+        (&private, None),
+        (&open, Some("readable by other users (mode 0644)")),
+        (&link, Some("is a symbolic link")),
+    ] {
+        let (first, err) = start_and_stop(&["serve", "--token-file", path.to_str().unwrap()]);
+        assert!(first.contains("token required"), "{first}");
+        match warning {
+            None => assert!(!err.contains("warning"), "{err}"),
+            Some(w) => assert!(err.contains("warning") && err.contains(w), "{err}"),
+        }
+    }
+    // A FIFO: a clear error at once, not a wait for a writer.
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut child = Command::cargo_bin("osprobe")
+        .unwrap()
+        .env_remove("OSPROBE_TOKEN")
+        .args(["serve", "--token-file", fifo.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("FIFO"), "{}", stderr(&out));
+}
+
+#[test]
+fn rfs_serve_is_read_only_unless_told_writable() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().to_str().unwrap();
+    let (first, _) = start_and_stop(&["rfs", "serve", dir]);
+    assert!(first.contains("read-only"), "{first}");
+    let (first, _) = start_and_stop(&["rfs", "serve", dir, "--writable"]);
+    assert!(!first.contains("read-only"), "{first}");
+}

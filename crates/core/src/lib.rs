@@ -13,6 +13,7 @@
 //! - [`testing`]: honest skips and the decoders' mutation loop, for tests.
 
 pub mod affinity;
+pub mod backoff;
 pub mod clock;
 pub mod counters;
 pub mod environment;
@@ -25,6 +26,7 @@ pub mod human;
 pub mod id;
 pub mod interrupt;
 pub mod labels;
+pub mod local_user;
 pub mod locator;
 pub mod model;
 pub mod models;

@@ -20,11 +20,13 @@
 //! per delay instead of thousands a second. The source is delayed, never
 //! refused: a legitimate client behind the same address (NAT, loopback)
 //! is slowed down, not locked out. Failures are forgotten after a quiet
-//! [`Limits::forget_after`]; the table of sources is bounded.
+//! [`Limits::forget_after`]; the table of sources is bounded. The record
+//! of failures is [`osprobe_core::backoff`], shared with `rfs serve`.
 //!
 //! A source is an IPv4 address or an IPv6 /64 (one host usually has a
 //! whole /64 to pick addresses from).
 
+use osprobe_core::backoff::{Backoff, Policy};
 use std::collections::HashMap;
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -62,34 +64,7 @@ impl Default for Limits {
     }
 }
 
-/// Where a connection comes from, as the gate counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Source(IpAddr);
-
-impl Source {
-    pub fn of(ip: IpAddr) -> Source {
-        match ip {
-            IpAddr::V4(v4) => Source(IpAddr::V4(v4)),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Source(IpAddr::V4(v4)),
-                None => {
-                    let mut segments = v6.segments();
-                    segments[4..].fill(0);
-                    Source(IpAddr::V6(segments.into()))
-                }
-            },
-        }
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            IpAddr::V4(v4) => write!(f, "{v4}"),
-            IpAddr::V6(v6) => write!(f, "{v6}/64"),
-        }
-    }
-}
+pub use osprobe_core::backoff::Source;
 
 struct Pending {
     id: u64,
@@ -103,22 +78,18 @@ struct Pending {
     ready: bool,
 }
 
-struct Failures {
-    count: u32,
-    last: Instant,
-}
-
 #[derive(Default)]
 struct State {
     next_id: u64,
     pending: Vec<Pending>,
-    failures: HashMap<Source, Failures>,
 }
 
 /// Pending connections and back-off, shared by a server's threads.
 pub struct Gate {
     limits: Limits,
     state: Mutex<State>,
+    /// Failed proofs per source ([`osprobe_core::backoff`]).
+    failures: Backoff,
     /// Connections evicted since the last [`Gate::take_evicted`].
     evicted: AtomicUsize,
 }
@@ -162,9 +133,17 @@ impl Drop for Ticket {
 
 impl Gate {
     pub fn new(limits: Limits) -> Arc<Gate> {
+        let failures = Backoff::new(Policy {
+            free: 0,
+            first: limits.backoff_base,
+            max: limits.backoff_max,
+            forget_after: limits.forget_after,
+            capacity: limits.max_sources,
+        });
         Arc::new(Gate {
             limits,
             state: Mutex::new(State::default()),
+            failures,
             evicted: AtomicUsize::new(0),
         })
     }
@@ -232,63 +211,12 @@ impl Gate {
 
     /// How long a proof from `ip` must wait before it is checked.
     pub fn backoff(&self, ip: IpAddr) -> Duration {
-        let source = Source::of(ip);
-        let now = Instant::now();
-        let mut state = self.lock();
-        match state.failures.get(&source) {
-            Some(f) if now.duration_since(f.last) > self.limits.forget_after => {
-                state.failures.remove(&source);
-                Duration::ZERO
-            }
-            Some(f) => self.delay_after(f.count),
-            None => Duration::ZERO,
-        }
-    }
-
-    fn delay_after(&self, failures: u32) -> Duration {
-        if failures == 0 {
-            return Duration::ZERO;
-        }
-        let doublings = (failures - 1).min(20);
-        self.limits
-            .backoff_base
-            .saturating_mul(1 << doublings)
-            .min(self.limits.backoff_max)
+        self.failures.current(ip)
     }
 
     /// Record a failed proof from `ip`; returns the back-off it now has.
     pub fn failed(&self, ip: IpAddr) -> Duration {
-        let source = Source::of(ip);
-        let now = Instant::now();
-        let mut state = self.lock();
-        if !state.failures.contains_key(&source) && state.failures.len() >= self.limits.max_sources
-        {
-            let forget = self.limits.forget_after;
-            state
-                .failures
-                .retain(|_, f| now.duration_since(f.last) <= forget);
-            if state.failures.len() >= self.limits.max_sources {
-                let oldest = state
-                    .failures
-                    .iter()
-                    .min_by_key(|(_, f)| f.last)
-                    .map(|(s, _)| *s);
-                if let Some(oldest) = oldest {
-                    state.failures.remove(&oldest);
-                }
-            }
-        }
-        let entry = state.failures.entry(source).or_insert(Failures {
-            count: 0,
-            last: now,
-        });
-        if now.duration_since(entry.last) > self.limits.forget_after {
-            entry.count = 0;
-        }
-        entry.count = entry.count.saturating_add(1);
-        entry.last = now;
-        let count = entry.count;
-        self.delay_after(count)
+        self.failures.failed(ip)
     }
 
     /// Pending connections now (for tests and logs).
@@ -298,7 +226,7 @@ impl Gate {
 
     /// Sources whose failures are remembered now.
     pub fn sources_backed_off(&self) -> usize {
-        self.lock().failures.len()
+        self.failures.len()
     }
 }
 
@@ -425,21 +353,5 @@ mod tests {
             gate.failed(IpAddr::V4(i.into()));
         }
         assert!(gate.sources_backed_off() <= 16);
-    }
-
-    #[test]
-    fn ipv6_sources_are_counted_per_64() {
-        assert_eq!(
-            Source::of(ip("2001:db8:1:2::1")),
-            Source::of(ip("2001:db8:1:2:ffff::9"))
-        );
-        assert_ne!(
-            Source::of(ip("2001:db8:1:2::1")),
-            Source::of(ip("2001:db8:1:3::1"))
-        );
-        assert_eq!(
-            Source::of(ip("::ffff:10.0.0.1")),
-            Source::of(ip("10.0.0.1"))
-        );
     }
 }

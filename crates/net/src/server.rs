@@ -30,6 +30,7 @@ use crate::protocol::{
 use crate::space::{self, Ledger, Reservation};
 use crate::stream_error::RoleError;
 use crate::transfer;
+use osprobe_core::local_user;
 use osprobe_core::scratch::ScratchDir;
 use std::collections::HashMap;
 use std::fmt;
@@ -193,6 +194,9 @@ struct Shared {
     /// Answers `Describe`: this machine and the connection's interface.
     describer: crate::describe::Describer,
     stopping: AtomicBool,
+    /// The TCP port, whose local peers must be this process's user or
+    /// root when there is no token ([`osprobe_core::local_user`]).
+    port: u16,
 }
 
 struct Session {
@@ -282,6 +286,7 @@ impl Server {
                 refused_busy: AtomicUsize::new(0),
                 scratch: Mutex::new(None),
                 stopping: AtomicBool::new(false),
+                port: tcp_addr.port(),
             }),
         })
     }
@@ -694,7 +699,9 @@ impl Shared {
         proof: Option<&str>,
     ) -> Result<(), Refusal> {
         let Some(token) = &self.config.token else {
-            return Ok(());
+            // Without a token, the other users of this host are strangers too.
+            return local_user::check(local_user::Proto::Tcp, peer, self.port)
+                .map_err(|e| Refusal::new(ErrorCode::Auth, e.to_string()));
         };
         match proof {
             Some(p) if auth::verify(token, nonce, purpose, p) => Ok(()),

@@ -78,6 +78,10 @@ impl Serving {
                     read_only: !options.export_writable,
                     token: options.config.token.clone(),
                     max_clients: options.config.max_clients,
+                    // --max-bytes bounds every file the export takes too
+                    // (puts and sparse writes alike), and what it hashes.
+                    max_file_size: export_file_bound(options.config.max_bytes),
+                    max_hash_bytes: export_file_bound(options.config.max_bytes),
                     ..osprobe_rfs::ServerOptions::default()
                 },
                 Some(events.export),
@@ -143,6 +147,14 @@ impl Serving {
     }
 }
 
+/// The largest file the file service beside takes: `--max-bytes` when
+/// given, else the file service's own default.
+fn export_file_bound(max_bytes: Option<u64>) -> u64 {
+    max_bytes.map_or(osprobe_rfs::server::DEFAULT_MAX_FILE_SIZE, |max| {
+        max.min(osprobe_rfs::server::DEFAULT_MAX_FILE_SIZE)
+    })
+}
+
 /// The line the serve starts with.
 impl fmt::Display for Serving {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -199,6 +211,41 @@ mod tests {
         );
         STOP.store(true, Ordering::SeqCst);
         serving.serve(&STOP).unwrap();
+    }
+
+    #[test]
+    fn max_bytes_bounds_what_the_export_takes() {
+        let export = tempfile::tempdir().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let options = ServeOptions {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            config: ServerConfig {
+                token: Some("s3cret".into()),
+                max_bytes: Some(1 << 20),
+                ..ServerConfig::default()
+            },
+            export: Some(export.path().to_path_buf()),
+            export_writable: true,
+        };
+        let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let serving = Serving::start(options, events(), stop).unwrap();
+        let rfs = serving.export.as_ref().unwrap().addr;
+        let big = local.path().join("big");
+        std::fs::write(&big, vec![1u8; 2 << 20]).unwrap();
+        let mut client = osprobe_rfs::client::Client::connect(
+            rfs,
+            osprobe_rfs::client::ClientOptions {
+                token: Some("s3cret".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let put = client.put(&big, "big", &mut |_| {});
+        stop.store(true, Ordering::SeqCst);
+        serving.serve(stop).unwrap();
+        let e = put.expect_err("a put beyond --max-bytes");
+        assert!(e.to_string().contains("TOOBIG"), "{e}");
+        assert_eq!(std::fs::read_dir(export.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -560,6 +560,9 @@ pub enum Request<'a> {
         dir: Handle,
         name: &'a [u8],
         mode: u32,
+        /// The size the upload will have: the server refuses it beyond its
+        /// file size bound and reserves the space before a byte is written.
+        size: u64,
     },
     PutCommit {
         upload: Handle,
@@ -912,10 +915,16 @@ fn encode_request_inner(
             out.extend_from_slice(&dir.0);
             put_name(out, name)?;
         }
-        Request::PutBegin { dir, name, mode } => {
+        Request::PutBegin {
+            dir,
+            name,
+            mode,
+            size,
+        } => {
             out.extend_from_slice(&dir.0);
             put_name(out, name)?;
             put_create_mode(out, *mode)?;
+            put_u64(out, *size);
         }
         Request::PutCommit { upload: h } | Request::PutAbort { upload: h } => {
             out.extend_from_slice(&h.0)
@@ -1461,6 +1470,7 @@ pub fn decode_request_body(op: Op, body: &[u8]) -> Result<Request<'_>, DecodeErr
             dir: r.handle("directory handle")?,
             name: r.name()?,
             mode: create_mode(&mut r)?,
+            size: r.offset("upload size")?,
         },
         Op::PutCommit => Request::PutCommit {
             upload: r.handle("upload handle")?,
@@ -1812,7 +1822,7 @@ mod tests {
         Remove(Handle, Vec<u8>),
         Hash(Handle),
         Commit(Handle),
-        PutBegin(Handle, Vec<u8>, u32),
+        PutBegin(Handle, Vec<u8>, u32, u64),
         PutCommit(Handle),
         PutAbort(Handle),
     }
@@ -1852,10 +1862,11 @@ mod tests {
                 OwnedRequest::Remove(d, n) => Request::Remove { dir: *d, name: n },
                 OwnedRequest::Hash(f) => Request::Hash { file: *f },
                 OwnedRequest::Commit(f) => Request::Commit { file: *f },
-                OwnedRequest::PutBegin(d, n, mode) => Request::PutBegin {
+                OwnedRequest::PutBegin(d, n, mode, size) => Request::PutBegin {
                     dir: *d,
                     name: n,
                     mode: *mode,
+                    size: *size,
                 },
                 OwnedRequest::PutCommit(h) => Request::PutCommit { upload: *h },
                 OwnedRequest::PutAbort(h) => Request::PutAbort { upload: *h },
@@ -1895,8 +1906,8 @@ mod tests {
             (handle(), name()).prop_map(|(d, n)| OwnedRequest::Remove(d, n)),
             handle().prop_map(OwnedRequest::Hash),
             handle().prop_map(OwnedRequest::Commit),
-            (handle(), name(), 0..=MAX_CREATE_MODE)
-                .prop_map(|(d, n, m)| OwnedRequest::PutBegin(d, n, m)),
+            (handle(), name(), 0..=MAX_CREATE_MODE, 0..=MAX_OFFSET)
+                .prop_map(|(d, n, m, s)| OwnedRequest::PutBegin(d, n, m, s)),
             handle().prop_map(OwnedRequest::PutCommit),
             handle().prop_map(OwnedRequest::PutAbort),
         ]

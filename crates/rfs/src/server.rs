@@ -143,10 +143,12 @@ pub struct ServerOptions {
     /// TCP: the time from accept to an authenticated session.
     pub hello_timeout: Duration,
     /// TCP: connections without a session yet, in all (beside the
-    /// sessions' own slots; see [`crate::pending`]).
+    /// sessions' own slots; see [`crate::pending`]); with a token, also
+    /// the sessions (UDP and TCP) that have not proved it yet.
     pub max_pending: usize,
     /// TCP: connections without a session yet from one source address
-    /// (IPv6: one /64).
+    /// (IPv6: one /64); with a token, also the sessions per source that
+    /// have not proved it yet.
     pub max_pending_per_source: usize,
     /// Writes may not reach beyond this many bytes of a file (so one write
     /// at a large offset cannot create a huge sparse file).
@@ -256,6 +258,8 @@ impl Server {
                 read_only: options.read_only,
                 token: options.token.clone(),
                 max_clients: options.max_clients,
+                max_unauthenticated: options.max_pending,
+                max_unauthenticated_per_source: options.max_pending_per_source,
                 drc_budget,
                 session_idle: options.session_idle,
                 resolver: options.resolver,
@@ -278,6 +282,9 @@ impl Server {
         let (tcp, udp, addr) = bind_sockets(addr, transports, workers)?;
         if udp.is_some() {
             service.offload_hashes();
+        }
+        if options.token.is_none() {
+            service.serve_own_user_only(addr.port());
         }
         Ok(Server {
             tcp,

@@ -29,10 +29,10 @@
 //! its request (an error's detail is cut, or nothing is sent): a forged
 //! source address cannot turn the server into an amplifier.
 
+mod admission;
 mod put;
 
 use crate::auth;
-use crate::backoff::Backoff;
 use crate::cookie::{self, CookieJar};
 use crate::drc::{self, Check, Drc};
 use crate::export::{self, Export, RelPath, Resolver};
@@ -44,6 +44,8 @@ use crate::protocol::{
     printable, request_op, Attr, CreateHow, DecodeError, DirEntry, ErrorCode, Handle, Header, Kind,
     Op, RemoteError, Reply, Request, Transport, REPLY_BIT,
 };
+use osprobe_core::backoff::Backoff;
+use osprobe_core::local_user;
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -201,7 +203,13 @@ pub struct ServerStats {
 pub struct ServiceConfig {
     pub read_only: bool,
     pub token: Option<String>,
+    /// Sessions that may make requests (authenticated, or no token needed).
     pub max_clients: usize,
+    /// Sessions that have not proved the token yet, in all (beside
+    /// `max_clients`; see [`admission`]).
+    pub max_unauthenticated: usize,
+    /// Sessions that have not proved the token yet, per source address.
+    pub max_unauthenticated_per_source: usize,
     /// Bytes of duplicate-request cache per session.
     pub drc_budget: usize,
     /// A UDP session silent this long is forgotten.
@@ -254,6 +262,12 @@ pub struct Service {
     /// Whether UDP hashes go to `hashes` (a server with hasher threads) or
     /// run where they arrive.
     offload_hashes: AtomicBool,
+    /// Without a token: the port whose peers must be this process's user
+    /// or root ([`osprobe_core::local_user`]); unset in tests of the
+    /// service alone, whose peers are not real sockets.
+    own_users_on: std::sync::OnceLock<u16>,
+    /// Hashes running on TCP connections' threads now.
+    tcp_hashes: std::sync::atomic::AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -435,14 +449,37 @@ impl Service {
             counters: Counters::default(),
             events,
             cookies: CookieJar::new()?,
-            backoff: Backoff::new(crate::backoff::DEFAULT_CAPACITY),
+            backoff: crate::backoff::table(crate::backoff::DEFAULT_CAPACITY),
             hashes: hasher::Queue::new(),
             offload_hashes: AtomicBool::new(false),
+            own_users_on: std::sync::OnceLock::new(),
+            tcp_hashes: std::sync::atomic::AtomicUsize::new(0),
         };
         // Uploads a killed server left at the root go now; elsewhere, at
         // the first put into their directory.
         service.sweep_once(&RelPath::root(), export::identity(&root_st));
         Ok(service)
+    }
+
+    /// Serve, without a token, only peers of this process's user or root
+    /// on `port` (the server's, once bound).
+    pub fn serve_own_user_only(&self, port: u16) {
+        let _ = self.own_users_on.set(port);
+    }
+
+    /// Whether a peer may open a session as a local user.
+    fn check_local_user(&self, peer: Peer) -> OpResult<()> {
+        let Some(&port) = self.own_users_on.get() else {
+            return Ok(());
+        };
+        if self.config.token.is_some() {
+            return Ok(());
+        }
+        let proto = match peer {
+            Peer::Udp(_) => local_user::Proto::Udp,
+            Peer::Tcp { .. } => local_user::Proto::Tcp,
+        };
+        local_user::check(proto, peer.addr(), port).map_err(|e| err(ErrorCode::Auth, e.to_string()))
     }
 
     pub fn resolver(&self) -> Resolver {
@@ -678,7 +715,10 @@ impl Service {
         nonce: [u8; 16],
         out: &mut Vec<u8>,
     ) -> Outcome {
-        match self.hello(peer, transport, nonce) {
+        match self
+            .check_local_user(peer)
+            .and_then(|()| self.hello(peer, transport, nonce))
+        {
             Ok((session, welcome)) => {
                 self.encode(session, header.xid, op, &Ok(welcome), out);
                 Outcome::Reply
@@ -908,11 +948,15 @@ impl Service {
                 max_entries,
             } => self.readdir(&dir, cookie, max_entries, transport),
             Request::Remove { dir, name } => self.remove(&dir, name),
+            Request::Hash { file } if transport == Transport::Tcp => self.hash_bounded(&file),
             Request::Hash { file } => self.hash(&file),
             Request::Commit { file } => self.commit(&file),
-            Request::PutBegin { dir, name, mode } => {
-                self.put_begin(header.session, &dir, name, mode)
-            }
+            Request::PutBegin {
+                dir,
+                name,
+                mode,
+                size,
+            } => self.put_begin(header.session, &dir, name, mode, size),
             Request::PutCommit { upload } => self.put_commit(header.session, &upload),
             Request::PutAbort { upload } => self.put_abort(header.session, &upload),
             Request::Hello { .. } | Request::Auth { .. } | Request::Goodbye => Err(err(
@@ -980,58 +1024,6 @@ impl Service {
         ))
     }
 
-    /// Whether a new session from `peer` may open: one per TCP connection,
-    /// none from an address backed off after wrong tokens, and room among
-    /// the clients (expired sessions dropped, unconfirmed ones evicted).
-    fn admit(&self, peer: Peer, sessions: &mut HashMap<u64, Arc<Session>>) -> OpResult<()> {
-        if matches!(peer, Peer::Tcp { .. }) && sessions.values().any(|s| s.peer == peer) {
-            return Err(err(
-                ErrorCode::Invalid,
-                "this connection has a session already; one session per TCP connection",
-            ));
-        }
-        if self.config.token.is_some() {
-            if let Some(wait) = self.backoff.wait(peer.addr().ip()) {
-                return Err(err(ErrorCode::Auth, crate::backoff::refusal(wait)));
-            }
-        }
-        self.expire_locked(sessions);
-        if sessions.len() >= self.config.max_clients {
-            self.evict_unconfirmed(sessions);
-        }
-        if sessions.len() >= self.config.max_clients {
-            return Err(err(
-                ErrorCode::Busy,
-                format!(
-                    "the server serves at most {} clients at once; try again later",
-                    self.config.max_clients
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Make room by dropping the oldest session that never sent a second
-    /// message and is older than [`UNCONFIRMED_GRACE`]: hellos from forged
-    /// addresses cannot lock real clients out for longer than that.
-    fn evict_unconfirmed(&self, sessions: &mut HashMap<u64, Arc<Session>>) {
-        let victim = sessions
-            .values()
-            .filter(|s| {
-                !s.confirmed.load(Ordering::Relaxed) && s.created.elapsed() > UNCONFIRMED_GRACE
-            })
-            .min_by_key(|s| s.created)
-            .map(|s| (s.id, s.peer.addr()));
-        if let Some((id, peer)) = victim {
-            sessions.remove(&id);
-            self.emit(ServerEvent::SessionEnded {
-                peer,
-                session: id,
-                reason: "unconfirmed, evicted for a new client",
-            });
-        }
-    }
-
     fn session_for(&self, header: &Header, peer: Peer) -> OpResult<Arc<Session>> {
         let sessions = lock(&self.sessions);
         let Some(s) = sessions.get(&header.session) else {
@@ -1065,10 +1057,8 @@ impl Service {
             session.id,
             proof,
         ) {
-            session.authenticated.store(true, Ordering::Release);
-            session.confirmed.store(true, Ordering::Relaxed);
             self.backoff.succeeded(session.peer.addr().ip());
-            Ok(())
+            self.promote(session)
         } else {
             self.backoff.failed(session.peer.addr().ip());
             self.end_session(session.id, "wrong token");
@@ -1499,6 +1489,27 @@ impl Service {
         })
     }
 
+    /// A Hash on a TCP connection's thread, if fewer than
+    /// [`hasher::HASHERS`] run there now (BUSY otherwise, as UDP's full
+    /// queue is): one thread per connection must not mean one whole-file
+    /// read per connection at once.
+    fn hash_bounded(&self, file: &Handle) -> OpResult<Reply<'static>> {
+        let taken = self
+            .tcp_hashes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < hasher::HASHERS).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Err(err(
+                ErrorCode::Busy,
+                "every hasher of the server is busy; retry later",
+            ));
+        }
+        let result = self.hash(file);
+        self.tcp_hashes.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+
     fn commit(&self, file: &Handle) -> OpResult<Reply<'static>> {
         let f = self.open_file(file, false)?;
         f.sync_all().map_err(|e| io_error(&e, "commit"))?;
@@ -1527,6 +1538,8 @@ mod tests {
             read_only: false,
             token: None,
             max_clients: 4,
+            max_unauthenticated: 8,
+            max_unauthenticated_per_source: 4,
             drc_budget: 64 * 1024,
             session_idle: Duration::from_secs(60),
             resolver: None,
@@ -2119,6 +2132,169 @@ mod tests {
         // The confirmed session was not the one evicted.
         t.peer = me;
         assert!(t.send(&Request::Getattr { handle: t.root }).is_ok());
+    }
+
+    /// A client's hello and proof through `t`, from `peer`: the proof's
+    /// answer.
+    fn hello_and_prove(t: &mut T, peer: &str, nonce: [u8; 16]) -> OpResult<Reply<'static>> {
+        t.peer = Peer::Udp(peer.parse().unwrap());
+        let (h, r) = t.hello(nonce);
+        let Reply::Welcome { nonce: server, .. } = r? else {
+            panic!("a welcome")
+        };
+        t.session = h.session;
+        let proof = auth::proof("s3cret", &server, &nonce, t.session);
+        t.send(&Request::Auth { proof })
+    }
+
+    #[test]
+    fn hellos_without_the_token_cannot_take_the_clients_slots() {
+        let mut t = T::with(ServiceConfig {
+            token: Some("s3cret".into()),
+            max_clients: 2,
+            ..config()
+        });
+        let flood = |t: &mut T, ip: &str, n: u16| {
+            for i in 0..n {
+                t.peer = Peer::Udp(format!("{ip}:{}", 20_000 + i).parse().unwrap());
+                let mut nonce = [0xee; 16];
+                nonce[..2].copy_from_slice(&i.to_be_bytes());
+                assert!(t.hello(nonce).1.is_ok(), "the pool never refuses");
+            }
+        };
+        // Hellos that never prove anything, from another address and from
+        // the client's own (on loopback they share it).
+        flood(&mut t, "127.0.0.2", 200);
+        flood(&mut t, "127.0.0.1", 200);
+        t.peer = Peer::Udp("127.0.0.1:41000".parse().unwrap());
+        let (h, r) = t.hello([5; 16]);
+        let Reply::Welcome { nonce, .. } = r.unwrap() else {
+            panic!()
+        };
+        // More of the flood between the client's hello and its proof.
+        flood(&mut t, "127.0.0.2", 50);
+        flood(&mut t, "127.0.0.1", 2);
+        t.peer = Peer::Udp("127.0.0.1:41000".parse().unwrap());
+        t.session = h.session;
+        let proof = auth::proof("s3cret", &nonce, &[5; 16], t.session);
+        assert_eq!(t.send(&Request::Auth { proof }).unwrap(), Reply::Done);
+        assert!(t.send(&Request::Getattr { handle: t.root }).is_ok());
+        // The first session of T::with never proved; a second client
+        // takes the last slot, a third is BUSY at its proof.
+        assert_eq!(
+            hello_and_prove(&mut t, "127.0.0.1:41001", [6; 16]).unwrap(),
+            Reply::Done
+        );
+        assert_eq!(
+            code(hello_and_prove(&mut t, "127.0.0.1:41002", [7; 16])),
+            ErrorCode::Busy
+        );
+        let unproved = lock(&t.svc.sessions)
+            .values()
+            .filter(|s| !s.authenticated.load(Ordering::Acquire))
+            .count();
+        assert!(unproved <= 8, "the pool is bounded: {unproved}");
+    }
+
+    fn put_begin(t: &mut T, name: &str, size: u64) -> OpResult<Reply<'static>> {
+        let root = t.root;
+        t.send(&Request::PutBegin {
+            dir: root,
+            name: name.as_bytes(),
+            mode: 0o644,
+            size,
+        })
+    }
+
+    #[test]
+    fn puts_beyond_the_size_bound_or_the_free_space_are_refused_up_front() {
+        let mut t = T::new();
+        // config(): files up to 1 MiB.
+        assert!(put_begin(&mut t, "fits", 1 << 20).is_ok());
+        assert_eq!(
+            code(put_begin(&mut t, "big", (1 << 20) + 1)),
+            ErrorCode::TooBig
+        );
+        let mut t = T::with(ServiceConfig {
+            max_file_size: crate::protocol::MAX_OFFSET,
+            ..config()
+        });
+        // SAFETY: statvfs(3) fills the struct we pass.
+        let free = unsafe {
+            let mut st: libc::statvfs = std::mem::zeroed();
+            let path = std::ffi::CString::new(t.dir.path().to_str().unwrap()).unwrap();
+            assert_eq!(libc::statvfs(path.as_ptr(), &mut st), 0);
+            st.f_bavail as u64 * st.f_frsize as u64
+        };
+        let r = put_begin(&mut t, "huge", free + (64 << 30));
+        assert_eq!(code(r), ErrorCode::NoSpace);
+        let names: Vec<_> = std::fs::read_dir(t.dir.path()).unwrap().collect();
+        assert!(
+            names.is_empty(),
+            "a refused upload leaves nothing: {names:?}"
+        );
+    }
+
+    #[test]
+    fn hashes_over_tcp_are_bounded_like_udps() {
+        let t = T::new();
+        std::fs::write(t.dir.path().join("f"), b"data").unwrap();
+        let tcp = Peer::Tcp {
+            conn: 7,
+            addr: PEER.parse().unwrap(),
+        };
+        let call = |session: u64, xid: u64, req: &Request<'_>| {
+            let mut m = Vec::new();
+            encode_request(session, xid, req, &mut m).unwrap();
+            let mut out = Vec::new();
+            assert_eq!(
+                t.svc.handle(tcp, Transport::Tcp, &m, &mut out),
+                Outcome::Reply
+            );
+            let (h, _, r) = decode_reply(&out).unwrap();
+            (h, r.map(owned))
+        };
+        let (h, r) = call(
+            0,
+            1,
+            &Request::Hello {
+                nonce: [3; 16],
+                cookie: [0; protocol::COOKIE_LEN],
+            },
+        );
+        assert!(r.is_ok(), "{r:?}");
+        let session = h.session;
+        let Ok(Reply::Handle { handle: f, .. }) = call(
+            session,
+            2,
+            &Request::Lookup {
+                dir: t.root,
+                name: b"f",
+            },
+        )
+        .1
+        else {
+            panic!("lookup")
+        };
+        // Every TCP hasher busy (as six connections hashing 64 GiB each
+        // would keep them): BUSY, not a seventh whole-file read.
+        t.svc.tcp_hashes.store(hasher::HASHERS, Ordering::SeqCst);
+        assert_eq!(
+            code(call(session, 3, &Request::Hash { file: f }).1),
+            ErrorCode::Busy
+        );
+        t.svc
+            .tcp_hashes
+            .store(hasher::HASHERS - 1, Ordering::SeqCst);
+        assert!(matches!(
+            call(session, 4, &Request::Hash { file: f }).1,
+            Ok(Reply::Hash { size: 4, .. })
+        ));
+        assert_eq!(
+            t.svc.tcp_hashes.load(Ordering::SeqCst),
+            hasher::HASHERS - 1,
+            "the slot is given back"
+        );
     }
 
     #[test]

@@ -77,6 +77,7 @@ fn valid_requests() -> Vec<Vec<u8>> {
             dir: FILE,
             name: b"new",
             mode: 0o644,
+            size: 0,
         },
         Request::PutCommit { upload: FILE },
         Request::PutAbort { upload: FILE },

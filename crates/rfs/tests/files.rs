@@ -256,6 +256,7 @@ fn a_put_cut_off_midway_keeps_the_old_file_and_its_temporary_goes() {
         dir: raw.root,
         name: b"doc",
         mode: 0o644,
+        size: 0,
     });
     let Ok(Reply::Handle { handle: upload, .. }) = r else {
         panic!("{r:?}")
@@ -339,6 +340,7 @@ fn a_silent_udp_client_s_upload_goes_when_its_session_expires() {
             dir: root,
             name: b"doc",
             mode: 0o644,
+            size: 0,
         },
     );
     let (_, _, r) = decode_reply(&begun).unwrap();
@@ -602,6 +604,7 @@ fn another_session_cannot_hash_an_upload_over_udp() {
             dir: root,
             name: b"doc",
             mode: 0o644,
+            size: 0,
         },
     );
     let Ok(Reply::Handle { handle: upload, .. }) = begun else {

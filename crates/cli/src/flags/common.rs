@@ -3,7 +3,7 @@
 
 use crate::error::UsageError;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Args)]
 pub struct TokenArg {
@@ -30,40 +30,15 @@ impl TokenArg {
     /// empty one (it would protect nothing) and naming the file that is
     /// unreadable, empty or too large.
     pub fn secret(&self) -> Result<Option<String>, UsageError> {
-        use std::io::Read;
         if let Some(path) = &self.token_file {
-            let shown = path.display();
-            let file = std::fs::File::open(path).map_err(|e| {
-                UsageError::input(
-                    format!("--token-file {shown}"),
-                    format!("cannot open it: {e}"),
-                )
-            })?;
-            let mut text = String::new();
-            file.take(MAX_TOKEN_FILE + 1)
-                .read_to_string(&mut text)
-                .map_err(|e| {
-                    UsageError::input(
-                        format!("--token-file {shown}"),
-                        format!("cannot read it as text: {e}"),
-                    )
-                })?;
-            if text.len() as u64 > MAX_TOKEN_FILE {
-                return Err(UsageError::input(
-                    format!("--token-file {shown}"),
-                    format!(
-                        "larger than {MAX_TOKEN_FILE} bytes; expected one line holding the secret"
-                    ),
-                ));
+            let (secret, warnings) = read_token_file(path)?;
+            for warning in warnings {
+                eprintln!(
+                    "osprobe: warning: --token-file {}: {warning}",
+                    path.display()
+                );
             }
-            let secret = text.lines().next().unwrap_or("").trim_end_matches('\r');
-            if secret.is_empty() {
-                return Err(UsageError::input(
-                    format!("--token-file {shown}"),
-                    "its first line is empty; expected the secret there",
-                ));
-            }
-            return Ok(Some(secret.to_string()));
+            return Ok(Some(secret));
         }
         match &self.token {
             Some(t) if t.is_empty() => Err(UsageError::input(
@@ -72,6 +47,78 @@ impl TokenArg {
             )),
             other => Ok(other.clone()),
         }
+    }
+}
+
+/// The secret in a token file and what is wrong with the file short of
+/// refusing it (a symlink, readable by others). The file is opened without
+/// blocking (a FIFO would wait for a writer for ever) and checked to be a
+/// regular file before a byte is read.
+fn read_token_file(path: &Path) -> Result<(String, Vec<String>), UsageError> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let bad =
+        |detail: String| UsageError::input(format!("--token-file {}", path.display()), detail);
+    let mut warnings = Vec::new();
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        warnings.push(
+            "is a symbolic link; whoever can change the link chooses the token: name the file itself"
+                .to_string(),
+        );
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| bad(format!("cannot open it: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| bad(format!("cannot stat it: {e}")))?;
+    if !meta.is_file() {
+        return Err(bad(format!(
+            "is a {}, not a regular file; expected a file holding the secret on its first line",
+            file_kind(&meta)
+        )));
+    }
+    if meta.mode() & 0o044 != 0 {
+        warnings.push(format!(
+            "is readable by other users (mode {:04o}); keep it private: chmod 600",
+            meta.mode() & 0o7777
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| bad(format!("cannot read it as text: {e}")))?;
+    if text.len() as u64 > MAX_TOKEN_FILE {
+        return Err(bad(format!(
+            "larger than {MAX_TOKEN_FILE} bytes; expected one line holding the secret"
+        )));
+    }
+    let secret = text.lines().next().unwrap_or("").trim_end_matches('\r');
+    if secret.is_empty() {
+        return Err(bad(
+            "its first line is empty; expected the secret there".to_string()
+        ));
+    }
+    Ok((secret.to_string(), warnings))
+}
+
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else {
+        "special file"
     }
 }
 

@@ -42,8 +42,11 @@ pub struct RfsServeArgs {
     pub token: TokenArg,
     #[command(flatten)]
     pub exposure: ExposureArgs,
-    /// Refuse every change (create, write, remove)
+    /// Accept changes (create, write, remove, put); without it the export is read-only
     #[arg(long)]
+    pub writable: bool,
+    /// Refuse every change (the default; kept for scripts written before --writable)
+    #[arg(long, hide = true, conflicts_with = "writable")]
     pub read_only: bool,
     /// Clients served at once
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]

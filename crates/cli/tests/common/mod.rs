@@ -345,8 +345,29 @@ pub fn is_zombie_or_gone(pid: u32) -> bool {
     }
 }
 
-/// An `osprobe rfs serve` child on 127.0.0.1 and a free port; stopped with
-/// SIGINT on drop.
+/// A server child started from `cmd` (without $OSPROBE_TOKEN) and the
+/// 127.0.0.1 address it names on its first line.
+pub fn spawn_server(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd
+        .env_remove("OSPROBE_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .split_whitespace()
+        .find(|w| w.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    (child, addr)
+}
+
+/// An `osprobe rfs serve --writable` child on 127.0.0.1 and a free port;
+/// stopped with SIGINT on drop.
 pub struct Served {
     child: Option<Child>,
     pub addr: String,
@@ -354,26 +375,12 @@ pub struct Served {
 
 impl Served {
     pub fn start(dir: &Path, extra: &[&str]) -> Served {
-        let mut child = Command::cargo_bin("osprobe")
-            .unwrap()
-            .env_remove("OSPROBE_TOKEN")
-            .args(["rfs", "serve"])
+        let mut cmd = Command::cargo_bin("osprobe").unwrap();
+        cmd.args(["rfs", "serve"])
             .arg(dir)
-            .args(["--bind", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .split_whitespace()
-            .find(|w| w.starts_with("127.0.0.1:"))
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .to_string();
+            .args(["--bind", "127.0.0.1:0", "--writable"])
+            .args(extra);
+        let (child, addr) = spawn_server(cmd);
         Served {
             child: Some(child),
             addr,

@@ -3,6 +3,7 @@
 
 use super::names::printable;
 use super::{io_error, storage_error, RxReport, TransferError, MAX_NAME_BYTES};
+use osprobe_core::owner::{Claim, Owner};
 use osprobe_core::sys::{self, CommitError};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -64,10 +65,12 @@ pub(super) fn split_destination(dest: &Path) -> Result<(PathBuf, &std::ffi::OsSt
     Ok((dir, name))
 }
 
-/// `.NAME.osprobe-partial-<ULID>`, with NAME shortened (at a character
-/// boundary when it is UTF-8) so the whole stays within NAME_MAX.
+/// `.NAME.osprobe-partial-<PID>-<START>-<ULID>`, with NAME shortened (at a
+/// character boundary when it is UTF-8) so the whole stays within
+/// NAME_MAX. The owner's pid and start time (`osprobe_core::owner`) let
+/// [`sweep_partials`] tell a live server's partial file from a dead one's.
 pub(super) fn partial_name(name: &std::ffi::OsStr) -> std::ffi::OsString {
-    let random = osprobe_core::id::new_run_id();
+    let random = Owner::new_name("");
     let room = MAX_NAME_BYTES - 1 - PARTIAL_MARK.len() - random.len();
     let bytes = name.as_bytes();
     let mut keep = bytes.len().min(room);
@@ -172,8 +175,10 @@ pub fn discard(rx: &RxReport) {
 }
 
 /// Remove the partial files a receiver killed outright left in `dir`
-/// (hidden names carrying the partial mark); returns how many. A server
-/// calls it when it starts, before anyone can be receiving into `dir`.
+/// (hidden names carrying the partial mark) whose owner is gone; returns
+/// how many. A live server's partial files (another `serve --dir` on the
+/// same directory) are left alone; names without an owner, from versions
+/// before owners were named, count as gone.
 pub fn sweep_partials(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -183,11 +188,19 @@ pub fn sweep_partials(dir: &Path) -> usize {
         .filter(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            name.starts_with('.') && name.contains(PARTIAL_MARK)
+            name.starts_with('.') && owner_is_gone(&name)
         })
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
+}
+
+/// Whether `name` is a partial file whose writer is gone.
+fn owner_is_gone(name: &str) -> bool {
+    let Some(at) = name.rfind(PARTIAL_MARK) else {
+        return false;
+    };
+    Claim::parse(&name[at..], PARTIAL_MARK).is_none_or(|claim| claim.owner_is_gone())
 }
 
 #[cfg(test)]
@@ -207,6 +220,26 @@ mod tests {
         let dest = confine(scratch.path(), &long).unwrap();
         let partial = create_partial(&dest).unwrap();
         assert!(partial.path.exists());
+    }
+
+    #[test]
+    fn sweep_leaves_a_live_servers_partial_files_alone() {
+        let dir = ScratchDir::new().unwrap();
+        let p = dir.path();
+        // Ours, in progress: a second server on the directory keeps it.
+        let live = create_partial(&p.join("data.bin")).unwrap();
+        // A dead writer's: a child that has exited and been reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let dead = p.join(format!(".old.bin{PARTIAL_MARK}{pid}-1-01ABC"));
+        std::fs::write(&dead, b"x").unwrap();
+        assert_eq!(sweep_partials(p), 1);
+        assert!(
+            live.path.exists(),
+            "a live writer's partial file was removed"
+        );
+        assert!(!dead.exists());
     }
 
     #[test]

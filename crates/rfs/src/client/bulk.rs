@@ -183,7 +183,7 @@ impl Client {
             ));
         }
         let mode = meta.permissions().mode() & crate::protocol::MAX_CREATE_MODE;
-        let upload = self.put_begin(remote_path, mode)?;
+        let upload = self.put_begin(remote_path, mode, meta.len())?;
         let mut hasher = Xxh3::new();
         let mut reader = HashingReader {
             inner: &mut file,
@@ -245,7 +245,8 @@ impl Client {
     }
 
     /// Start an upload of `path`: the handle of the server's temporary file.
-    fn put_begin(&mut self, path: &str, mode: u32) -> Result<Handle, ClientError> {
+    /// `size`: what the upload will hold (the server reserves it).
+    fn put_begin(&mut self, path: &str, mode: u32, size: u64) -> Result<Handle, ClientError> {
         let (dir, name) = self.walk_parent(path)?;
         let server = self.server;
         self.call(
@@ -253,6 +254,7 @@ impl Client {
                 dir,
                 name: name.as_bytes(),
                 mode,
+                size,
             },
             false,
             |r| match r {
@@ -295,7 +297,7 @@ impl Client {
     /// [`Client::discard`], or by the server when the session ends, however
     /// the client ends (a kill -9 included).
     pub fn create_scratch(&mut self, near: &str) -> Result<Fd, ClientError> {
-        let handle = self.put_begin(near, 0o600)?;
+        let handle = self.put_begin(near, 0o600, 0)?;
         self.new_fd(OpenFile {
             handle,
             path: format!("{near} (scratch)"),

@@ -7,10 +7,12 @@ use super::{remote, unexpected, Client, MAX_OPEN_FILES};
 use crate::error::ClientError;
 use crate::pipeline::{Encoder, Job};
 use crate::protocol::{
-    Attr, CreateHow, DirEntry, Handle, Kind, RemoteError, Reply, Request, MAX_READDIR_ENTRIES,
+    Attr, CreateHow, DirEntry, ErrorCode, Handle, Kind, RemoteError, Reply, Request,
+    MAX_READDIR_ENTRIES,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// Entries asked for per readdir.
 const READDIR_PAGE: u16 = 256;
@@ -379,13 +381,34 @@ impl Client {
         path: &str,
     ) -> Result<(u64, u128), ClientError> {
         let server = self.server;
-        self.call(&Request::Hash { file }, true, |r| match r {
-            Ok(Reply::Hash { size, hash }) => Ok((size, u128::from_be_bytes(hash))),
-            Ok(_) => Err(unexpected(server, "hash")),
-            Err(error) => Err(remote(server, format!("hashing \"{path}\""), error)),
-        })
+        // A server answers BUSY while all its hashers work for others (a
+        // bound, not a failure): wait a little longer each time and ask
+        // again, for at most HASH_BUSY_WAIT in all.
+        let mut pause = Duration::from_millis(20);
+        let mut waited = Duration::ZERO;
+        loop {
+            let answer = self.call(&Request::Hash { file }, true, |r| match r {
+                Ok(Reply::Hash { size, hash }) => Ok(Ok((size, u128::from_be_bytes(hash)))),
+                Ok(_) => Err(unexpected(server, "hash")),
+                Err(error) if error.code == ErrorCode::Busy && waited < HASH_BUSY_WAIT => {
+                    Ok(Err(()))
+                }
+                Err(error) => Err(remote(server, format!("hashing \"{path}\""), error)),
+            })?;
+            match answer {
+                Ok(hashed) => return Ok(hashed),
+                Err(()) => {
+                    std::thread::sleep(pause);
+                    waited += pause;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
     }
 }
+
+/// How long a hash waits out BUSY answers before it gives up.
+const HASH_BUSY_WAIT: Duration = Duration::from_secs(30);
 
 /// A readdir page that is not the last must move the cookie forward, or a
 /// listing would never end.

@@ -523,6 +523,8 @@ impl InProcess {
                 read_only: false,
                 token: None,
                 max_clients: 4,
+                max_unauthenticated: 4,
+                max_unauthenticated_per_source: 4,
                 drc_budget: 4 << 20,
                 session_idle: Duration::from_secs(60),
                 resolver: None,

@@ -219,10 +219,12 @@ impl Service {
         dir: &Handle,
         name: &[u8],
         mode: u32,
+        size: u64,
     ) -> OpResult<Reply<'static>> {
         self.check_writable()?;
         let d = self.resolve_dir(dir)?;
         let what = quoted(name);
+        self.check_upload_size(size, &what)?;
         if d.path.join(name).is_none() {
             return Err(err(
                 ErrorCode::NameTooLong,
@@ -274,6 +276,7 @@ impl Service {
             file: Arc::new(file),
             committed: AtomicBool::new(false),
         });
+        reserve(&upload.file, size, &what)?;
         let st = export::stat_fd(upload.file.as_fd()).map_err(|e| io_error(&e, &what))?;
         {
             let mut all = lock(&self.uploads);
@@ -285,6 +288,20 @@ impl Service {
             handle: Handle::from_parts(epoch, index),
             attr: export::attr_of(&st),
         })
+    }
+
+    /// An upload may not declare more than the server's file size bound.
+    fn check_upload_size(&self, size: u64, what: &str) -> OpResult<()> {
+        if size > self.config.max_file_size {
+            return Err(err(
+                ErrorCode::TooBig,
+                format!(
+                    "{what}: an upload of {size} bytes is larger than this server accepts ({} bytes at most)",
+                    self.config.max_file_size
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Flush the upload and rename it over its target. On any failure the
@@ -387,6 +404,33 @@ fn replaceable(dir: std::os::fd::BorrowedFd<'_>, name: &[u8], what: &str) -> OpR
         },
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         Err(e) => Err(io_error(&e, what)),
+    }
+}
+
+/// Reserve `size` bytes of disk for an upload before a byte is written
+/// (the file's size stays 0), so a put that cannot fit is refused at its
+/// start with NOSPC, not by a full disk halfway. A file system without
+/// fallocate (EOPNOTSUPP) reserves nothing; the writes then find out.
+fn reserve(file: &File, size: u64, what: &str) -> OpResult<()> {
+    let Ok(len) = libc::off_t::try_from(size) else {
+        return Err(err(ErrorCode::TooBig, format!("{what}: {size} bytes")));
+    };
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: fallocate(2) on a descriptor we own; no memory is passed.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Ok(()),
+        Some(libc::ENOSPC | libc::EDQUOT) => Err(err(
+            ErrorCode::NoSpace,
+            format!("{what}: the server has no room for an upload of {size} bytes ({e})"),
+        )),
+        _ => Err(io_error(&e, &format!("reserving {size} bytes for {what}"))),
     }
 }
 
