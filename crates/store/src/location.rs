@@ -91,7 +91,15 @@ fn is_postgres_url(s: &str) -> bool {
 pub struct PgUrl {
     raw: String,
     redacted: String,
+    /// `osprobe_allow_cleartext=1` (taken out of `raw`): send the password
+    /// to a server that asks for it in clear text (see crate::cleartext).
+    allow_cleartext: bool,
 }
+
+/// The URL parameter that lets a password go to a server asking for it in
+/// clear text; osprobe's own, so it is taken out before the client reads
+/// the URL.
+const ALLOW_CLEARTEXT: &str = "osprobe_allow_cleartext";
 
 impl PgUrl {
     /// Check the URL's form (the connection parameters are read again, with
@@ -102,9 +110,11 @@ impl PgUrl {
             Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
             None => raw.to_string(),
         };
+        let (raw, allow_cleartext) = take_allow_cleartext(&raw)?;
         let url = PgUrl {
             redacted: redact(&raw),
             raw,
+            allow_cleartext,
         };
         let config = url.parsed_config()?;
         if config.get_hosts().is_empty() {
@@ -114,6 +124,11 @@ impl PgUrl {
             });
         }
         Ok(url)
+    }
+
+    /// Whether the URL allows sending the password in clear text.
+    pub fn allows_cleartext(&self) -> bool {
+        self.allow_cleartext
     }
 
     /// The URL to connect with, password included: never print it.
@@ -141,6 +156,38 @@ impl fmt::Debug for PgUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted)
     }
+}
+
+/// `raw` without its `osprobe_allow_cleartext` parameter, and its value.
+fn take_allow_cleartext(raw: &str) -> Result<(String, bool), StoreError> {
+    let Some((head, query)) = raw.split_once('?') else {
+        return Ok((raw.to_string(), false));
+    };
+    let mut allow = false;
+    let mut kept = Vec::new();
+    for param in query.split('&') {
+        match param.split_once('=') {
+            Some((ALLOW_CLEARTEXT, value)) => {
+                allow = match value {
+                    "1" | "true" | "yes" => true,
+                    "0" | "false" | "no" => false,
+                    _ => {
+                        return Err(StoreError::BadUrl {
+                            url: redact(raw),
+                            reason: format!(
+                                "{ALLOW_CLEARTEXT}={value} is not a yes or no; expected 1 or 0"
+                            ),
+                        })
+                    }
+                }
+            }
+            _ => kept.push(param),
+        }
+    }
+    Ok(match kept.is_empty() {
+        true => (head.to_string(), allow),
+        false => (format!("{head}?{}", kept.join("&")), allow),
+    })
 }
 
 /// The URL with every password in it replaced by `***`, found the way the
