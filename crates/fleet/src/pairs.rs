@@ -111,6 +111,26 @@ impl<'a> End<'a> {
     }
 }
 
+/// What a client's `--json` output holds. A host's run is checked as an
+/// import checks it: its id names report files and its start decides
+/// `latest`.
+fn test_run(finished: &crate::ssh::Finished) -> TestRun {
+    let checked =
+        serde_json::from_slice::<Run>(&finished.stdout).map(osprobe_store::import::check_run);
+    match checked {
+        Ok(Ok(run)) => TestRun::Ran {
+            run: Box::new(run),
+            warning: (!finished.ok()).then(|| finished.reason()),
+        },
+        Ok(Err(refused)) => TestRun::Nothing {
+            reason: format!("refused its run: {refused}"),
+        },
+        Err(_) => TestRun::Nothing {
+            reason: finished.reason(),
+        },
+    }
+}
+
 /// One test of one pair: the run, or why there is none.
 pub struct PairResult {
     pub test: String,
@@ -180,25 +200,9 @@ pub fn measure(
             }
             Err(e) => return Err(PairError::Exec(e)),
         };
-        // A host's run is checked as an import checks it: its id names
-        // report files and its start decides `latest`.
-        let checked =
-            serde_json::from_slice::<Run>(&finished.stdout).map(osprobe_store::import::check_run);
-        let run = match checked {
-            Ok(Ok(run)) => TestRun::Ran {
-                run: Box::new(run),
-                warning: (!finished.ok()).then(|| finished.reason()),
-            },
-            Ok(Err(refused)) => TestRun::Nothing {
-                reason: format!("refused its run: {refused}"),
-            },
-            Err(_) => TestRun::Nothing {
-                reason: finished.reason(),
-            },
-        };
         results.push(PairResult {
             test: test.clone(),
-            run,
+            run: test_run(&finished),
         });
         // The server may have died under the test: say so rather than run
         // the next tests against nothing.
