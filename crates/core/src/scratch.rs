@@ -98,25 +98,102 @@ pub fn sweep_stale(parent: &Path) -> usize {
     removed
 }
 
+/// How deep a swept scratch tree may go: osprobe's own are a few levels;
+/// a deeper tree is nobody's experiment and is left alone.
+const SWEEP_MAX_DEPTH: usize = 32;
+/// Entries one sweep of one parent may visit, and the time it may take:
+/// a sweep runs before every command and must stay cheap whatever was
+/// left (what is not removed now is tried again next time).
+const SWEEP_MAX_ENTRIES: usize = 100_000;
+const SWEEP_MAX_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Remove directories `<prefix><pid>-<start>-<random>` under `parent` whose
-/// owner is gone (nothing else: other names are never touched).
+/// owner is gone and which this user owns (nothing else: other names, and
+/// a directory with our name made by another user, are never touched).
+/// Removal is bounded in depth, entries and time: a tree beyond the bounds
+/// is left (counted by [`Swept::left`]).
 pub fn sweep_stale_named(parent: &Path, prefix: &str) -> usize {
+    sweep_named(parent, prefix).removed
+}
+
+/// What one sweep did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub removed: usize,
+    /// Stale directories of ours not (fully) removed: too deep, too large
+    /// for one sweep, or not removable.
+    pub left: usize,
+}
+
+/// [`sweep_stale_named`], saying also what was left.
+pub fn sweep_named(parent: &Path, prefix: &str) -> Swept {
+    use std::os::unix::fs::MetadataExt;
+    let mut swept = Swept::default();
     let Ok(entries) = std::fs::read_dir(parent) else {
-        return 0;
+        return swept;
     };
-    let mut removed = 0;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut budget = Budget {
+        entries: SWEEP_MAX_ENTRIES,
+        until: std::time::Instant::now() + SWEEP_MAX_TIME,
+    };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(claim) = name.to_str().and_then(|n| Claim::parse(n, prefix)) else {
             continue;
         };
-        // A symlink with our name is not ours to follow: only directories.
-        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-        if is_dir && claim.owner_is_gone() && std::fs::remove_dir_all(entry.path()).is_ok() {
-            removed += 1;
+        // A symlink with our name is not ours to follow: only directories,
+        // and only those this user made.
+        let ours = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if !ours || !claim.owner_is_gone() {
+            continue;
+        }
+        match remove_bounded(&entry.path(), 0, &mut budget) {
+            true => swept.removed += 1,
+            false => swept.left += 1,
         }
     }
-    removed
+    swept
+}
+
+/// What a sweep may still spend.
+struct Budget {
+    entries: usize,
+    until: std::time::Instant,
+}
+
+impl Budget {
+    fn spend(&mut self) -> bool {
+        if self.entries == 0 || std::time::Instant::now() >= self.until {
+            return false;
+        }
+        self.entries -= 1;
+        true
+    }
+}
+
+/// Remove `dir` and what it holds, never following symlinks, never deeper
+/// than [`SWEEP_MAX_DEPTH`], within `budget`; whether all of it went.
+fn remove_bounded(dir: &Path, depth: usize, budget: &mut Budget) -> bool {
+    if depth > SWEEP_MAX_DEPTH {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut all = true;
+    for entry in entries.flatten() {
+        if !budget.spend() {
+            return false;
+        }
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        all &= match is_dir {
+            true => remove_bounded(&entry.path(), depth + 1, budget),
+            false => std::fs::remove_file(entry.path()).is_ok(),
+        };
+    }
+    all && std::fs::remove_dir(dir).is_ok()
 }
 
 /// The places osprobe puts scratch directories unless told otherwise: the
@@ -184,6 +261,44 @@ mod tests {
         assert_eq!(sweep_stale(&parent), 3);
         assert!(live.exists() && not_ours.exists());
         assert!(!reused.exists() && !dead.exists() && !elf.exists());
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    #[test]
+    fn only_our_own_bounded_trees_are_swept() {
+        let parent = tempfile_dir();
+        let dead = dead_pid();
+        // Too deep to be osprobe's: left, and the sweep says so.
+        let deep = parent.join(format!("{PREFIX}{dead}-1-DEEP"));
+        let mut bottom = deep.clone();
+        for _ in 0..SWEEP_MAX_DEPTH + 8 {
+            bottom.push("d");
+        }
+        std::fs::create_dir_all(&bottom).unwrap();
+        // Made by another user with our name: not ours to remove.
+        let theirs = parent.join(format!("{PREFIX}{dead}-1-THEIRS"));
+        std::fs::create_dir(&theirs).unwrap();
+        let as_root = crate::sys::is_root();
+        if as_root {
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        }
+        // A stale tree of ours within the bounds: removed.
+        let shallow = parent.join(format!("{PREFIX}{dead}-1-OURS"));
+        std::fs::create_dir_all(shallow.join("a/b/c")).unwrap();
+        std::fs::write(shallow.join("a/b/c/f"), b"x").unwrap();
+        let swept = sweep_named(&parent, PREFIX);
+        assert!(!shallow.exists());
+        assert!(deep.exists(), "a tree deeper than the bound was walked");
+        if as_root {
+            assert!(theirs.exists(), "another user's directory was removed");
+            assert_eq!(
+                swept,
+                Swept {
+                    removed: 1,
+                    left: 1
+                }
+            );
+        }
         std::fs::remove_dir_all(&parent).unwrap();
     }
 

@@ -123,6 +123,9 @@ pub enum HostError {
         reason: String,
         detail: String,
     },
+    /// A run came back that the store must not take (its id or times).
+    #[error("osprobe there gave a run this osprobe refuses: {0}")]
+    RefusedRun(#[source] osprobe_store::LineError),
     #[error("storing its run: {0}")]
     Store(#[source] osprobe_store::StoreError),
 }

@@ -154,7 +154,8 @@ impl HostWork<'_> {
 
     /// The copy at `path` must say it is this osprobe.
     fn check_version(&mut self, path: &str) -> Result<(), HostError> {
-        let script = format!("{} --version", remote::quote(path));
+        let sha256 = &self.shared.binary.sha256;
+        let script = remote::with_functions(&remote::cached(path, sha256, &["--version"]));
         let version = self.timed("version", &script, Input::Null)?;
         let said = String::from_utf8_lossy(&version.stdout).trim().to_string();
         if !version.ok() || said != self.shared.binary.version_line {
@@ -171,13 +172,14 @@ impl HostWork<'_> {
     fn run_profile(&mut self, path: &str) -> Result<(), HostError> {
         let shared = self.shared;
         (self.state)(format!("running the {} profile", shared.profile));
-        let mut words = vec![path, "run", "--json", "--no-store", "--profile"];
+        let mut words = vec!["run", "--json", "--no-store", "--profile"];
         words.extend([shared.profile, "-q"]);
         let only = shared.only.join(",");
         if !shared.only.is_empty() {
             words.extend(["--only", only.as_str()]);
         }
-        let script = remote::guarded(&remote::words(&words));
+        let command = remote::cached(path, &shared.binary.sha256, &words);
+        let script = remote::with_functions(&remote::guarded(&command));
         let ran = self.timed("run", &script, Input::Hold(b""))?;
         let (run, failure) = what_the_run_left(&ran, &self.target.destination);
         self.outcome.run = run;
@@ -199,10 +201,13 @@ fn stop() -> Result<(), HostError> {
 /// ssh's or osprobe's own message.
 fn what_the_run_left(ran: &Finished, destination: &str) -> (Option<Run>, Option<HostError>) {
     match serde_json::from_slice::<Run>(&ran.stdout) {
-        Ok(run) => {
-            let failure = (!ran.ok()).then(|| HostError::RunFailures(ran.reason()));
-            (Some(run), failure)
-        }
+        Ok(run) => match osprobe_store::import::check_run(run) {
+            Ok(run) => {
+                let failure = (!ran.ok()).then(|| HostError::RunFailures(ran.reason()));
+                (Some(run), failure)
+            }
+            Err(refused) => (None, Some(HostError::RefusedRun(refused))),
+        },
         Err(_) if ran.ssh_failed() => (
             None,
             Some(HostError::Ssh {
@@ -278,6 +283,26 @@ mod tests {
         );
         let (run, failure) = what_the_run_left(&finished(0, &run_json(), ""), "h");
         assert!(run.is_some() && failure.is_none());
+    }
+
+    #[test]
+    fn a_hostile_host_s_run_id_or_date_is_refused_not_stored() {
+        let hostile = |field: &str, value: &str| {
+            let mut run: serde_json::Value = serde_json::from_str(&run_json()).unwrap();
+            run[field] = value.into();
+            finished(0, &run.to_string(), "")
+        };
+        let cases = [
+            hostile("id", "x/../../../../tmp/osprobe-test/PWNED-report"),
+            hostile("started", "2099-01-01T00:00:00Z"),
+        ];
+        for ran in cases {
+            let (run, failure) = what_the_run_left(&ran, "h");
+            assert!(run.is_none(), "{run:?}");
+            let failure = failure.unwrap();
+            assert!(matches!(failure, HostError::RefusedRun(_)), "{failure}");
+            assert!(failure.to_string().contains("refuses"), "{failure}");
+        }
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub fn check_tests(tests: &[String]) -> Result<(), PlanError> {
 pub struct End<'a> {
     pub target: &'a Target,
     pub binary: &'a str,
+    /// The sha256 the cached binary must still have when it is run.
+    pub sha256: &'a str,
     /// The address src connects to (`osprobe_address`, else the ssh
     /// destination) and the one dst's server binds (that address when it
     /// is an IP literal, else every address: the token guards it).
@@ -90,7 +92,7 @@ pub struct End<'a> {
 }
 
 impl<'a> End<'a> {
-    pub fn new(target: &'a Target, binary: &'a str, host: &Host) -> End<'a> {
+    pub fn new(target: &'a Target, binary: &'a str, sha256: &'a str, host: &Host) -> End<'a> {
         let connect = host
             .var("osprobe_address")
             .unwrap_or(host.address())
@@ -102,9 +104,30 @@ impl<'a> End<'a> {
         End {
             target,
             binary,
+            sha256,
             connect,
             bind,
         }
+    }
+}
+
+/// What a client's `--json` output holds. A host's run is checked as an
+/// import checks it: its id names report files and its start decides
+/// `latest`.
+fn test_run(finished: &crate::ssh::Finished) -> TestRun {
+    let checked =
+        serde_json::from_slice::<Run>(&finished.stdout).map(osprobe_store::import::check_run);
+    match checked {
+        Ok(Ok(run)) => TestRun::Ran {
+            run: Box::new(run),
+            warning: (!finished.ok()).then(|| finished.reason()),
+        },
+        Ok(Err(refused)) => TestRun::Nothing {
+            reason: format!("refused its run: {refused}"),
+        },
+        Err(_) => TestRun::Nothing {
+            reason: finished.reason(),
+        },
     }
 }
 
@@ -150,8 +173,7 @@ pub fn measure(
             return Err(PairError::Interrupted);
         }
         progress(&format!("net {test} --to {to}"));
-        let command = remote::words(&[
-            src.binary,
+        let args = [
             "net",
             test,
             "--to",
@@ -161,8 +183,9 @@ pub fn measure(
             "--profile",
             profile,
             "-q",
-        ]) + " --token-file \"$d/token\"";
-        let script = remote::with_token_file(&remote::guarded(&command));
+        ];
+        let command = remote::cached(src.binary, src.sha256, &args) + " --token-file \"$d/token\"";
+        let script = remote::with_functions(&remote::with_token_file(&remote::guarded(&command)));
         let line = format!("{token}\n");
         let deadline = timeout.map(|t| Instant::now() + t);
         let finished = match ssh.exec(src.target, &script, Input::Hold(line.as_bytes()), deadline) {
@@ -177,18 +200,9 @@ pub fn measure(
             }
             Err(e) => return Err(PairError::Exec(e)),
         };
-        let run = match serde_json::from_slice::<Run>(&finished.stdout) {
-            Ok(run) => TestRun::Ran {
-                run: Box::new(run),
-                warning: (!finished.ok()).then(|| finished.reason()),
-            },
-            Err(_) => TestRun::Nothing {
-                reason: finished.reason(),
-            },
-        };
         results.push(PairResult {
             test: test.clone(),
-            run,
+            run: test_run(&finished),
         });
         // The server may have died under the test: say so rather than run
         // the next tests against nothing.
@@ -220,7 +234,10 @@ struct Server {
 impl Server {
     fn start(ssh: &Ssh, dst: &End<'_>, token: &str) -> Result<Server, PairError> {
         let mut child = ssh
-            .spawn(dst.target, &remote::serve(dst.binary, &dst.bind))
+            .spawn(
+                dst.target,
+                &remote::serve(dst.binary, dst.sha256, &dst.bind),
+            )
             .map_err(PairError::Exec)?;
         let mut stdin = child.stdin.take();
         if let Some(pipe) = stdin.as_mut() {

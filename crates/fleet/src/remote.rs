@@ -75,12 +75,62 @@ pub fn cache_dir_expr(var: Option<&str>) -> String {
     }
 }
 
+/// Shell functions the scripts below share (POSIX sh, coreutils `stat`
+/// and `sha256sum`, Linux /proc):
+///
+/// `osprobe_safe_dir DIR`: DIR (symlinks resolved) is owned by the user and
+/// writable by nobody else, and so is every directory above it, except
+/// root's and sticky ones (/tmp), where nobody else can rename what is
+/// ours. Only then can no other user swap the binary, its directory, or
+/// plant a file or symlink where the copy is written.
+///
+/// `osprobe_cached FILE SHA256 ARGS...`: open FILE once (fd 9), check that
+/// the open file is ours, writable by nobody else and hashes to SHA256,
+/// then exec that same open file through /proc/self/fd/9. What runs is
+/// what was hashed: a rename after the check changes nothing, and the
+/// content could only change by a write of the user (or root) itself.
+pub const FUNCTIONS: &str = r#"osprobe_fail() { echo "osprobe cache: $*" >&2; exit 126; }
+osprobe_safe_dir() {
+  _op=$(cd -P -- "$1" 2>/dev/null && pwd -P) || osprobe_fail "cannot enter directory $1"
+  _ou=$(id -u); _od=$_op; _on=0
+  while [ $_on -lt 128 ]; do
+    _on=$((_on + 1))
+    _os=$(stat -c '%u %a' -- "$_od") || osprobe_fail "cannot stat $_od"
+    _oo=${_os%% *}; _om=${_os#* }
+    if [ "$_od" = "$_op" ]; then
+      [ "$_oo" = "$_ou" ] || osprobe_fail "directory $_od is owned by uid $_oo, not by uid $_ou running osprobe; refusing to keep or run osprobe there (set osprobe_cache_dir to a directory of your own)"
+    elif [ "$_oo" != "$_ou" ] && [ "$_oo" != 0 ]; then
+      osprobe_fail "directory $_od above the cache is owned by uid $_oo, neither uid $_ou nor root; refusing to use the cache under it"
+    fi
+    if [ $((0$_om & 022)) -ne 0 ] && { [ "$_od" = "$_op" ] || [ $((0$_om & 01000)) -eq 0 ]; }; then
+      osprobe_fail "directory $_od is writable by group or others (mode $_om); refusing to keep or run osprobe under it (chmod go-w it, or set osprobe_cache_dir to a private directory)"
+    fi
+    [ "$_od" = / ] && return 0
+    _od=$(dirname -- "$_od")
+  done
+  osprobe_fail "directory $1 is nested too deeply"
+}
+osprobe_cached() {
+  _of=$1; _ow=$2; shift 2
+  osprobe_safe_dir "$(dirname -- "$_of")"
+  exec 9<"$_of" || osprobe_fail "cannot open $_of"
+  [ -f /proc/self/fd/9 ] && [ -O /proc/self/fd/9 ] || osprobe_fail "$_of is not a regular file owned by uid $(id -u)"
+  _om=$(stat -L -c %a /proc/self/fd/9) || osprobe_fail "cannot stat $_of"
+  [ $((0$_om & 022)) -eq 0 ] || osprobe_fail "$_of is writable by group or others (mode $_om)"
+  _oh=$(sha256sum <&9) || osprobe_fail "cannot hash $_of"
+  [ "${_oh%% *}" = "$_ow" ] || osprobe_fail "$_of changed since it was copied: sha256 ${_oh%% *}, expected $_ow; not running it"
+  exec /proc/self/fd/9 "$@"
+}
+"#;
+
 /// Prints three lines: `uname -m`, the sha256 of the cached binary (or
-/// `missing`), and the cached binary's full path.
+/// `missing`), and the cached binary's full path; fails (saying why) when
+/// the cache directory exists but is not safe to keep osprobe in.
 pub fn probe(cache_dir: &str, file_name: &str) -> String {
     format!(
-        "uname -m; f={cache_dir}/{name}; \
-         if [ -f \"$f\" ]; then h=$(sha256sum \"$f\" 2>/dev/null) || h=unknown; echo \"${{h%% *}}\"; \
+        "{FUNCTIONS}uname -m; c={cache_dir}; f=\"$c\"/{name}; \
+         if [ -d \"$c\" ]; then osprobe_safe_dir \"$c\"; fi; \
+         if [ -f \"$f\" ]; then h=$(sha256sum <\"$f\" 2>/dev/null) || h=unknown; echo \"${{h%% *}}\"; \
          else echo missing; fi; echo \"$f\"",
         name = quote(file_name)
     )
@@ -120,18 +170,40 @@ fn normalize_arch(uname: &str) -> String {
 }
 
 /// Copy stdin to `path` (private to the user), keep it only when its
-/// sha256 is `sha256`; the partial copy is removed also on a signal.
+/// sha256 is `sha256`; the partial copy is removed also on a signal. The
+/// directory is made private if missing and checked as
+/// [`FUNCTIONS`]' `osprobe_safe_dir` says; the partial copy is a fresh
+/// file from `mktemp` (never an existing name, never through a symlink).
 pub fn install(path: &str, sha256: &str) -> String {
     format!(
-        "set -e; umask 077; f={path}; mkdir -p \"$(dirname \"$f\")\"; t=\"$f.part.$$\"; \
-         trap 'rm -f \"$t\"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; \
-         cat > \"$t\"; chmod 700 \"$t\"; \
-         h=$(sha256sum \"$t\"); h=${{h%% *}}; \
+        "{FUNCTIONS}umask 077; f={path}; c=$(dirname -- \"$f\"); \
+         mkdir -p -- \"$c\" || osprobe_fail \"cannot create $c\"; osprobe_safe_dir \"$c\"; \
+         t=$(mktemp -- \"$c/.osprobe-part.XXXXXXXXXX\") || osprobe_fail \"cannot create a file in $c\"; \
+         trap 'rm -f -- \"$t\"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; \
+         cat > \"$t\" || exit 3; chmod 700 \"$t\"; \
+         h=$(sha256sum <\"$t\"); h=${{h%% *}}; \
          if [ \"$h\" != {sha} ]; then echo \"the copy arrived with sha256 $h, expected {sha256}\" >&2; exit 3; fi; \
-         mv -f \"$t\" \"$f\"",
+         mv -f -- \"$t\" \"$f\"",
         path = quote(path),
         sha = quote(sha256)
     )
+}
+
+/// The cached osprobe at `path` run with `args` (each quoted) after
+/// checking, from the open file, that it is ours and hashes to `sha256`;
+/// a script using it starts with [`FUNCTIONS`] (see [`with_functions`]).
+pub fn cached<S: AsRef<str>>(path: &str, sha256: &str, args: &[S]) -> String {
+    format!(
+        "osprobe_cached {} {} {}",
+        quote(path),
+        quote(sha256),
+        words(args)
+    )
+}
+
+/// `script` with [`FUNCTIONS`] defined before it.
+pub fn with_functions(script: &str) -> String {
+    format!("{FUNCTIONS}{script}")
 }
 
 /// `command` (a shell word list) run so that it stops (SIGTERM: an
@@ -169,9 +241,10 @@ pub fn with_token_file(command: &str) -> String {
     )
 }
 
-/// `osprobe serve` bound to `bind` on a port the system picks, with the
-/// token from stdin, stopped (and its token file removed) when stdin closes.
-pub fn serve(binary: &str, bind_ip: &str) -> String {
+/// `osprobe serve` (the cached copy at `binary`, checked against
+/// `sha256`) bound to `bind` on a port the system picks, with the token
+/// from stdin, stopped (and its token file removed) when stdin closes.
+pub fn serve(binary: &str, sha256: &str, bind_ip: &str) -> String {
     let bind = if bind_ip.contains(':') {
         format!("[{bind_ip}]:0")
     } else {
@@ -179,11 +252,10 @@ pub fn serve(binary: &str, bind_ip: &str) -> String {
     };
     // `read` above took the token line; what remains of stdin is the
     // guard: serve runs until the fleet run closes it.
-    with_token_file(&guarded(&format!(
-        "{} serve --bind {} --token-file \"$d/token\"",
-        quote(binary),
-        quote(&bind)
-    )))
+    with_functions(&with_token_file(&guarded(&format!(
+        "{} --token-file \"$d/token\"",
+        cached(binary, sha256, &["serve", "--bind", &bind])
+    ))))
 }
 
 /// The address `osprobe serve` printed it listens on (`listening on A:P`).
@@ -260,6 +332,98 @@ mod tests {
             std::fs::read_dir(dir.path().join("bin")).unwrap().count(),
             1
         );
+    }
+
+    fn sha256_of(path: &std::path::Path) -> String {
+        use sha2::Digest;
+        let bytes = std::fs::read(path).unwrap();
+        sha2::Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[test]
+    fn a_cache_others_may_write_or_own_is_refused_before_anything_is_written() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "root's file\n").unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // Symlinks planted where a partial copy named by pid would go.
+        for pid in 1..200 {
+            let link = open.join(format!("osprobe-x.part.{pid}"));
+            std::os::unix::fs::symlink(&victim, link).unwrap();
+        }
+        let target = open.join("osprobe-x");
+        let (code, _, err) = sh(&install(target.to_str().unwrap(), "00"), "evil\n");
+        assert_eq!(code, 126, "{err}");
+        assert!(
+            err.contains("writable by group or others (mode 777)"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
+        let (code, _, err) = sh(&probe(&quote(open.to_str().unwrap()), "osprobe-x"), "");
+        assert_eq!(code, 126, "{err}");
+        // A private directory of another user (nobody) is refused too,
+        // and so is a private directory under a directory others may write.
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        if osprobe_core::sys::is_root() {
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let (code, _, err) = sh(&probe(&quote(theirs.to_str().unwrap()), "x"), "");
+            assert_eq!(code, 126, "{err}");
+            assert!(err.contains("is owned by uid 65534"), "{err}");
+        }
+        let under_open = open.join("mine");
+        std::fs::create_dir(&under_open).unwrap();
+        let (code, _, err) = sh(&install(under_open.join("x").to_str().unwrap(), "00"), "x");
+        assert_eq!(code, 126, "{err}");
+        assert!(err.contains("writable by group or others"), "{err}");
+    }
+
+    #[test]
+    fn the_cached_binary_runs_only_as_it_was_hashed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("bin");
+        std::fs::create_dir(&cache).unwrap();
+        let echo = std::path::Path::new("/bin/echo");
+        let copy = cache.join("osprobe-x");
+        let sha = sha256_of(echo);
+        let payload = std::fs::read(echo).unwrap();
+        let (code, _, err) = sh(&install(copy.to_str().unwrap(), &sha), "");
+        assert_eq!(code, 3, "an empty copy must be refused: {err}");
+        std::fs::write(&copy, &payload).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let run = |sha: &str| {
+            sh(
+                &with_functions(&cached(copy.to_str().unwrap(), sha, &["hello", "it's"])),
+                "",
+            )
+        };
+        let (code, out, err) = run(&sha);
+        assert_eq!((code, out.as_str()), (0, "hello it's\n"), "{err}");
+        // Swapped after the copy: not run, and the message says why.
+        std::fs::write(&copy, b"#!/bin/sh\necho PWNED\n").unwrap();
+        let (code, out, err) = run(&sha);
+        assert_eq!(code, 126, "{err}");
+        assert!(!out.contains("PWNED"), "{out}");
+        assert!(err.contains("changed since it was copied"), "{err}");
+        // Replaced by a symlink to a file of the right content owned by
+        // someone else: the open file's owner is checked.
+        if osprobe_core::sys::is_root() {
+            let theirs = dir.path().join("theirs");
+            std::fs::write(&theirs, &payload).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            std::fs::remove_file(&copy).unwrap();
+            std::os::unix::fs::symlink(&theirs, &copy).unwrap();
+            let (code, _, err) = run(&sha);
+            assert_eq!(code, 126, "{err}");
+            assert!(err.contains("not a regular file owned by"), "{err}");
+        }
     }
 
     #[test]

@@ -186,8 +186,9 @@ impl Fleet<'_, '_> {
         let binary = |i: usize| outcomes[i].as_ref().and_then(|o| o.binary.clone());
         let (stored, failures) = match (binary(s), binary(d)) {
             (Some(src_bin), Some(dst_bin)) => {
-                let src_end = End::new(&targets[s], &src_bin, src);
-                let dst_end = End::new(&targets[d], &dst_bin, dst);
+                let sha256 = &self.plan.binary.sha256;
+                let src_end = End::new(&targets[s], &src_bin, sha256, src);
+                let dst_end = End::new(&targets[d], &dst_bin, sha256, dst);
                 self.measure_pair(&pair, &src_end, &dst_end, src)
             }
             _ => {

@@ -1,5 +1,6 @@
 //! The command line as stored with a run: secrets never reach the store,
-//! so the value of `--token` and the password of a PostgreSQL URL are
+//! so the values of `--token` and `--db` (whatever form a PostgreSQL URL's
+//! password takes in it) and the password of any other PostgreSQL URL are
 //! replaced by `***`.
 
 use crate::location::redact_arg;
@@ -13,18 +14,29 @@ pub fn redacted(args: impl Iterator<Item = String>) -> String {
         .join(" ")
 }
 
+/// Flags whose value is never stored: a token, and the store's location
+/// (a URL may carry a password in more spellings than any redaction can
+/// promise to know, and where the store is says nothing about the run).
+const SECRET_FLAGS: &[&str] = &["--token", "--db"];
+
 fn redact_token(args: impl Iterator<Item = String>) -> Vec<String> {
     let mut out = Vec::new();
     let mut hide_next = false;
     for arg in args {
+        let secret_flag = SECRET_FLAGS.iter().find(|f| {
+            arg.strip_prefix(**f)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
+        });
         if hide_next {
             out.push("***".into());
             hide_next = false;
-        } else if arg == "--token" {
-            out.push(arg);
-            hide_next = true;
-        } else if arg.starts_with("--token=") {
-            out.push("--token=***".into());
+        } else if let Some(flag) = secret_flag {
+            hide_next = arg.len() == flag.len();
+            out.push(if hide_next {
+                arg
+            } else {
+                format!("{flag}=***")
+            });
         } else {
             out.push(arg);
         }
@@ -43,6 +55,23 @@ mod tests {
         assert_eq!(
             out,
             ["net", "rtt", "--token", "***", "--to", "h", "--token=***"]
+        );
+    }
+
+    #[test]
+    fn the_store_s_location_is_never_stored() {
+        let args = [
+            "run",
+            "--db",
+            "postgres://u:pa/ss@h/db",
+            "--db=postgres://u@h/db?password=s3cr",
+            "--dbx",
+            "postgresql://v:a?b@h/db",
+        ];
+        let line = redacted(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            line, "run --db *** --db=*** --dbx postgresql://v:***@h/db",
+            "{line}"
         );
     }
 

@@ -25,6 +25,13 @@ pub enum LineError {
         named: String,
         run: String,
     },
+    /// `value` is escaped for the terminal: it came from the file.
+    #[error("run {field} time '{value}' is not an RFC 3339 time such as 2026-01-31T12:00:00Z")]
+    BadTime { field: &'static str, value: String },
+    #[error("run started at {started}, more than {hours} hours ahead of this machine's clock")]
+    FutureStart { started: String, hours: u64 },
+    #[error("run ended at {ended}, before it started at {started}")]
+    EndsBeforeStart { started: String, ended: String },
     #[error("run {run} is also on line {earlier}, with different content")]
     Conflicting { run: String, earlier: usize },
 }

@@ -108,9 +108,22 @@ pub fn parse_jsonl(mut input: impl BufRead, file: &str) -> Result<(Vec<Run>, usi
     Ok((runs, repeats))
 }
 
+/// How far a run's start may lie ahead of this machine's clock: clocks
+/// of hosts differ by seconds, not days, and a run dated years ahead
+/// would stay `latest` until then.
+pub const MAX_CLOCK_AHEAD: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// One line as a run, checked as the store needs it.
 fn parse_line(text: &str) -> Result<Run, LineError> {
-    let mut run: Run = serde_json::from_str(text).map_err(LineError::NotARun)?;
+    let run: Run = serde_json::from_str(text).map_err(LineError::NotARun)?;
+    check_run(run)
+}
+
+/// A run that came from elsewhere (an import file, a fleet host), checked
+/// before it is stored: a schema this osprobe reads, a ULID id (it names
+/// report files, so it is never a path), measurements of this run only, and
+/// start and end times in RFC 3339 with the start not far in the future.
+pub fn check_run(mut run: Run) -> Result<Run, LineError> {
     if run.schema == 0 || run.schema > SCHEMA_VERSION {
         return Err(LineError::Schema {
             found: run.schema,
@@ -133,7 +146,33 @@ fn parse_line(text: &str) -> Result<Run, LineError> {
             });
         }
     }
+    check_times(&run)?;
     Ok(run)
+}
+
+fn check_times(run: &Run) -> Result<(), LineError> {
+    let time = |field: &'static str, value: &str| {
+        humantime::parse_rfc3339_weak(value).map_err(|_| LineError::BadTime {
+            field,
+            value: osprobe_core::peer_text::escape(value, 40),
+        })
+    };
+    let started = time("started", &run.started)?;
+    let ended = time("ended", &run.ended)?;
+    let latest_allowed = std::time::SystemTime::now() + MAX_CLOCK_AHEAD;
+    if started > latest_allowed {
+        return Err(LineError::FutureStart {
+            started: run.started.clone(),
+            hours: MAX_CLOCK_AHEAD.as_secs() / 3600,
+        });
+    }
+    if ended < started {
+        return Err(LineError::EndsBeforeStart {
+            started: run.started.clone(),
+            ended: run.ended.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// A ULID as osprobe writes them: 26 characters of Crockford base32, the
@@ -206,5 +245,45 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("line 1: not UTF-8"), "{err}");
+    }
+
+    fn run(id: &str, started: &str, ended: &str) -> Run {
+        Run {
+            schema: SCHEMA_VERSION,
+            id: id.into(),
+            started: started.into(),
+            ended: ended.into(),
+            osprobe_version: "0.1.0".into(),
+            profile: osprobe_core::Profile::Smoke,
+            command: "run".into(),
+            environment: Default::default(),
+            measurements: Vec::new(),
+            skipped: Vec::new(),
+            labels: Default::default(),
+            far_ends: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn runs_from_elsewhere_are_checked_for_id_and_times() {
+        let ok = "2026-11-22T10:00:00.000Z";
+        let id = "01JDQ3Z8X9ABCDEFGHJKMNPQRS";
+        assert!(check_run(run(id, ok, ok)).is_ok());
+        let cases = [
+            (run("x/../../../../tmp/PWNED-report", ok, ok), "not a ULID"),
+            (
+                run(id, "2099-01-01T00:00:00Z", "2099-01-01T00:00:01Z"),
+                "ahead of this machine's clock",
+            ),
+            (
+                run(id, "yesterday", ok),
+                "started time 'yesterday' is not an RFC 3339",
+            ),
+            (run(id, ok, "2026-11-22T09:00:00Z"), "before it started"),
+        ];
+        for (bad, why) in cases {
+            let err = check_run(bad).map(|r| r.id).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
     }
 }

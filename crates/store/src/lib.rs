@@ -17,6 +17,7 @@
 use osprobe_core::Run;
 use std::path::PathBuf;
 
+mod cleartext;
 mod codec;
 pub mod command_line;
 mod error;
@@ -77,6 +78,12 @@ pub enum StoreError {
     Unreachable { url: String, reason: String },
     #[error("results database {url}: {reason}")]
     Postgres { url: String, reason: String },
+    #[error(
+        "results database {url}: the server asks for the password in clear text, on a \
+         connection without TLS; osprobe does not send it (have the server use \
+         scram-sha-256, or add osprobe_allow_cleartext=1 to the URL to send it anyway)"
+    )]
+    CleartextPassword { url: String },
 }
 
 impl StoreError {

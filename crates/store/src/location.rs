@@ -91,7 +91,15 @@ fn is_postgres_url(s: &str) -> bool {
 pub struct PgUrl {
     raw: String,
     redacted: String,
+    /// `osprobe_allow_cleartext=1` (taken out of `raw`): send the password
+    /// to a server that asks for it in clear text (see crate::cleartext).
+    allow_cleartext: bool,
 }
+
+/// The URL parameter that lets a password go to a server asking for it in
+/// clear text; osprobe's own, so it is taken out before the client reads
+/// the URL.
+const ALLOW_CLEARTEXT: &str = "osprobe_allow_cleartext";
 
 impl PgUrl {
     /// Check the URL's form (the connection parameters are read again, with
@@ -102,9 +110,11 @@ impl PgUrl {
             Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
             None => raw.to_string(),
         };
+        let (raw, allow_cleartext) = take_allow_cleartext(&raw)?;
         let url = PgUrl {
             redacted: redact(&raw),
             raw,
+            allow_cleartext,
         };
         let config = url.parsed_config()?;
         if config.get_hosts().is_empty() {
@@ -114,6 +124,11 @@ impl PgUrl {
             });
         }
         Ok(url)
+    }
+
+    /// Whether the URL allows sending the password in clear text.
+    pub fn allows_cleartext(&self) -> bool {
+        self.allow_cleartext
     }
 
     /// The URL to connect with, password included: never print it.
@@ -143,51 +158,111 @@ impl fmt::Debug for PgUrl {
     }
 }
 
-/// The URL with the password of its user part (`user:SECRET@`) and any
-/// `password=` query parameter replaced by `***`.
-pub(crate) fn redact(raw: &str) -> String {
-    let (head, query) = match raw.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (raw, None),
+/// `raw` without its `osprobe_allow_cleartext` parameter, and its value.
+fn take_allow_cleartext(raw: &str) -> Result<(String, bool), StoreError> {
+    let Some((head, query)) = raw.split_once('?') else {
+        return Ok((raw.to_string(), false));
     };
-    let mut out = String::with_capacity(raw.len());
-    match head.split_once("://") {
-        Some((scheme, rest)) => {
-            out.push_str(scheme);
-            out.push_str("://");
-            // The user part ends at the last '@' before the first '/'.
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            let (authority, path) = rest.split_at(authority_end);
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    match userinfo.split_once(':') {
-                        Some((user, _secret)) => {
-                            out.push_str(user);
-                            out.push_str(":***");
-                        }
-                        None => out.push_str(userinfo),
+    let mut allow = false;
+    let mut kept = Vec::new();
+    for param in query.split('&') {
+        match param.split_once('=') {
+            Some((ALLOW_CLEARTEXT, value)) => {
+                allow = match value {
+                    "1" | "true" | "yes" => true,
+                    "0" | "false" | "no" => false,
+                    _ => {
+                        return Err(StoreError::BadUrl {
+                            url: redact(raw),
+                            reason: format!(
+                                "{ALLOW_CLEARTEXT}={value} is not a yes or no; expected 1 or 0"
+                            ),
+                        })
                     }
-                    out.push('@');
-                    out.push_str(host);
                 }
-                None => out.push_str(authority),
             }
-            out.push_str(path);
+            _ => kept.push(param),
         }
-        None => out.push_str(head),
     }
-    if let Some(query) = query {
-        out.push('?');
-        let params: Vec<String> = query
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => p.to_string(),
-            })
-            .collect();
-        out.push_str(&params.join("&"));
+    Ok(match kept.is_empty() {
+        true => (head.to_string(), allow),
+        false => (format!("{head}?{}", kept.join("&")), allow),
+    })
+}
+
+/// The URL with every password in it replaced by `***`, found the way the
+/// PostgreSQL client reads the URL (tokio-postgres's parser), so that what
+/// the client takes for a password is what is hidden: the user part runs
+/// to the first '@' anywhere after `://` (a password may hold '/', '?' or
+/// '#'), its password from the first ':'; a query parameter whose name
+/// decodes to `password` (any case, percent-encoded or not) is hidden too.
+pub(crate) fn redact(raw: &str) -> String {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return raw.to_string();
+    };
+    let mut out = format!("{scheme}://");
+    let rest = match rest.split_once('@') {
+        Some((userinfo, after)) => {
+            match userinfo.split_once(':') {
+                Some((user, _secret)) => {
+                    out.push_str(user);
+                    out.push_str(":***");
+                }
+                None => out.push_str(userinfo),
+            }
+            out.push('@');
+            after
+        }
+        None => rest,
+    };
+    match rest.split_once('?') {
+        Some((head, query)) => {
+            out.push_str(head);
+            out.push('?');
+            out.push_str(&redact_query(query));
+        }
+        None => out.push_str(rest),
     }
     out
+}
+
+/// `k=v&...` with the value of every `password` parameter hidden.
+fn redact_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((k, _)) if percent_decoded(k).eq_ignore_ascii_case("password") => {
+                format!("{k}=***")
+            }
+            _ => p.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// `%XX` escapes decoded (bytes that are not UTF-8 shown as U+FFFD): a
+/// parameter name spelled `pass%77ord` is still `password`.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Where the store is when `--db` is not given: `$OSPROBE_DB` (a path or a
@@ -235,7 +310,7 @@ mod tests {
     #[test]
     fn passwords_never_show() {
         assert_eq!(
-            redact("postgres://alice:s3cr@t@db:5433/runs?host=/tmp&password=x"),
+            redact("postgres://alice:s3cr@db:5433/runs?host=/tmp&password=x"),
             "postgres://alice:***@db:5433/runs?host=/tmp&password=***"
         );
         assert_eq!(
@@ -255,6 +330,36 @@ mod tests {
         assert!(
             !err.contains("hunter2") && err.contains("results store URL"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn every_password_the_client_reads_is_hidden() {
+        let urls = [
+            "postgres://alice:pa/ss@db/runs",
+            "postgres://alice:a?b=c@db/runs",
+            "postgres://alice:x#y/z?q@db:5433/runs?host=/tmp",
+            "postgres://alice:p%40ss%2Fw@db/runs",
+            "postgres://alice@db/runs?password=pa/ss&sslmode=disable",
+            "postgres://alice@db/runs?pass%77ord=s3cr",
+            "postgres://alice@db/runs?host=/tmp&password=a%26b",
+        ];
+        for url in urls {
+            let config: postgres::Config = url.parse().unwrap();
+            let secret = String::from_utf8(config.get_password().unwrap().to_vec()).unwrap();
+            let shown = PgUrl::parse(url).unwrap().to_string();
+            assert!(shown.contains("***"), "{url} -> {shown}");
+            assert!(!shown.contains(&secret), "{url} -> {shown}");
+        }
+        assert!(!redact("postgres://alice:p%40ss%2Fw@db/runs").contains("p%40ss"));
+        assert!(!redact("postgres://alice@db/runs?PASSWORD=s3cr").contains("s3cr"));
+        assert_eq!(
+            redact("postgres://alice:pa/ss@db/runs"),
+            "postgres://alice:***@db/runs"
+        );
+        assert_eq!(
+            redact("postgres://alice@db/runs?pass%77ord=s3cr&x=1"),
+            "postgres://alice@db/runs?pass%77ord=***&x=1"
         );
     }
 

@@ -81,6 +81,15 @@ impl PostgresStore {
     /// bring up to date) its schema.
     pub fn open(url: &PgUrl, access: Access) -> Result<PostgresStore, StoreError> {
         let config = connection_config(url)?;
+        // Only a password could leak: without one, nothing is asked first.
+        if config.get_password().is_some()
+            && !url.allows_cleartext()
+            && crate::cleartext::first_ask(&config) == crate::cleartext::FirstAsk::Cleartext
+        {
+            return Err(StoreError::CleartextPassword {
+                url: url.to_string(),
+            });
+        }
         let client = config.connect(NoTls).map_err(|e| StoreError::Unreachable {
             url: url.to_string(),
             reason: missing_socket(&config).unwrap_or_else(|| error_text(&e)),

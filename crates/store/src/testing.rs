@@ -42,14 +42,25 @@ impl PrivatePostgres {
     /// A server that asks every client for `password` (SCRAM), for tests
     /// of where passwords come from; [`PrivatePostgres::url`] leaves it out.
     pub fn start_with_password(password: &str) -> Result<PrivatePostgres, PrivateServerError> {
-        Self::launch(Some(password))
+        Self::launch(Some((password, "scram-sha-256")))
     }
 
-    fn launch(password: Option<&str>) -> Result<PrivatePostgres, PrivateServerError> {
+    /// A server that asks every client for `password` in clear text (the
+    /// pg_hba method `password`), for tests that osprobe will not send it.
+    pub fn start_with_cleartext_password(
+        password: &str,
+    ) -> Result<PrivatePostgres, PrivateServerError> {
+        Self::launch(Some((password, "password")))
+    }
+
+    /// `auth`: the password and the authentication method asking for it;
+    /// None trusts every client on the socket.
+    fn launch(auth: Option<(&str, &str)>) -> Result<PrivatePostgres, PrivateServerError> {
+        let password = auth.map(|(p, _)| p);
         let bin = binaries_dir().ok_or(PrivateServerError::NoBinaries)?;
         let owner = server_user()?;
         let layout = Layout::make(owner)?;
-        initdb(&bin, &layout, owner, password)?;
+        initdb(&bin, &layout, owner, auth)?;
         let server = start_postgres(&bin, &layout, owner)?;
         let mut pg = PrivatePostgres {
             server,
@@ -250,25 +261,26 @@ impl Layout {
     }
 }
 
-/// Create the cluster: trust on the socket, or SCRAM with `password`.
+/// Create the cluster: trust on the socket, or `method` asking for
+/// `password`.
 fn initdb(
     bin: &Path,
     layout: &Layout,
     (uid, gid): (u32, u32),
-    password: Option<&str>,
+    auth: Option<(&str, &str)>,
 ) -> Result<(), PrivateServerError> {
     let mut initdb = Command::new(bin.join("initdb"));
-    match password {
+    match auth {
         None => {
             initdb.arg("--auth=trust");
         }
-        Some(password) => {
+        Some((password, method)) => {
             let pwfile = layout.dir.path().join("pwfile");
             std::fs::write(&pwfile, format!("{password}\n"))
                 .map_err(PrivateServerError::io(pwfile.display().to_string()))?;
             chown(&pwfile, uid, gid)?;
             initdb
-                .arg("--auth=scram-sha-256")
+                .arg(format!("--auth={method}"))
                 .arg(format!("--pwfile={}", pwfile.display()));
         }
     }

@@ -574,3 +574,46 @@ fn a_writer_killed_mid_run_leaves_nothing_in_postgres() {
         .get(0);
     assert_eq!(orphans, 0);
 }
+
+/// A server that asks for the password in clear text does not get it
+/// (osprobe has no TLS): refused, naming the way out; with
+/// `osprobe_allow_cleartext=1` the user chose to send it, and it works.
+#[test]
+fn a_cleartext_password_request_is_refused_unless_allowed() {
+    const SECRET: &str = "s3cret/pw?x";
+    let pg = match PrivatePostgres::start_with_cleartext_password(SECRET) {
+        Ok(pg) => pg,
+        Err(reason) => {
+            osprobe_core::testing::skip(format!("no private PostgreSQL: {reason}"));
+            return;
+        }
+    };
+    let url = pg.fresh_database().unwrap();
+    let encoded = SECRET.replace('/', "%2F").replace('?', "%3F");
+    let with_pw = url
+        .secret()
+        .replacen("osprobe@", &format!("osprobe:{encoded}@"), 1);
+    let refused = PostgresStore::open(
+        &osprobe_store::PgUrl::parse(&with_pw).unwrap(),
+        Access::Write,
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        refused.contains("clear text") && refused.contains("osprobe_allow_cleartext=1"),
+        "{refused}"
+    );
+    assert!(
+        !refused.contains("s3cret") && !refused.contains(&encoded),
+        "{refused}"
+    );
+    let allowed = format!("{with_pw}&osprobe_allow_cleartext=1");
+    let mut store = PostgresStore::open(
+        &osprobe_store::PgUrl::parse(&allowed).unwrap(),
+        Access::Write,
+    )
+    .unwrap();
+    store.save_run(&sample_run(7, 1)).unwrap();
+    assert_eq!(store.list_runs().unwrap().len(), 1);
+}

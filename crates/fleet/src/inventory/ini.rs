@@ -234,8 +234,11 @@ pub(super) fn expand(pattern: &str) -> Result<Vec<String>, Malformed> {
         )));
     }
     let items: Vec<String> = if let (Ok(a), Ok(b)) = (start.parse::<u64>(), end.parse::<u64>()) {
-        if a > b || b - a >= MAX_RANGE_HOSTS as u64 {
+        if a > b {
             return Err(bad());
+        }
+        if b - a >= MAX_RANGE_HOSTS as u64 {
+            return Err(too_many(pattern));
         }
         let width = if start.starts_with('0') && start.len() > 1 {
             start.len()
@@ -261,11 +264,15 @@ pub(super) fn expand(pattern: &str) -> Result<Vec<String>, Malformed> {
         for tail in &rest {
             out.push(format!("{prefix}{item}{tail}"));
             if out.len() > MAX_RANGE_HOSTS {
-                return Err(Malformed(format!(
-                    "host pattern '{pattern}' expands to more than {MAX_RANGE_HOSTS} hosts"
-                )));
+                return Err(too_many(pattern));
             }
         }
     }
     Ok(out)
+}
+
+fn too_many(pattern: &str) -> Malformed {
+    Malformed(format!(
+        "host pattern '{pattern}' expands to more than {MAX_RANGE_HOSTS} hosts, the most one inventory may hold"
+    ))
 }

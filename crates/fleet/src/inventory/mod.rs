@@ -9,7 +9,7 @@
 //! else is refused with the file, the line and the reason, so a typo never
 //! silently drops a host.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -65,8 +65,11 @@ pub(crate) struct Malformed(String);
 
 /// An inventory larger than this is not an inventory (a wrong path, say).
 const MAX_INVENTORY_BYTES: u64 = 16 << 20;
+/// Hosts one inventory may hold: far beyond a fleet one machine drives
+/// over ssh, and a typo such as `h[00000:99999]` is refused at once.
+const MAX_HOSTS: usize = 10_000;
 /// Hosts one range pattern may expand to.
-const MAX_RANGE_HOSTS: usize = 100_000;
+const MAX_RANGE_HOSTS: usize = MAX_HOSTS;
 /// Nesting of YAML mappings, and of groups in groups.
 const MAX_DEPTH: usize = 64;
 
@@ -130,6 +133,9 @@ struct Var {
 #[derive(Debug, Default)]
 struct Group {
     hosts: Vec<String>,
+    /// `hosts` as a set: a host named again is found in constant time, so
+    /// reading stays linear in the number of hosts.
+    members: HashSet<String>,
     children: Vec<(String, usize)>,
     vars: BTreeMap<String, Var>,
 }
@@ -145,6 +151,8 @@ struct Builder {
     file: PathBuf,
     /// Hosts in order of first mention, with their own variables.
     hosts: Vec<(String, usize, BTreeMap<String, Var>)>,
+    /// Where each host is in `hosts`.
+    host_index: HashMap<String, usize>,
     groups: BTreeMap<String, Group>,
 }
 
@@ -153,6 +161,7 @@ impl Builder {
         Builder {
             file: file.to_path_buf(),
             hosts: Vec::new(),
+            host_index: HashMap::new(),
             groups: BTreeMap::new(),
         }
     }
@@ -178,16 +187,26 @@ impl Builder {
         vars: Vec<(String, Var)>,
     ) -> Result<(), InventoryError> {
         check_name("host", name).map_err(|r| self.error(line, r))?;
-        let index = match self.hosts.iter().position(|(n, _, _)| n == name) {
-            Some(i) => i,
+        let index = match self.host_index.get(name) {
+            Some(&i) => i,
+            None if self.hosts.len() >= MAX_HOSTS => {
+                return Err(self.error(
+                    line,
+                    format!(
+                        "host {name}: more than {MAX_HOSTS} hosts, the most one inventory may hold"
+                    ),
+                ))
+            }
             None => {
                 self.hosts.push((name.to_string(), line, BTreeMap::new()));
+                self.host_index
+                    .insert(name.to_string(), self.hosts.len() - 1);
                 self.hosts.len() - 1
             }
         };
         self.hosts[index].2.extend(vars);
         let group = self.group(group, line)?;
-        if !group.hosts.iter().any(|h| h == name) {
+        if group.members.insert(name.to_string()) {
             group.hosts.push(name.to_string());
         }
         Ok(())
@@ -206,8 +225,9 @@ impl Builder {
         };
         let mut hosts = Vec::new();
         let mut members: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let named_in = self.groups_naming_hosts();
         for (host, line, own) in &self.hosts {
-            let mut groups = self.groups_of(host, &tree);
+            let mut groups = groups_of(named_in.get(host.as_str()), &tree);
             let vars = self.variables(&groups, &tree, own);
             for g in &groups {
                 members.entry(g.clone()).or_default().insert(host.clone());
@@ -269,23 +289,19 @@ impl Builder {
         Ok(depth)
     }
 
-    /// Every group `host` is in: the groups naming it, their ancestors
-    /// and `all`.
-    fn groups_of(&self, host: &str, tree: &GroupTree) -> BTreeSet<String> {
-        let mut groups: BTreeSet<String> = BTreeSet::new();
-        let mut todo: Vec<String> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| g.hosts.iter().any(|h| h == host))
-            .map(|(n, _)| n.clone())
-            .collect();
-        while let Some(g) = todo.pop() {
-            if groups.insert(g.clone()) {
-                todo.extend(tree.parents.get(&g).into_iter().flatten().cloned());
+    /// The groups naming each host directly, found in one pass over the
+    /// groups (not one pass per host).
+    fn groups_naming_hosts(&self) -> HashMap<&str, Vec<&str>> {
+        let mut named_in: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (name, group) in &self.groups {
+            for host in &group.hosts {
+                named_in
+                    .entry(host.as_str())
+                    .or_default()
+                    .push(name.as_str());
             }
         }
-        groups.insert("all".into());
-        groups
+        named_in
     }
 
     /// A host's variables. Precedence as Ansible: `all`, then parents
@@ -352,22 +368,72 @@ impl Builder {
                 ));
             }
         }
-        for key in ["ansible_host", "ansible_user"] {
-            if let Some(value) = host.var(key) {
-                if value.is_empty() || value.starts_with('-') || value.contains(char::is_whitespace)
-                {
-                    return Err(self.error(
-                        host.var_lines[key],
-                        format!(
-                            "host {}: {key} '{value}' is not usable; expected a name or address without spaces, not starting with '-'",
-                            host.name
-                        ),
-                    ));
-                }
-            }
+        // What reaches ssh is checked here, by osprobe's own rules, so a
+        // name such as `h$(cmd)` or `a;b` never depends on ssh refusing it.
+        let (line, what) = match host.var("ansible_host") {
+            Some(_) => (host.var_lines["ansible_host"], "ansible_host"),
+            None => (host.line, "name"),
+        };
+        check_destination(host.address())
+            .map_err(|why| self.error(line, format!("host {}: {what} {why}", host.name)))?;
+        if let Some(user) = host.var("ansible_user") {
+            check_user(user).map_err(|why| {
+                self.error(
+                    host.var_lines["ansible_user"],
+                    format!("host {}: ansible_user {why}", host.name),
+                )
+            })?;
         }
         Ok(())
     }
+}
+
+/// A host name or address as ssh gets it: letters, digits and `-._:%`
+/// (`:` and `%` for IPv6 and its zone), `[ ]` around an IPv6 address; not
+/// starting with '-' (ssh would read an option). Nothing a shell or ssh's
+/// own `%` tokens in a ProxyCommand could give a meaning to beyond a name.
+fn check_destination(value: &str) -> Result<(), String> {
+    let fine = |c: char| c.is_ascii_alphanumeric() || "-._:%[]".contains(c);
+    if !value.is_empty() && value.len() <= 255 && !value.starts_with('-') && value.chars().all(fine)
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "{value:?} is not a host name or address; expected letters, digits, '-', '.', '_', \
+         ':', '%' and [ ] around an IPv6 address, at most 255 characters, not starting with '-'"
+    ))
+}
+
+/// A user name as POSIX calls portable: letters, digits, '.', '_', '-',
+/// not starting with '-'.
+fn check_user(value: &str) -> Result<(), String> {
+    let fine = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    if !value.is_empty() && value.len() <= 64 && !value.starts_with('-') && value.chars().all(fine)
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "{value:?} is not a portable user name; expected letters, digits, '.', '_' and '-', \
+         at most 64 characters, not starting with '-'"
+    ))
+}
+
+/// Every group a host is in: the groups naming it (`direct`), their
+/// ancestors and `all`.
+fn groups_of(direct: Option<&Vec<&str>>, tree: &GroupTree) -> BTreeSet<String> {
+    let mut groups: BTreeSet<String> = BTreeSet::new();
+    let mut todo: Vec<String> = direct
+        .into_iter()
+        .flatten()
+        .map(|g| g.to_string())
+        .collect();
+    while let Some(g) = todo.pop() {
+        if groups.insert(g.clone()) {
+            todo.extend(tree.parents.get(&g).into_iter().flatten().cloned());
+        }
+    }
+    groups.insert("all".into());
+    groups
 }
 
 /// Names become ssh destinations and labels: no spaces, no leading '-'
@@ -482,7 +548,11 @@ mod tests {
                 "contain each other",
             ),
             ("[web]\n-oProxyCommand=x\n", 2, "starts with '-'"),
-            ("[web]\nh1 ansible_host=-oProxyCommand=x\n", 2, "not usable"),
+            (
+                "[web]\nh1 ansible_host=-oProxyCommand=x\n",
+                2,
+                "not a host name",
+            ),
         ];
         for (text, line, reason) in cases {
             let err = ini(text).unwrap_err();
@@ -492,6 +562,75 @@ mod tests {
         }
         let err = ini("# nothing\n[web]\n").unwrap_err();
         assert!(err.to_string().contains("no hosts"), "{err}");
+    }
+
+    #[test]
+    fn names_a_shell_or_ssh_would_read_are_refused_with_their_line() {
+        let cases = [
+            (
+                "[web]\nh$(touch${IFS}x)\n",
+                2,
+                "name \"h$(touch${IFS}x)\" is not a host name",
+            ),
+            ("[web]\na;b\n", 2, "is not a host name"),
+            ("[web]\nh1\nh2 ansible_host='x`id`'\n", 3, "ansible_host"),
+            (
+                "[web]\nh1 ansible_user='u$(id)'\n",
+                2,
+                "not a portable user name",
+            ),
+            (
+                "[web:vars]\nansible_user=a;b\n[web]\nh1\n",
+                2,
+                "ansible_user",
+            ),
+            ("[web]\nh1 ansible_user=-l\n", 2, "not a portable user name"),
+            ("[web]\nh1 ansible_host=h%r|x\n", 2, "not a host name"),
+        ];
+        for (text, line, reason) in cases {
+            let err = ini(text).unwrap_err();
+            assert_eq!(err.line, Some(line), "{text:?}: {err}");
+            assert!(err.to_string().contains(reason), "{text:?}: {err}");
+        }
+        let inv = ini(
+            "[web]\nv6 ansible_host=[fe80::1%eth0] ansible_user=svc.ops_1\n\
+                       db_1.example ansible_host=198.18.0.1\n",
+        )
+        .unwrap();
+        assert_eq!(inv.host("v6").unwrap().address(), "[fe80::1%eth0]");
+        assert_eq!(inv.hosts.len(), 2);
+    }
+
+    /// The error for an inventory that must be refused (not the whole
+    /// inventory when it is read after all: it may hold 10,000 hosts).
+    fn refused(text: &str) -> InventoryError {
+        match ini(text) {
+            Err(e) => e,
+            Ok(inv) => panic!("{text:?} was read: {} hosts", inv.hosts.len()),
+        }
+    }
+
+    #[test]
+    fn ranges_are_bounded_and_read_in_linear_time() {
+        // 100,000 names: refused at once, naming the pattern and the limit.
+        let err = refused("[web]\nh[00000:99999]\n");
+        assert_eq!(err.line, Some(2), "{err}");
+        assert!(
+            err.to_string().contains("'h[00000:99999]'")
+                && err.to_string().contains(&MAX_HOSTS.to_string()),
+            "{err}"
+        );
+        let err = refused("[web]\nh[0:100]x[0:99]\n");
+        assert!(err.to_string().contains("more than"), "{err}");
+        // Ranges that together pass the limit are refused on the line
+        // that passes it.
+        let err = refused("[a]\na[0:9999]\n[b]\nb[0:1]\n");
+        assert_eq!(err.line, Some(4), "{err}");
+        // The limit itself is read, each host in its groups once.
+        let inv = ini("[a]\nh[0000:9999]\n[b]\nh[0000:9999]\n[c:children]\na\nb\n").unwrap();
+        assert_eq!(inv.hosts.len(), MAX_HOSTS);
+        assert_eq!(inv.groups["c"].len(), MAX_HOSTS);
+        assert_eq!(inv.host("h0042").unwrap().groups.len(), 3);
     }
 
     #[test]
