@@ -3,8 +3,9 @@
 //! are in measure.rs. No measuring and no formatting happen here.
 
 use crate::flags::{Cli, Command, HistoryArgs, ShowArgs};
-use crate::output::{Csv, Exporter, Markdown};
+use crate::output::{Csv, Exporter, Json, Markdown};
 use anyhow::Result;
+use osprobe_core::peer_text::{for_terminal, Newlines};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -74,18 +75,19 @@ fn history(db: Option<PathBuf>, args: HistoryArgs) -> Result<ExitCode> {
         labels: args.labels,
     };
     runs.retain(|r| filter.matches(r));
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&runs)?);
+    let text = if args.json {
+        Json.render(&runs)?
     } else if stored == 0 {
-        println!("no runs stored in {location} yet");
+        format!("no runs stored in {location} yet\n")
     } else if runs.is_empty() {
-        println!(
-            "no run of the {stored} in {location} matches {}",
+        format!(
+            "no run of the {stored} in {location} matches {}\n",
             filter.describe()
-        );
+        )
     } else {
-        print!("{}", osprobe_report::history_table(&runs));
-    }
+        osprobe_report::history_table(&runs)
+    };
+    crate::output::emit(&text);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -94,32 +96,47 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
     // (compare and report call it a usage error).
     let store = crate::store::open_for_reading(db)?;
     let run = crate::store::load_run(&*store, &args.run)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
+    let text = if args.json {
+        Json.render(&run)?
     } else if args.csv {
-        print!("{}", Csv.render(&run)?);
+        Csv.render(&run)?
     } else if args.markdown {
-        print!("{}", Markdown.render(&run)?);
+        Markdown.render(&run)?
     } else {
-        println!(
-            "run {} ({} profile, {} .. {}, osprobe {})",
-            run.id, run.profile, run.started, run.ended, run.osprobe_version
-        );
-        println!("command: osprobe {}", run.command);
-        if let Some(line) = osprobe_report::terminal::labels_line(&run.labels) {
-            println!("{line}");
-        }
-        println!();
-        print!("{}", osprobe_report::environment_block(&run.environment));
-        println!();
-        let ends = osprobe_report::ends::ends_block_fit(&run, osprobe_report::terminal_width());
-        if !ends.is_empty() {
-            println!("{ends}");
-        }
-        print!(
-            "{}",
-            osprobe_report::run_results(&run, osprobe_report::terminal_width())
-        );
-    }
+        show_text(&run)
+    };
+    crate::output::emit(&text);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `show`'s text: the run's header lines (each field kept on its line),
+/// its environment, ends and results.
+fn show_text(run: &osprobe_core::Run) -> String {
+    let field = |text: &str| for_terminal(text, Newlines::Escape).into_owned();
+    let mut out = format!(
+        "run {} ({} profile, {} .. {}, osprobe {})\ncommand: osprobe {}\n",
+        field(&run.id),
+        run.profile,
+        run.started,
+        run.ended,
+        field(&run.osprobe_version),
+        field(&run.command)
+    );
+    if let Some(line) = osprobe_report::terminal::labels_line(&run.labels) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(&osprobe_report::environment_block(&run.environment));
+    out.push('\n');
+    let ends = osprobe_report::ends::ends_block_fit(run, osprobe_report::terminal_width());
+    if !ends.is_empty() {
+        out.push_str(&ends);
+        out.push('\n');
+    }
+    out.push_str(&osprobe_report::run_results(
+        run,
+        osprobe_report::terminal_width(),
+    ));
+    out
 }
