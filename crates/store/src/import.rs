@@ -51,8 +51,9 @@ pub enum ImportError {
     Store {
         file: String,
         line: usize,
+        /// Boxed: a store's error is large and an import's result small.
         #[source]
-        source: crate::StoreError,
+        source: Box<crate::StoreError>,
         kept: usize,
     },
 }
@@ -254,7 +255,7 @@ pub fn import_jsonl(
             .map_err(|source| ImportError::Store {
                 file: file.to_string(),
                 line,
-                source,
+                source: Box::new(source),
                 kept: done.new,
             })?;
         batch.clear();
