@@ -74,18 +74,19 @@ fn history(db: Option<PathBuf>, args: HistoryArgs) -> Result<ExitCode> {
         labels: args.labels,
     };
     runs.retain(|r| filter.matches(r));
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&runs)?);
+    let text = if args.json {
+        Json.render(&runs)?
     } else if stored == 0 {
-        println!("no runs stored in {location} yet");
+        format!("no runs stored in {location} yet\n")
     } else if runs.is_empty() {
-        println!(
-            "no run of the {stored} in {location} matches {}",
+        format!(
+            "no run of the {stored} in {location} matches {}\n",
             filter.describe()
-        );
+        )
     } else {
-        print!("{}", osprobe_report::history_table(&runs));
-    }
+        osprobe_report::history_table(&runs)
+    };
+    crate::output::emit(&text);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,13 +96,15 @@ fn show(db: Option<PathBuf>, args: ShowArgs) -> Result<ExitCode> {
     let store = crate::store::open_for_reading(db)?;
     let run = crate::store::load_run(&*store, &args.run)?;
     let format = Format::of_show(&args);
+    let mut text = String::new();
     if format == Format::Table {
         // Which run, its command line and its machine, above its results.
-        print!(
-            "{}",
-            osprobe_report::show_header(&run, osprobe_report::terminal_width())
-        );
+        text.push_str(&osprobe_report::show_header(
+            &run,
+            osprobe_report::terminal_width(),
+        ));
     }
-    print!("{}", format.of_run().render(&run)?);
+    text.push_str(&format.of_run().render(&run)?);
+    crate::output::emit(&text);
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 
 use crate::error::UsageError;
 use crate::flags::CompareArgs;
+use crate::output::Exporter as _;
 use anyhow::Result;
 use osprobe_report::compare::{compare, nothing_in_common, parse_threshold, render};
 use std::path::PathBuf;
@@ -17,14 +18,15 @@ pub fn run(args: CompareArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     let a = crate::store::load_run(&*store, &args.a)?;
     let b = crate::store::load_run(&*store, &args.b)?;
     let comparison = compare(&a, &b, threshold);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    let text = if args.json {
+        crate::output::Json.render(&comparison)?
     } else {
-        print!("{}", render(&comparison));
-    }
+        render(&comparison)
+    };
+    crate::output::emit(&text);
     // Nothing paired: a gate that compared nothing must not pass.
     if comparison.pairs.is_empty() {
-        eprintln!("osprobe compare: {}", nothing_in_common(&a, &b));
+        crate::output::emit_err(&format!("osprobe compare: {}", nothing_in_common(&a, &b)));
         return Ok(ExitCode::FAILURE);
     }
     Ok(if comparison.failed() {

@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result};
 use osprobe_core::Run;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
 
 /// The export files asked for, open for writing.
@@ -24,10 +25,21 @@ impl Exports {
     pub fn create(opts: &ProfileArgs) -> Result<Exports, UsageError> {
         let mut files = Vec::new();
         for (format, flag, path) in Format::exports(opts) {
-            let file = File::create(path).map_err(|e| {
-                let input = format!("{flag} {}", path.display());
-                UsageError::input(input, format!("cannot create it: {e}"))
-            })?;
+            // Not through a symlink someone planted at the name (ELOOP).
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .map_err(|e| {
+                    let input = format!("{flag} {}", path.display());
+                    let why = match e.raw_os_error() {
+                        Some(libc::ELOOP) => "it is a symbolic link; osprobe writes no file through one: name the file itself".to_string(),
+                        _ => e.to_string(),
+                    };
+                    UsageError::input(input, format!("cannot create it: {why}"))
+                })?;
             files.push((format, flag, path.to_path_buf(), file));
         }
         Ok(Exports { files })

@@ -65,20 +65,23 @@ pub fn import(args: ImportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
             Box::new(BufReader::new(file)),
         )
     };
-    // Every line is read and checked before the store is touched: a bad
-    // file stores nothing.
-    let (runs, repeats) = osprobe_store::parse_jsonl(input, &name).map_err(UsageError::invalid)?;
+    // Each run is stored as its line is read: memory holds one line, and
+    // a bad line keeps the runs before it (the error counts them).
     let mut store = crate::store::open_for_writing(db)?;
-    let done = store
-        .import_runs(&runs)
-        .with_context(|| format!("importing {name}; nothing was imported"))?;
-    println!(
-        "imported {} new run{} into {} ({} already there)",
+    let done = osprobe_store::import_jsonl(&mut *store, input, &name).map_err(|e| {
+        if e.is_the_files() {
+            UsageError::invalid(e).into()
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
+    crate::output::emit(&format!(
+        "imported {} new run{} into {} ({} already there)\n",
         done.new,
         plural(done.new),
         store.location(),
-        done.already_there + repeats
-    );
+        done.already_there
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

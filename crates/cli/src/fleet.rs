@@ -5,6 +5,7 @@
 
 use crate::error::{Cause, UsageError};
 use crate::flags::fleet::{FleetArgs, FleetCommand, FleetRunArgs};
+use crate::output::Exporter as _;
 use anyhow::Result;
 use osprobe_fleet::progress::Progress;
 use osprobe_fleet::remote::LocalBinary;
@@ -65,11 +66,11 @@ fn run(args: FleetRunArgs, db: Option<PathBuf>, quiet: bool) -> Result<ExitCode>
 /// errors are ignored.
 fn print(report: &Report, json: bool) -> Result<()> {
     let text = if json {
-        format!("{}\n", serde_json::to_string_pretty(report)?)
+        crate::output::Json.render(report)?
     } else {
         report.to_string()
     };
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    crate::output::emit(&text);
     Ok(())
 }
 

@@ -34,7 +34,8 @@ fn main() -> ExitCode {
     match commands::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("osprobe: {}", error::chain_text(&err));
+            // Errors quote stores, files and peers: through the terminal gate.
+            output::emit_err(&format!("osprobe: {}", error::chain_text(&err)));
             if err.is::<error::UsageError>() {
                 ExitCode::from(2)
             } else {

@@ -7,7 +7,7 @@ use crate::error::UsageError;
 use crate::flags::{BenchArgs, NetArgs, ProfileArgs, RunArgs};
 use crate::output::Format;
 use crate::progress::Bar;
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use osprobe_core::far_end::FarEnd;
 use osprobe_core::runner::{self, Plan};
 use osprobe_core::{Environment, Experiment, Profile, Run};
@@ -229,7 +229,10 @@ fn announce(
 }
 
 /// Store the run (with its HTML report beside the store when asked),
-/// write the --export-* files and print it.
+/// write the --export-* files and print it. A store that refuses the run
+/// (full disk, read-only file, PostgreSQL gone) loses nothing: the table
+/// is printed all the same, the run is kept in a file, and the error names
+/// that file.
 fn keep_and_show(
     run: &Run,
     mut store: Option<Box<dyn RunStore>>,
@@ -237,11 +240,64 @@ fn keep_and_show(
     opts: &ProfileArgs,
     exports: crate::export::Exports,
 ) -> Result<()> {
-    if let Some(store) = &mut store {
-        store.save_run(run).context("storing the run")?;
+    let unsaved = store.as_mut().and_then(|s| save_or_keep(&mut **s, run));
+    if unsaved.is_some() {
+        store = None;
     }
+    let shown = show(run, store.as_deref(), html_report, opts, exports);
+    match unsaved {
+        Some(e) => Err(e),
+        None => shown,
+    }
+}
+
+/// Store the run; when the store refuses it, the run goes as one JSON
+/// line (what `osprobe import` reads) to `osprobe-run-ID.jsonl` in the
+/// current directory, else the temporary one, and the error to report
+/// after the table is returned, naming the file.
+fn save_or_keep(store: &mut dyn RunStore, run: &Run) -> Option<anyhow::Error> {
+    let refused = store.save_run(run).err()?;
+    let at = store.location().to_string();
+    Some(match keep_aside(run) {
+        Ok(path) => anyhow::anyhow!(
+            "storing the run in {at}: {refused}; the run is kept in {} (`osprobe import {}` stores it once the store can be written)",
+            path.display(),
+            path.display()
+        ),
+        Err(e) => anyhow::anyhow!(
+            "storing the run in {at}: {refused}; nor could it be kept in a file ({e}): only the table above is left"
+        ),
+    })
+}
+
+/// Write `run` as a JSON Lines file beside the user (the store's
+/// directory may be the full disk), without following a planted link.
+fn keep_aside(run: &Run) -> std::io::Result<PathBuf> {
+    let name = format!("osprobe-run-{}.jsonl", run.id);
+    let line = format!("{}\n", osprobe_store::import::run_line(run));
+    let mut failed = std::io::Error::other("no directory to write to");
+    let dirs = [std::env::current_dir().ok(), Some(std::env::temp_dir())];
+    for dir in dirs.into_iter().flatten() {
+        let path = dir.join(&name);
+        match osprobe_core::sys::replace_file(&path, line.as_bytes()) {
+            Ok(()) => return Ok(path),
+            Err(e) => failed = std::io::Error::new(e.kind(), format!("{}: {e}", path.display())),
+        }
+    }
+    Err(failed)
+}
+
+/// The report beside the store (when stored and asked), the --export-*
+/// files, and the run on stdout.
+fn show(
+    run: &Run,
+    store: Option<&dyn RunStore>,
+    html_report: bool,
+    opts: &ProfileArgs,
+    exports: crate::export::Exports,
+) -> Result<()> {
     // A report that cannot be written costs the run nothing: warn only.
-    let report_path = match (&store, html_report) {
+    let report_path = match (store, html_report) {
         (Some(store), true) => crate::report::write_beside_store(run, store.location())
             .map_err(|e| {
                 eprintln!(
@@ -254,11 +310,11 @@ fn keep_and_show(
     };
     exports.write(run)?;
     let format = Format::of_measuring(opts);
-    print!("{}", format.of_run().render(run)?);
+    crate::output::emit(&format.of_run().render(run)?);
     if format == Format::Json {
         return Ok(());
     }
-    if let Some(store) = &store {
+    if let Some(store) = store {
         println!(
             "\nstored as run {} in {} (osprobe show {})",
             run.id,

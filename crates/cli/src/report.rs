@@ -21,7 +21,11 @@ pub fn run(args: ReportArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     run.check_readable().map_err(UsageError::invalid)?;
     let out = out_file(args.out, &format!("osprobe-report-{}.html", run.id))?;
     let bytes = write(&run, &out)?;
-    println!("{} ({} KiB)", out.display(), bytes.div_ceil(1024));
+    crate::output::emit(&format!(
+        "{} ({} KiB)\n",
+        out.display(),
+        bytes.div_ceil(1024)
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -37,15 +41,16 @@ fn fleet_page(store: &dyn RunStore, reference: &str, out: Option<PathBuf>) -> Re
     }
     let out = out_file(out, &osprobe_report::fleet::file_name(&fleet.id))?;
     let html = osprobe_report::fleet::page(&fleet.id, &runs);
-    std::fs::write(&out, &html).with_context(|| format!("cannot write {}", out.display()))?;
-    println!(
-        "{} ({} KiB; fleet {}, {} run{})",
+    osprobe_core::sys::replace_file(&out, html.as_bytes())
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    crate::output::emit(&format!(
+        "{} ({} KiB; fleet {}, {} run{})\n",
         out.display(),
         html.len().div_ceil(1024),
         fleet.id,
         runs.len(),
         if runs.len() == 1 { "" } else { "s" }
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -69,7 +74,9 @@ fn out_file(out: Option<PathBuf>, default: &str) -> Result<PathBuf, UsageError> 
 /// Render `run` into `path`; the number of bytes written.
 pub fn write(run: &Run, path: &Path) -> Result<usize> {
     let html = osprobe_report::html::page(run, crate::registry::registry().plot_views());
-    std::fs::write(path, &html).with_context(|| format!("cannot write {}", path.display()))?;
+    // Never through a symlink planted at the report's name.
+    osprobe_core::sys::replace_file(path, html.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(html.len())
 }
 

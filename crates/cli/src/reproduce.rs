@@ -4,6 +4,7 @@
 
 use crate::error::UsageError;
 use crate::flags::ReproduceArgs;
+use crate::output::Exporter as _;
 use anyhow::{Context as _, Result};
 use osprobe_report::reproduce::{self, parse_seed, references};
 use std::path::PathBuf;
@@ -23,13 +24,14 @@ pub fn run(args: ReproduceArgs, db: Option<PathBuf>) -> Result<ExitCode> {
     let store = crate::store::open_to_look_up(db)?;
     let run = crate::store::load_run(&*store, &args.run)?;
     let rows = reproduce::reproduce(&run, &refs, seed.as_deref());
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+    let text = if args.json {
+        crate::output::Json.render(&rows)?
     } else if args.csv {
-        print!("{}", reproduce::to_csv(&rows));
+        reproduce::to_csv(&rows)
     } else {
-        print!("{}", reproduce::render(&run, &rows));
-    }
+        reproduce::render(&run, &rows)
+    };
+    crate::output::emit(&text);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -62,7 +62,7 @@ pub fn load_run(store: &dyn RunStore, id: &str) -> Result<Run> {
     let id = match &resolved {
         Some(r) => {
             if let Some(note) = &r.note {
-                eprintln!("osprobe: note: {note}");
+                crate::output::emit_err(&format!("osprobe: note: {note}"));
             }
             r.id.as_str()
         }

@@ -201,10 +201,11 @@ fn export_and_import_between_sqlite_and_postgres() {
     assert_eq!(show(copy), show(laptop));
 }
 
-/// A bad line anywhere in a file: its number and reason, exit 2, and
-/// nothing of the file stored (not even the good lines before it).
+/// A bad line anywhere in a file: its number and reason, exit 2; the
+/// import streams, so the good run before it is stored and the error says
+/// so, and importing the fixed file again stores nothing twice.
 #[test]
-fn a_bad_line_names_its_number_and_nothing_is_imported() {
+fn a_bad_line_names_its_number_and_the_runs_before_it_are_kept() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("source.db");
     let source = source.to_str().unwrap();
@@ -239,10 +240,18 @@ fn a_bad_line_names_its_number_and_nothing_is_imported() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("bad.jsonl line 3: run id 'not-a-ulid' is not a ULID")
-            && err.contains("nothing was imported"),
+            && err.contains("the 1 new run before it was imported"),
         "{err}"
     );
-    assert!(!target.exists(), "the store is not even created");
+    let target = target.to_str().unwrap();
+    assert_eq!(history_ids(target, dir.path()).len(), 1);
+    std::fs::write(&file, format!("{good}\n")).unwrap();
+    let again = ok(&osprobe()
+        .args(["--db", target, "import", file.to_str().unwrap()])
+        .output()
+        .unwrap());
+    assert!(again.contains("imported 0 new runs"), "{again}");
+    assert!(again.contains("(1 already there)"), "{again}");
     let out = osprobe()
         .args([
             "--db",

@@ -12,7 +12,13 @@
 //! sees), at most `max_chars` characters of the original followed by a
 //! marker saying how much was cut. Printable text, including non-ASCII
 //! letters, passes unchanged.
+//!
+//! [`for_terminal`] is the one gate for text that reaches a terminal, CSV or
+//! Markdown from a store, an imported file or a peer (run ids, labels,
+//! notes, parameters, a host's stderr): every printer of the cli and every
+//! cell of the report crate's tables pass through it.
 
+use std::borrow::Cow;
 use std::fmt::Write;
 
 /// The default cap for one piece of peer text in a log line or an error.
@@ -69,6 +75,46 @@ pub fn escape_bytes(bytes: &[u8], max_chars: usize) -> String {
         }
     }
     out
+}
+
+/// Whether a line break survives [`for_terminal`]: kept in a block of
+/// lines (a whole table, an error message), escaped in a field that must
+/// stay on its line (a table cell, a CSV field), where a line break could
+/// forge a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Newlines {
+    Keep,
+    Escape,
+}
+
+/// `text` made safe for a terminal: ESC and every other C0 control, DEL,
+/// the C1 controls and the bidi overrides and isolates escaped as in
+/// [`escape`] (`\x1b`, `\u{202e}`); `\n` (and `\t`) kept only with
+/// [`Newlines::Keep`]. Unlike [`escape`] nothing is cut and a backslash
+/// passes unchanged, so the result passed through again is unchanged: a
+/// cell escaped by the report crate and the table escaped again by the cli
+/// read the same. Text with nothing to escape is returned as it is.
+pub fn for_terminal(text: &str, newlines: Newlines) -> Cow<'_, str> {
+    let kept = |c: char| newlines == Newlines::Keep && (c == '\n' || c == '\t');
+    let unsafe_char = |c: char| !kept(c) && acted_on(c);
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push(c),
+            c if unsafe_char(c) => push_escaped(&mut out, c),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A character a terminal acts on instead of showing: a C0 or C1 control,
+/// DEL, a bidi override or isolate, a line or paragraph separator.
+pub fn acted_on(c: char) -> bool {
+    c.is_control() || is_hidden_control(c)
 }
 
 fn push_escaped(out: &mut String, c: char) {
@@ -133,6 +179,28 @@ mod tests {
     #[test]
     fn a_backslash_is_escaped_so_escapes_cannot_be_forged() {
         assert_eq!(escape("\\x1b", 64), "\\\\x1b");
+    }
+
+    #[test]
+    fn terminal_text_keeps_lines_only_when_asked_and_nothing_unsafe() {
+        let hostile = "id\u{1b}]0;PWNED\u{7}\u{1b}[31m\u{202e}\u{9b}2J\r\nnext\tcol C:\\x";
+        let block = for_terminal(hostile, Newlines::Keep);
+        assert_eq!(
+            block,
+            "id\\x1b]0;PWNED\\x07\\x1b[31m\\u{202e}\\u{9b}2J\\r\nnext\tcol C:\\x"
+        );
+        let field = for_terminal(hostile, Newlines::Escape);
+        assert!(!field.chars().any(|c| c.is_control()), "{field:?}");
+        assert!(field.contains("\\r\\nnext\\tcol"), "{field:?}");
+        // Escaping twice changes nothing: cells and whole tables both pass.
+        assert_eq!(for_terminal(&field, Newlines::Escape), field);
+        assert_eq!(for_terminal(&block, Newlines::Keep), block);
+    }
+
+    #[test]
+    fn safe_terminal_text_is_borrowed_unchanged() {
+        let text = "Grüße, 東京 a\\b\n";
+        assert!(matches!(for_terminal(text, Newlines::Keep), Cow::Borrowed(t) if t == text));
     }
 
     #[test]

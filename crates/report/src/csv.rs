@@ -5,6 +5,7 @@
 //! (`task-clock`, `page-faults`, `cycles` ...), per operation, empty in a
 //! row where that counter was not counted.
 
+use osprobe_core::peer_text::{for_terminal, Newlines};
 use osprobe_core::{Measurement, Params};
 
 /// The header row's columns, in order.
@@ -121,7 +122,8 @@ fn push_row(out: &mut String, fields: impl Iterator<Item = String>) {
             out.push(',');
         }
         first = false;
-        out.push_str(&quote(&f));
+        // A quoted field may hold a line break; no other control.
+        out.push_str(&quote(&for_terminal(&f, Newlines::Keep)));
     }
     out.push_str("\r\n");
 }

@@ -2,26 +2,29 @@
 //! results, values in readable units as on the terminal.
 
 use crate::human::{number, params_label, scale_for};
+use osprobe_core::peer_text::{for_terminal, Newlines};
 use osprobe_core::{Measurement, Run};
 use std::fmt::Write as _;
 
-/// Text safe inside a table cell: pipes escaped, line breaks flattened.
+/// Text safe inside a table cell: pipes escaped, line breaks flattened,
+/// other controls escaped (`peer_text::for_terminal`).
 pub fn cell(text: &str) -> String {
-    text.replace('\\', "\\\\")
+    let text = text.replace(['\n', '\r'], " ");
+    for_terminal(&text, Newlines::Escape)
+        .replace('\\', "\\\\")
         .replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
 }
 
 /// The whole run.
 pub fn run_markdown(run: &Run) -> String {
     let mut out = format!(
         "# osprobe run {}\n\n- profile: {}\n- started: {}\n- ended: {}\n- osprobe: {}\n- command: `osprobe {}`\n\n## Environment\n\n| | |\n|---|---|\n",
-        run.id,
+        cell(&run.id),
         run.profile,
         run.started,
         run.ended,
-        run.osprobe_version,
-        run.command.replace('`', "'")
+        cell(&run.osprobe_version),
+        for_terminal(&run.command, Newlines::Escape).replace('`', "'")
     );
     for (label, value) in run.environment.summary_lines() {
         let _ = writeln!(out, "| {} | {} |", cell(&label), cell(&value));
@@ -54,13 +57,13 @@ pub fn run_markdown(run: &Run) -> String {
             let _ = writeln!(
                 out,
                 "- {}{}: {}",
-                s.experiment,
+                cell(&s.experiment),
                 if params.is_empty() {
                     String::new()
                 } else {
-                    format!(" {params}")
+                    format!(" {}", cell(&params))
                 },
-                s.reason.replace('\n', " ")
+                cell(&s.reason)
             );
         }
     }

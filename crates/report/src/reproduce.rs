@@ -24,6 +24,7 @@ use crate::error::{Incomparable, RowError};
 use crate::human::number;
 use crate::table::{Align, Table};
 use osprobe_core::paths::{path_kind, PATH_KINDS};
+use osprobe_core::peer_text::{for_terminal, Newlines};
 use osprobe_core::{Measurement, ParamValue, Params, Run, Unit};
 use serde::{Deserialize, Serialize};
 
@@ -894,11 +895,11 @@ pub fn render(run: &Run, rows: &[ReproduceRow]) -> String {
 fn render_header(run: &Run) -> String {
     let mut out = format!(
         "run {} ({} profile, {}) on {} ({})\nratio = this machine / reference; \"better\"/\"worse\" by the unit (less time, more rate)\n",
-        run.id,
+        for_terminal(&run.id, Newlines::Escape),
         run.profile,
         run.started,
-        run.environment.hostname,
-        run.environment.cpu_model
+        for_terminal(&run.environment.hostname, Newlines::Escape),
+        for_terminal(&run.environment.cpu_model, Newlines::Escape)
     );
     let ends = crate::ends::ends_block_fit(run, crate::terminal_width());
     if !ends.is_empty() {
@@ -1126,10 +1127,12 @@ fn groups_of<'a>(rows: &[&'a ReproduceRow]) -> Vec<(&'a str, &'a str, Vec<&'a Re
 
 /// A CSV field, quoted when it needs to be (RFC 4180).
 fn csv_field(s: &str) -> String {
+    // A quoted field may hold a line break; no other control.
+    let s = for_terminal(s, Newlines::Keep);
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_string()
+        s.into_owned()
     }
 }
 

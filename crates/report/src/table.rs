@@ -2,6 +2,17 @@
 //! fitted to a width by leaving out the least important columns, wrapping
 //! the one column that may wrap, and wrapping free text between rows.
 
+use osprobe_core::peer_text::{for_terminal, Newlines};
+use std::borrow::Cow;
+
+/// `text` as `for_terminal` leaves it, without a copy when it was safe.
+fn safe(text: String, newlines: Newlines) -> String {
+    match for_terminal(&text, newlines) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(escaped) => escaped,
+    }
+}
+
 /// How a column is aligned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Align {
@@ -84,8 +95,15 @@ impl Table {
         }
     }
 
+    /// A row; each cell passes through `peer_text::for_terminal` (a run id
+    /// or label from an imported run could carry an escape sequence, and a
+    /// line break would forge a row).
     pub fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.columns.len());
+        let cells = cells
+            .into_iter()
+            .map(|c| safe(c, Newlines::Escape))
+            .collect();
         self.lines.push(Line::Cells(cells));
     }
 
@@ -93,7 +111,7 @@ impl Table {
     /// lines are indented by `indent` spaces.
     pub fn text(&mut self, text: impl Into<String>, indent: usize) {
         self.lines.push(Line::Text {
-            text: text.into(),
+            text: safe(text.into(), Newlines::Keep),
             indent,
         });
     }

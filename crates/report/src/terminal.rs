@@ -5,6 +5,7 @@ use crate::notes::Notes;
 use crate::table::{wrap_hanging, Align, Column, Table};
 use crate::width::terminal_width;
 use osprobe_core::model::Skipped;
+use osprobe_core::peer_text::{for_terminal, Newlines};
 use osprobe_core::RunSummary;
 use osprobe_core::{Environment, Measurement, Params, Registry, Run};
 
@@ -420,7 +421,10 @@ pub fn labels_line(labels: &std::collections::BTreeMap<String, String>) -> Optio
     if labels.is_empty() {
         return None;
     }
-    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| for_terminal(&format!("{k}={v}"), Newlines::Escape).into_owned())
+        .collect();
     Some(format!("labels: {}", pairs.join("; ")))
 }
 

@@ -29,10 +29,11 @@ mod location;
 pub mod postgres;
 mod resolve;
 pub mod sqlite;
+mod sqlite_path;
 pub mod testing;
 
 pub use error::{LineError, PrivateServerError};
-pub use import::{parse_jsonl, ImportError, Imported};
+pub use import::{import_jsonl, parse_jsonl, ImportError, Imported, JsonlRuns};
 pub use location::{default_location, redact_arg, Location, PgUrl};
 pub use sqlite::{SqliteStore, MIGRATIONS};
 
@@ -48,6 +49,10 @@ pub fn schema_version() -> u32 {
 pub enum StoreError {
     #[error("cannot open results database {path}: {reason} (choose another with --db PATH or $OSPROBE_DB)")]
     Open { path: PathBuf, reason: String },
+    /// A symbolic link the invoking user does not own, or in a directory
+    /// they do not own (`sqlite_path`).
+    #[error("results database {} is a symbolic link osprobe will not follow: {reason}; osprobe follows a store's link only when you own the link and its directory (docs/store.md): remove it, or give --db the file itself", path.display())]
+    UntrustedLink { path: PathBuf, reason: String },
     #[error("{store} is not an osprobe results database ({reason}); move it away or choose another with --db")]
     NotADatabase { store: String, reason: String },
     #[error("results database {store} has schema version {found}, newer than this osprobe knows ({known}); upgrade osprobe or choose another --db")]

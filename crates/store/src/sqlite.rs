@@ -54,7 +54,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Open the database at `path`.
     pub fn open(path: &Path, access: Access) -> Result<SqliteStore, StoreError> {
-        let path = path.to_path_buf();
+        let path = crate::sqlite_path::file_to_open(path)?;
         let open_err = |reason: String| StoreError::Open {
             path: path.clone(),
             reason,
@@ -77,7 +77,8 @@ impl SqliteStore {
                 }
                 OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
             }
-        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        } | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW;
         let conn =
             Connection::open_with_flags(&path, flags).map_err(|e| open_err(e.to_string()))?;
         let location = Location::Sqlite(path.clone());

@@ -20,6 +20,7 @@ pub use markdown::Markdown;
 pub use text::Text;
 
 use anyhow::Result;
+use osprobe_core::peer_text::{for_terminal, Newlines};
 use serde::Serialize;
 use std::fmt::Display;
 
@@ -31,11 +32,25 @@ pub trait Exporter<T: ?Sized> {
 
 /// Print `outcome` on stdout: as JSON with `--json`, else as text.
 pub fn print<T: Serialize + Display + ?Sized>(json: bool, outcome: &T) -> Result<()> {
-    use std::io::Write as _;
     let format = Format::chosen(&[(Format::Json, json)]);
-    let text = format.of_outcome::<T>()?.render(outcome)?;
-    let mut out = std::io::stdout().lock();
-    // A closed pipe (`| head`) is not an error worth a message.
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    emit(&format.of_outcome::<T>()?.render(outcome)?);
     Ok(())
+}
+
+/// Write `text` on stdout through the terminal gate
+/// (`peer_text::for_terminal`): what a store, an imported file or a peer
+/// put in a run id, label, note or message reaches the terminal escaped.
+/// Every printer of the binary ends here. A closed pipe (`| head`) is not
+/// an error worth a message.
+pub fn emit(text: &str) {
+    use std::io::Write as _;
+    let text = for_terminal(text, Newlines::Keep);
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// [`emit`] for a line on standard error (messages that may quote a
+/// store or a peer).
+pub fn emit_err(line: &str) {
+    eprintln!("{}", for_terminal(line, Newlines::Keep));
 }

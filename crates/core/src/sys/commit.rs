@@ -77,6 +77,40 @@ pub fn commit_file(
     })
 }
 
+/// Write `bytes` as the file `dest` (a report, an export) without
+/// following a symlink someone planted there: the bytes go to a new file
+/// beside it, created with O_CREAT|O_EXCL|O_NOFOLLOW (so no existing file
+/// or link is opened), which then replaces `dest` by rename. A symlink at
+/// `dest` is replaced itself; its target is never written.
+pub fn replace_file(dest: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let name = dest
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
+    let mut partial_name = std::ffi::OsString::from(".");
+    partial_name.push(name);
+    partial_name.push(format!(".{}.partial", std::process::id()));
+    let partial = parent_dir(dest).join(partial_name);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&partial)?;
+    let written = file
+        .write_all(bytes)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", partial.display())))
+        .and_then(|()| match commit_file(&file, &partial, dest, true) {
+            Ok(()) | Err(CommitError::SyncDir { .. }) => Ok(()),
+            Err(e) => Err(io::Error::other(e)),
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
 /// rename(2) that fails with EEXIST instead of replacing `to`. File
 /// systems without RENAME_NOREPLACE fall back to link + unlink, which is
 /// just as atomic about not replacing.
@@ -136,6 +170,23 @@ mod tests {
     use super::*;
     use crate::scratch::ScratchDir;
     use std::io::Write;
+
+    #[test]
+    fn replacing_a_planted_symlink_leaves_its_target_alone() {
+        let dir = ScratchDir::new().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dest = dir.path().join("osprobe-report-X.html");
+        std::os::unix::fs::symlink(&victim, &dest).unwrap();
+        replace_file(&dest, b"<html>").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(!std::fs::symlink_metadata(&dest).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&dest).unwrap(), b"<html>");
+        // A second write replaces the file; no partial file is left.
+        replace_file(&dest, b"again").unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"again");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
 
     fn partial(dir: &Path, content: &[u8]) -> (PathBuf, File) {
         let path = dir.join(".f.partial");

@@ -11,7 +11,7 @@ pub mod poll;
 pub mod sockopt;
 pub mod time;
 
-pub use commit::{commit_file, rename_noreplace, sync_parent_dir, CommitError};
+pub use commit::{commit_file, rename_noreplace, replace_file, sync_parent_dir, CommitError};
 pub use ids::{geteuid, is_root};
 pub use poll::{poll_one, wait_readable, wait_writable};
 pub use sockopt::{force_buffers, get_int, set_int};
