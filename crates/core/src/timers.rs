@@ -2,8 +2,8 @@
 //! register a callback to run after a delay (or at a moment), remove it
 //! before it fires, at most a configured number pending at once, and
 //! nanosecond time stamps on CLOCK_MONOTONIC. `time.timers` measures how
-//! late its callbacks fire; the link emulator releases packets with its
-//! non-threaded core.
+//! late its callbacks fire, and machine's heartbeat runs on it. (The link
+//! emulator keeps its own queues of packets, not a `TimerQueue`.)
 //!
 //! Two layers:
 //!
@@ -14,9 +14,9 @@
 //!   stale heap entry behind. Stale entries are dropped when they reach the
 //!   top, and the heap is rebuilt when they outnumber the live ones, so
 //!   removal-heavy use does not grow it without bound. Equal deadlines fire
-//!   in registration order (ids increase). A caller with its own loop (the
-//!   link emulator) asks [`TimerQueue::next_deadline`], waits, and takes
-//!   what [`TimerQueue::pop_due`] gives.
+//!   in registration order (ids increase). A caller with its own loop
+//!   asks [`TimerQueue::next_deadline`], waits, and takes what
+//!   [`TimerQueue::pop_due`] gives.
 //! - [`TimerService`]: one thread that runs a `TimerQueue` of callbacks. It
 //!   waits until the earliest deadline with a [`Strategy`] (by default the
 //!   hybrid of [`Strategy::HYBRID_DEFAULT`]: block until 50 us before, spin

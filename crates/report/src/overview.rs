@@ -71,51 +71,8 @@ pub fn overview(
     studies: &dyn Fn(&str) -> String,
 ) -> Overview {
     let experiments = run.measured_experiments();
-    let mut standings = Vec::new();
-    let mut disagreements = 0;
-    for m in &run.measurements {
-        let Some(p) = &m.prediction else { continue };
-        if p.disagreement(m.summary.p50).is_some() {
-            disagreements += 1;
-        }
-        // A ceiling says nothing about how good a value below it is.
-        let positive = |v: f64| v.is_finite() && v > 0.0;
-        if p.upper_bound || !positive(p.value) || !positive(m.summary.p50) {
-            continue;
-        }
-        let ratio = m.summary.p50 / p.value;
-        let advantage = match Better::of(m.unit) {
-            Better::Lower => 1.0 / ratio,
-            Better::Higher => ratio,
-            Better::Neither => continue,
-        };
-        standings.push(Standing {
-            what: label(&m.experiment, &m.metric, &params_label(&m.params)),
-            against: "its model's prediction".into(),
-            advantage,
-        });
-    }
-    for r in references {
-        let (Status::Measured, Some(ratio), Some(reads), Some(exp)) =
-            (&r.status, r.ratio, r.reads.as_deref(), &r.experiment)
-        else {
-            continue;
-        };
-        if !ratio.is_finite() || ratio <= 0.0 {
-            continue;
-        }
-        // `reads` says which way the unit points: better means this machine won.
-        let advantage = match reads {
-            "better" => ratio.max(1.0 / ratio),
-            "worse" => ratio.min(1.0 / ratio),
-            _ => continue,
-        };
-        standings.push(Standing {
-            what: label(exp, &r.metric, &r.params),
-            against: format!("the study {}", studies(&r.seed)),
-            advantage,
-        });
-    }
+    let (mut standings, disagreements) = against_models(run);
+    standings.extend(against_studies(references, studies));
     standings.retain(|s| s.advantage.is_finite() && s.advantage > 0.0);
     standings.sort_by(|a, b| {
         b.advantage
@@ -143,6 +100,64 @@ pub fn overview(
         strengths,
         weaknesses,
     }
+}
+
+/// How far each measurement with a model beats (above 1) or trails its
+/// prediction, and how many measurements disagree with theirs.
+fn against_models(run: &Run) -> (Vec<Standing>, usize) {
+    let mut standings = Vec::new();
+    let mut disagreements = 0;
+    for m in &run.measurements {
+        let Some(p) = &m.prediction else { continue };
+        if p.disagreement(m.summary.p50).is_some() {
+            disagreements += 1;
+        }
+        // A ceiling says nothing about how good a value below it is.
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if p.upper_bound || !positive(p.value) || !positive(m.summary.p50) {
+            continue;
+        }
+        let ratio = m.summary.p50 / p.value;
+        let advantage = match Better::of(m.unit) {
+            Better::Lower => 1.0 / ratio,
+            Better::Higher => ratio,
+            Better::Neither => continue,
+        };
+        standings.push(Standing {
+            what: label(&m.experiment, &m.metric, &params_label(&m.params)),
+            against: "its model's prediction".into(),
+            advantage,
+        });
+    }
+    (standings, disagreements)
+}
+
+/// How far this machine beats or trails each reference study's figure it
+/// measured.
+fn against_studies(references: &[ReproduceRow], studies: &dyn Fn(&str) -> String) -> Vec<Standing> {
+    let mut standings = Vec::new();
+    for r in references {
+        let (Status::Measured, Some(ratio), Some(reads), Some(exp)) =
+            (&r.status, r.ratio, r.reads.as_deref(), &r.experiment)
+        else {
+            continue;
+        };
+        if !ratio.is_finite() || ratio <= 0.0 {
+            continue;
+        }
+        // `reads` says which way the unit points: better means this machine won.
+        let advantage = match reads {
+            "better" => ratio.max(1.0 / ratio),
+            "worse" => ratio.min(1.0 / ratio),
+            _ => continue,
+        };
+        standings.push(Standing {
+            what: label(exp, &r.metric, &r.params),
+            against: format!("the study {}", studies(&r.seed)),
+            advantage,
+        });
+    }
+    standings
 }
 
 fn label(experiment: &str, metric: &str, params: &str) -> String {

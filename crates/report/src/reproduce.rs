@@ -658,21 +658,45 @@ fn other_path_row(
             .find(|d| local.matches(d))
             .map(|d| (local, d))
     });
-    let Some((local, den)) = local_pair else {
-        out.this = convert(r, m.unit, m.summary.p50, None, run)
-            .ok()
-            .map(|(v, _)| v);
-        out.status = Status::OtherPath(match &r.local {
-            Some(local) => format!(
-                "{difference}; compared as remote/local once the run also has {} {} {} (the study's local figure)",
-                local.experiment,
-                local.metric,
-                crate::human::params_label(&local.params)
-            ),
-            None => format!("{difference}, so no ratio is given"),
-        });
-        return;
-    };
+    match local_pair {
+        Some((local, den)) => remote_over_local(r, local, m, den, &difference, out),
+        None => without_local(run, r, m, &difference, out),
+    }
+}
+
+/// No local measurement to divide by: this machine's figure alone, and
+/// what the run would need for a ratio.
+fn without_local(
+    run: &Run,
+    r: &Reference,
+    m: &Measurement,
+    difference: &str,
+    out: &mut ReproduceRow,
+) {
+    out.this = convert(r, m.unit, m.summary.p50, None, run)
+        .ok()
+        .map(|(v, _)| v);
+    out.status = Status::OtherPath(match &r.local {
+        Some(local) => format!(
+            "{difference}; compared as remote/local once the run also has {} {} {} (the study's local figure)",
+            local.experiment,
+            local.metric,
+            crate::human::params_label(&local.params)
+        ),
+        None => format!("{difference}, so no ratio is given"),
+    });
+}
+
+/// The study's remote/local ratio against this run's: a ratio both kinds of
+/// path share, when the units allow the division.
+fn remote_over_local(
+    r: &Reference,
+    local: &LocalFigure,
+    m: &Measurement,
+    den: &Measurement,
+    difference: &str,
+    out: &mut ReproduceRow,
+) {
     // Both sides in base units of one kind (validated for the study; the
     // run's two measurements are of one experiment kind each).
     let (ref_kind, ref_size) = unit_kind(&r.unit).unwrap_or((Kind::Ratio, 1.0));

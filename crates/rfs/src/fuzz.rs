@@ -3,10 +3,10 @@
 //! `tests/decoders.rs`. Each takes any bytes and must return without
 //! panicking; what decodes must encode and decode back to the same value.
 
+use crate::protocol::framing::FrameBuffer;
 use crate::protocol::{
     decode_reply, decode_request, encode_reply, encode_request, printable, validate_name,
 };
-use crate::server::FrameBuffer;
 
 /// One request message, as the server reads a UDP datagram.
 pub fn request(data: &[u8]) {

@@ -19,8 +19,8 @@
 //! have had other bytes of the stream written into it, so jobs hand out
 //! places only for data that is going to be written there anyway.
 
+use crate::protocol::framing::FrameBuffer;
 use crate::protocol::{self, READ_REPLY_HEAD};
-use crate::server::FrameBuffer;
 use std::io::{self, IoSliceMut, Read};
 
 /// A frame's length prefix and a read reply's head.

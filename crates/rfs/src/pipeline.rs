@@ -62,11 +62,11 @@
 
 use crate::error::ClientError;
 use crate::inplace::{Expected, Placed, Placer};
+use crate::protocol::framing::FrameBuffer;
 use crate::protocol::{
     decode_header, decode_reply, encode_request, DecodeError, Op, RemoteError, Reply, Request,
     MAX_MESSAGE,
 };
-use crate::server::FrameBuffer;
 use crate::udp_io;
 use crate::udp_place::{self, Receiver};
 use std::collections::BTreeMap;

@@ -32,6 +32,8 @@
 //! at most 65,507 bytes and the header and fields need [`DATA_OVERHEAD`] of
 //! them. No message is larger than [`MAX_MESSAGE`].
 
+pub(crate) mod framing;
+
 use std::fmt;
 
 /// First two bytes of every message.

@@ -2,7 +2,7 @@
 //! server sends) and `bidir` (iperf3 --bidir, both at once on separate
 //! connections). `forward` is net.bandwidth itself.
 
-use super::bandwidth::bulk_measurements;
+use super::bulk_figures::bulk_measurements;
 use super::value_measurement;
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;

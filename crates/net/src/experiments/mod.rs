@@ -8,6 +8,7 @@
 
 pub mod ack_stall;
 pub mod bandwidth;
+mod bulk_figures;
 pub mod cc;
 pub mod connect;
 pub mod direction;

@@ -9,7 +9,9 @@ pub mod scan;
 
 use crate::uffd::Userfaultfd;
 use osprobe_core::affinity::PinGuard;
-use osprobe_core::{ExperimentError, Registry};
+use osprobe_core::harness::value_measurement;
+use osprobe_core::model::Unit;
+use osprobe_core::{ExperimentError, Measurement, Params, Registry};
 
 pub fn register(registry: &mut Registry) {
     registry.register(Box::new(fault::PageFault));
@@ -39,4 +41,17 @@ pub fn serve_param(params: &osprobe_core::Params) -> Result<crate::pager::Serve,
         .map_err(|e: crate::pager::UnknownServe| {
             ExperimentError::invalid_parameter("serve", e.to_string())
         })
+}
+
+/// A pager.policy count (faults) of one point: the live run (policy.rs)
+/// and the several-process run (processes.rs) report it alike. Here rather
+/// than in policy.rs, which runs processes.rs, so neither imports the other.
+fn count(metric: &str, params: &Params, value: u64) -> Result<Measurement, ExperimentError> {
+    value_measurement(
+        "pager.policy",
+        metric,
+        params.clone(),
+        Unit::Count,
+        &[value as f64],
+    )
 }

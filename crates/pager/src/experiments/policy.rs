@@ -8,7 +8,7 @@
 //! which is all the offline bit means to these policies. A difference is
 //! reported in the notes (it would be a pager bug).
 
-use super::{check_pager, one_cpu};
+use super::{check_pager, count, one_cpu};
 use crate::pager::Serve;
 use crate::policy::{policy_by_name, PolicyError};
 use crate::simulate::{belady_anomaly, simulate, SimError};
@@ -227,20 +227,6 @@ fn bad_policy(e: PolicyError) -> ExperimentError {
 
 fn simulation(e: SimError) -> ExperimentError {
     ExperimentError::failed("the offline simulation", e)
-}
-
-pub(super) fn count(
-    metric: &str,
-    params: &Params,
-    value: u64,
-) -> Result<Measurement, ExperimentError> {
-    value_measurement(
-        "pager.policy",
-        metric,
-        params.clone(),
-        Unit::Count,
-        &[value as f64],
-    )
 }
 
 /// "Belady's anomaly" when FIFO faults more with these frames than with

@@ -9,8 +9,7 @@
 //! frames, so there is nothing to compare with; the fairness figure and
 //! the evictions across processes say how it went.
 
-use super::check_pager;
-use super::policy::count;
+use super::{check_pager, count};
 use crate::policy::policy_by_name;
 use crate::processes::error::ReplacementError;
 use crate::processes::workloads::replay;

@@ -93,11 +93,33 @@ fn hosts(out: &mut String, view: &FleetView) {
          Marked: a value beyond {IQR_FACTOR} interquartile ranges below the first quartile or above the third quartile of its column \
          (Tukey's fences), in columns that at least {MIN_HOSTS} hosts measured. A dash: the host did not measure that point.</p>"
     );
+    let scales: Vec<Scale> = view.columns.iter().map(column_scale).collect();
+    header_row(out, view, &scales);
+    for (i, host) in view.hosts.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<tr><td title=\"hostname {}\">{}</td><td>{}</td>",
+            escape(&host.hostname),
+            escape(&host.name),
+            escape(&host.groups)
+        );
+        for (c, s) in view.columns.iter().zip(&scales) {
+            out.push_str(&cell(c, s, i));
+        }
+        out.push_str("</tr>\n");
+    }
+    median_row(out, view, &scales);
+    outlier_count(out, view);
+    out.push_str("</section>\n");
+}
+
+/// The table's opening and its header: an experiment and point per
+/// column, with the unit its values are scaled to.
+fn header_row(out: &mut String, view: &FleetView, scales: &[Scale]) {
     out.push_str(
         "<div class=\"wide\">\n<table class=\"fleet\">\n<thead><tr><th>host</th><th>groups</th>",
     );
-    let scales: Vec<Scale> = view.columns.iter().map(column_scale).collect();
-    for (c, s) in view.columns.iter().zip(&scales) {
+    for (c, s) in view.columns.iter().zip(scales) {
         let unit = if s.label.is_empty() {
             String::new()
         } else {
@@ -112,21 +134,12 @@ fn hosts(out: &mut String, view: &FleetView) {
         );
     }
     out.push_str("</tr></thead>\n<tbody>\n");
-    for (i, host) in view.hosts.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<tr><td title=\"hostname {}\">{}</td><td>{}</td>",
-            escape(&host.hostname),
-            escape(&host.name),
-            escape(&host.groups)
-        );
-        for (c, s) in view.columns.iter().zip(&scales) {
-            out.push_str(&cell(c, s, i));
-        }
-        out.push_str("</tr>\n");
-    }
+}
+
+/// The last row: each column's median over the hosts, and the table's end.
+fn median_row(out: &mut String, view: &FleetView, scales: &[Scale]) {
     out.push_str("<tr class=\"median\"><td>fleet median</td><td></td>");
-    for (c, s) in view.columns.iter().zip(&scales) {
+    for (c, s) in view.columns.iter().zip(scales) {
         match median(c) {
             Some(m) => {
                 let _ = write!(out, "<td class=\"num\">{}</td>", number(m / s.divisor));
@@ -135,6 +148,10 @@ fn hosts(out: &mut String, view: &FleetView) {
         }
     }
     out.push_str("</tr>\n</tbody>\n</table>\n</div>\n");
+}
+
+/// How many values are marked, or why none could be.
+fn outlier_count(out: &mut String, view: &FleetView) {
     let outliers: usize = view
         .columns
         .iter()
@@ -159,7 +176,6 @@ fn hosts(out: &mut String, view: &FleetView) {
             plural(outliers)
         );
     }
-    out.push_str("</section>\n");
 }
 
 /// One host's cell of a column: the value, and the mark of an outlier with

@@ -4,7 +4,8 @@
 //! once the hashes agree. Also the scratch files built on uploads.
 
 use super::ops::{OpenFile, OpenMode};
-use super::{check_stop, remote, unexpected, Client, Fd};
+use super::write_job::WriteFrom;
+use super::{check_stop, remote, unexpected, Client, Fd, Progress};
 use crate::auth;
 use crate::error::ClientError;
 use crate::pipeline::{Encoder, Job};
@@ -18,15 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::Xxh3;
-
-/// Progress of a whole-file transfer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
-    /// Bytes delivered in order (get) or acknowledged by the server (put).
-    pub done: u64,
-    /// The file's size when the transfer started.
-    pub total: u64,
-}
 
 /// What a finished `get` or `put` moved.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -474,130 +466,5 @@ impl Read for HashingReader<'_> {
         let n = self.inner.read(buf)?;
         self.hasher.update(&buf[..n]);
         Ok(n)
-    }
-}
-
-/// `write` and `put`: chunks of a reader written at increasing offsets.
-pub(super) struct WriteFrom<'a> {
-    handle: Handle,
-    next: u64,
-    source: &'a mut dyn Read,
-    source_done: bool,
-    /// What the source is, for errors ("the data", a local file).
-    source_name: String,
-    chunk: Vec<u8>,
-    packet: usize,
-    /// Length of each request in flight, by offset.
-    in_flight: HashMap<u64, usize>,
-    pub(super) acked: u64,
-    total: u64,
-    progress: Option<&'a mut dyn FnMut(Progress)>,
-    server: SocketAddr,
-    path: &'a str,
-    stop: Option<&'a AtomicBool>,
-}
-
-impl<'a> WriteFrom<'a> {
-    pub(super) fn new(
-        handle: Handle,
-        offset: u64,
-        source: &'a mut dyn Read,
-        packet: usize,
-        server: SocketAddr,
-        path: &'a str,
-    ) -> WriteFrom<'a> {
-        WriteFrom {
-            handle,
-            next: offset,
-            source,
-            source_done: false,
-            source_name: "the data".into(),
-            chunk: vec![0u8; packet],
-            packet,
-            in_flight: HashMap::new(),
-            acked: 0,
-            total: 0,
-            progress: None,
-            server,
-            path,
-            stop: None,
-        }
-    }
-
-    /// Fill `chunk` from the source; the bytes read.
-    fn fill(&mut self) -> Result<usize, ClientError> {
-        let mut n = 0;
-        while n < self.packet {
-            match self.source.read(&mut self.chunk[n..self.packet]) {
-                Ok(0) => {
-                    self.source_done = true;
-                    break;
-                }
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    return Err(ClientError::io(
-                        format!("cannot read {} for \"{}\"", self.source_name, self.path),
-                        e,
-                    ))
-                }
-            }
-        }
-        Ok(n)
-    }
-}
-
-impl Job for WriteFrom<'_> {
-    fn next(&mut self, enc: &mut Encoder<'_>) -> Result<Option<u64>, ClientError> {
-        check_stop(self.stop)?;
-        if self.source_done {
-            return Ok(None);
-        }
-        let n = self.fill()?;
-        if n == 0 {
-            return Ok(None);
-        }
-        enc.request(&Request::Write {
-            file: self.handle,
-            offset: self.next,
-            data: &self.chunk[..n],
-        })?;
-        let tag = self.next;
-        self.in_flight.insert(tag, n);
-        self.next += n as u64;
-        Ok(Some(tag))
-    }
-
-    fn reply(
-        &mut self,
-        offset: u64,
-        result: Result<Reply<'_>, RemoteError>,
-    ) -> Result<(), ClientError> {
-        let asked = self.in_flight.remove(&offset).unwrap_or(0);
-        match result {
-            Ok(Reply::Written { count, .. }) if count as usize == asked => {
-                self.acked += count as u64;
-                if let Some(p) = &mut self.progress {
-                    p(Progress {
-                        done: self.acked,
-                        total: self.total,
-                    });
-                }
-                Ok(())
-            }
-            Ok(Reply::Written { count, .. }) => Err(ClientError::Unexpected {
-                server: self.server,
-                what: format!(
-                    "the server wrote {count} of {asked} bytes at offset {offset} of \"{}\"",
-                    self.path
-                ),
-            }),
-            Ok(_) => Err(unexpected(self.server, "write")),
-            Err(error) => Err(remote(
-                self.server,
-                format!("writing \"{}\" at offset {offset}", self.path),
-                error,
-            )),
-        }
     }
 }

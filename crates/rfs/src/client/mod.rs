@@ -32,8 +32,9 @@ mod ops;
 mod options;
 mod paths;
 mod transport;
+mod write_job;
 
-pub use bulk::{Progress, TransferSummary};
+pub use bulk::TransferSummary;
 pub use ops::{Fd, OpenMode};
 pub use options::ClientOptions;
 
@@ -79,6 +80,15 @@ pub struct Client {
     backoff_patience: Duration,
     /// Raised from outside (Ctrl-C) to stop a `get` or `put`.
     stop: Option<&'static AtomicBool>,
+}
+
+/// Progress of a whole-file transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes delivered in order (get) or acknowledged by the server (put).
+    pub done: u64,
+    /// The file's size when the transfer started.
+    pub total: u64,
 }
 
 impl Client {

@@ -2,7 +2,7 @@
 //! close, read, write, seek, stat, sync, getdirent, readdir, remove; and
 //! the pipeline job that places read replies in the caller's buffer.
 
-use super::bulk::WriteFrom;
+use super::write_job::WriteFrom;
 use super::{remote, unexpected, Client, MAX_OPEN_FILES};
 use crate::error::ClientError;
 use crate::pipeline::{Encoder, Job};
