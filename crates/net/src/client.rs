@@ -4,6 +4,7 @@
 
 use crate::auth::{self, Purpose};
 use crate::error::CongestionControlRefused;
+use crate::hello_wait::{self, HelloWait};
 use crate::protocol::{
     self, unhex, ErrorCode, FrameError, Message, StreamReport, TestSpec, PROTOCOL_VERSION,
 };
@@ -11,7 +12,8 @@ use crate::sock::{self, ConnectOptions};
 use osprobe_core::peer_text;
 use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::time::Duration;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 /// What went wrong talking to a server, in words for the user.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +48,15 @@ pub enum NetError {
         context: &'static str,
         expected: &'static str,
         got: &'static str,
+    },
+    /// No hello within the reply timeout (or, while the server was still
+    /// finishing the handshake, its give-up time); `seen` is the
+    /// connection's TCP_INFO, when it could be read.
+    #[error("{addr} while reading the server's hello: nothing came in {} s ({})", waited.as_secs(), seen.as_ref().map_or("no TCP_INFO".to_string(), |s| s.to_string()))]
+    NoHello {
+        addr: SocketAddr,
+        waited: Duration,
+        seen: Option<HelloWait>,
     },
     #[error("{addr} requires a token: pass --token-file PATH (or set OSPROBE_TOKEN)")]
     TokenRequired { addr: SocketAddr },
@@ -88,6 +99,7 @@ impl From<NetError> for osprobe_core::ExperimentError {
             | NetError::Busy { .. }
             | NetError::Refused { .. }
             | NetError::Unexpected { .. }
+            | NetError::NoHello { .. }
             | NetError::TokenRequired { .. } => {
                 osprobe_core::ExperimentError::Failed(e.to_string())
             }
@@ -173,7 +185,7 @@ impl Peer {
         stream
             .set_write_timeout(Some(self.reply_timeout))
             .map_err(|e| NetError::io("setting a write timeout", e))?;
-        match self.read(&mut stream, "reading the server's hello")? {
+        match self.read_hello(&mut stream)? {
             Message::Hello {
                 version,
                 nonce,
@@ -197,6 +209,41 @@ impl Peer {
             }
             other => Err(self.unexpected("reading the server's hello", "hello", &other)),
         }
+    }
+
+    /// The first message, waited for past the reply timeout while the
+    /// server is still resending its SYN-ACK (crate::hello_wait says why).
+    fn read_hello(&self, stream: &mut TcpStream) -> Result<Message, NetError> {
+        let started = Instant::now();
+        // Each round waits one reply timeout; the wait ends at
+        // SYNACK_GIVE_UP, or after this many rounds if the timeout is short.
+        let rounds = hello_wait::SYNACK_GIVE_UP.as_secs() + 1;
+        for _ in 0..rounds {
+            match self.read(stream, "reading the server's hello") {
+                Err(NetError::Protocol {
+                    source: FrameError::TimedOut,
+                    ..
+                }) => {
+                    let seen = crate::tcp_info::tcp_info(stream.as_raw_fd())
+                        .ok()
+                        .map(|info| HelloWait::from_info(&info));
+                    let waited = started.elapsed();
+                    if !hello_wait::keep_waiting(seen.as_ref(), waited) {
+                        return Err(NetError::NoHello {
+                            addr: self.addr,
+                            waited,
+                            seen,
+                        });
+                    }
+                }
+                other => return other,
+            }
+        }
+        Err(NetError::NoHello {
+            addr: self.addr,
+            waited: started.elapsed(),
+            seen: None,
+        })
     }
 
     fn read(&self, stream: &mut TcpStream, context: &'static str) -> Result<Message, NetError> {

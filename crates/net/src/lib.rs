@@ -21,6 +21,7 @@ pub mod experiments;
 pub mod far_ends;
 pub mod fuzz;
 pub mod gate;
+pub mod hello_wait;
 pub mod icmp;
 pub mod link_server;
 pub mod locate;

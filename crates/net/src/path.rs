@@ -98,9 +98,16 @@ impl Endpoint {
 
 impl From<Testbed<Peer>> for Endpoint {
     fn from(testbed: Testbed<Peer>) -> Endpoint {
+        let mut peer = testbed.far.clone();
+        // The emulator's loss drops SYNs too (crate::hello_wait says why
+        // a connect then needs longer).
+        let lossy = testbed
+            .emulated_link()
+            .is_some_and(|link| link.spec.loss != osprobe_link::LossSpec::None);
+        peer.connect_timeout = crate::hello_wait::connect_timeout(peer.connect_timeout, lossy);
         Endpoint {
             kind: testbed.kind,
-            peer: testbed.far.clone(),
+            peer,
             description: testbed.description.clone(),
             testbed,
         }

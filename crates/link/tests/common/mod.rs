@@ -26,7 +26,9 @@ pub fn can_run() -> bool {
 }
 
 /// One timing-sensitive test at a time: on two vCPUs, two links forwarding
-/// at once would disturb each other's figures.
+/// at once would disturb each other's figures. Tests that sweep, or claim
+/// forwarding (a claim sweeps too), hold it as well: a sweep beside them
+/// would take the leftovers they plant and count.
 pub fn exclusive() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
