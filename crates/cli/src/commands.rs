@@ -3,7 +3,7 @@
 //! are in measure.rs. No measuring and no formatting happen here.
 
 use crate::flags::{Cli, Command, HistoryArgs, ShowArgs};
-use crate::output::Format;
+use crate::output::{Exporter as _, Format};
 use anyhow::Result;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,7 +75,7 @@ fn history(db: Option<PathBuf>, args: HistoryArgs) -> Result<ExitCode> {
     };
     runs.retain(|r| filter.matches(r));
     let text = if args.json {
-        Json.render(&runs)?
+        crate::output::Json.render(&runs)?
     } else if stored == 0 {
         format!("no runs stored in {location} yet\n")
     } else if runs.is_empty() {
