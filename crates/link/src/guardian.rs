@@ -213,9 +213,12 @@ mod tests {
         let line = BufReader::new(owner.stdout.take().unwrap())
             .lines()
             .map_while(Result::ok)
-            .find(|l| l.starts_with("PAIR "))
+            .find(|l| l.contains("PAIR "))
             .expect("the owner printed its pair");
-        let mut words = line.split_whitespace().skip(1);
+        // libtest prints the test's name on the same line, before it.
+        let mut words = line[line.find("PAIR ").unwrap()..]
+            .split_whitespace()
+            .skip(1);
         let (name, ns_path) = (words.next().unwrap().to_string(), words.next().unwrap());
         // Hold its namespace, as a lingering grandchild (or the kernel's
         // slow teardown) would: the peer end, and so the host end, outlive
