@@ -180,3 +180,124 @@ fn release_builds_without_debug_info_and_profiling_keeps_it() {
         "[profile.profiling] must not strip, has {profiling:?}"
     );
 }
+
+/// The release binary's bound; bench/first_run.py holds the same number.
+const SIZE_BOUND_BYTES: u64 = 10_000_000;
+
+/// The generated block of docs/figures.md: figure name -> (value, date, machine).
+fn measured_figures() -> std::collections::BTreeMap<String, (f64, String, String)> {
+    let path = workspace_root().join("docs/figures.md");
+    let text = std::fs::read_to_string(&path).expect("docs/figures.md");
+    assert!(
+        text.contains("<!-- figures:begin") && text.contains("<!-- figures:end -->"),
+        "docs/figures.md lost its generated block (bench/first_run.sh writes it)"
+    );
+    let Some(data) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("<!-- figures-data ")?.strip_suffix(" -->"))
+    else {
+        return std::collections::BTreeMap::new();
+    };
+    let data: Value = serde_json::from_str(data).expect("figures-data is JSON");
+    let mut figures = std::collections::BTreeMap::new();
+    for (name, entry) in data.as_object().expect("figures-data is an object") {
+        let value = entry["value"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: no value"));
+        let date = entry["date"].as_str().unwrap_or_default().to_string();
+        let machine = entry["machine"].as_str().unwrap_or_default().to_string();
+        figures.insert(name.clone(), (value, date, machine));
+    }
+    figures
+}
+
+#[test]
+fn figures_block_states_date_and_machine_and_keeps_the_size_bound() {
+    // Only bench/first_run.sh writes the block; what it holds must say when
+    // and where it was measured, and a measured binary must fit the bound.
+    let figures = measured_figures();
+    let known = ["build_s", "binary_bytes", "run_s", "run_lines", "tests_s"];
+    for (name, (value, date, machine)) in &figures {
+        assert!(known.contains(&name.as_str()), "unknown figure {name}");
+        assert!(*value > 0.0, "{name}: {value}");
+        assert!(is_iso_date(date), "{name}: date '{date}' is not YYYY-MM-DD");
+        assert!(
+            machine.contains("vCPU"),
+            "{name}: machine '{machine}' says no CPU count"
+        );
+    }
+    if let Some((size, _, _)) = figures.get("binary_bytes") {
+        assert!(
+            (*size as u64) < SIZE_BOUND_BYTES,
+            "the release binary measured {size} bytes, over the bound of {SIZE_BOUND_BYTES}"
+        );
+    }
+}
+
+fn is_iso_date(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
+}
+
+/// Whether `paragraph` states a duration or a size: a number followed by a
+/// unit of time or bytes.
+fn states_a_figure(paragraph: &str) -> bool {
+    const UNITS: [&str; 8] = ["s", "min", "minutes", "seconds", "MB", "GB", "KB", "bytes"];
+    let words: Vec<&str> = paragraph.split_whitespace().collect();
+    words.windows(2).any(|w| {
+        let number = w[0].trim_start_matches(['(', '~']).replace(',', "");
+        let unit = w[1].trim_end_matches([',', '.', ')', ';', ':']);
+        !number.is_empty()
+            && number.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && number.chars().any(|c| c.is_ascii_digit())
+            && UNITS.contains(&unit)
+    })
+}
+
+/// Whether `paragraph` says when it was measured (an ISO date).
+fn names_its_date(paragraph: &str) -> bool {
+    paragraph
+        .split(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .any(is_iso_date)
+}
+
+/// The pages that quote the build, run and size figures (README.md joins
+/// them once the integrator's rewrite lands).
+const PAGES_WITH_FIGURES: &[&str] = &["docs/install.md"];
+
+#[test]
+fn install_page_quotes_measured_figures_only() {
+    for page in PAGES_WITH_FIGURES {
+        let text = std::fs::read_to_string(workspace_root().join(page)).expect(page);
+        assert!(
+            text.contains("figures.md"),
+            "{page} must point at docs/figures.md for the build, run and size figures"
+        );
+        let undated: Vec<&str> = text
+            .split("\n\n")
+            .filter(|p| !p.trim_start().starts_with("```"))
+            .filter(|p| states_a_figure(p) && !names_its_date(p))
+            .collect();
+        assert!(
+            undated.is_empty(),
+            "{page}: figures without the date they were measured on (quote docs/figures.md, \
+             or name the machine and date):\n{}",
+            undated.join("\n---\n")
+        );
+    }
+}
+
+#[test]
+fn a_figure_is_told_from_prose() {
+    assert!(states_a_figure("takes about 50 s on a VM"));
+    assert!(states_a_figure("is 8.6 MB"));
+    assert!(states_a_figure("took 3 min 34 s"));
+    assert!(states_a_figure("was 51,206,176 bytes"));
+    assert!(!states_a_figure("the 2-vCPU VM, load about 7"));
+    assert!(names_its_date("measured 2026-11-25 on"));
+    assert!(!names_its_date("measured 2026-11 on"));
+}

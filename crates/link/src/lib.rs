@@ -21,6 +21,7 @@ pub mod error;
 pub mod forwarder;
 pub mod forwarding;
 pub mod fuzz;
+mod guardian;
 pub mod histogram;
 pub mod impairment;
 mod iproute;

@@ -34,18 +34,25 @@
 //! When the osprobe process exits, even by SIGKILL, the kernel closes its
 //! descriptors; the namespace then has no holder and is destroyed with
 //! every device in it (the peer end, TUN devices, the emulator's reference
-//! veth) and their routes. Destroying the peer end destroys the host end
-//! too (a veth pair dies as one), and with it the host's /30 route. Child
-//! processes started in the namespace ([`NetnsPair::command`]) get
-//! `PR_SET_PDEATHSIG(SIGKILL)`, so they do not keep it alive.
+//! veth) and their routes. Child processes started in the namespace
+//! ([`NetnsPair::command`]) get `PR_SET_PDEATHSIG(SIGKILL)`, so they do not
+//! keep it alive.
 //!
-//! The exception: a grandchild (say, a process a shell started, which is
-//! not told of osprobe's death) that outlives osprobe keeps the namespace,
-//! and so the host end in the current namespace, until it exits. The host
-//! end carries the owner's pid, and [`sweep_stale`], which every osprobe
-//! command runs at start as root, deletes the host ends of dead owners,
-//! which takes the pair down. It also removes `osprobe-*` namespaces named
-//! in /run/netns by older osprobe versions.
+//! The kernel destroys an unheld namespace late, though (in a shared work
+//! queue: seconds, over a minute on a loaded machine), and the host end
+//! lives in *this* namespace until then. So each pair has a guardian
+//! process (see `guardian.rs`) that wakes when osprobe's descriptors close
+//! and deletes the host end at once, which destroys both ends and the
+//! host's /30 route within milliseconds.
+//!
+//! A grandchild (say, a process a shell started, which is not told of
+//! osprobe's death) that outlives osprobe keeps its namespace until it
+//! exits, but no longer the host end: the guardian deletes that too. If
+//! the guardian itself was killed (`kill -9` of the whole process group),
+//! the host end goes with the namespace, and [`sweep_stale`], which every
+//! osprobe command runs at start as root, deletes the host ends of dead
+//! owners. It also removes `osprobe-*` namespaces named in /run/netns by
+//! older osprobe versions.
 //!
 //! # Traps
 //!
@@ -94,6 +101,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Unavailable;
+use crate::guardian::Guardian;
 
 /// Every namespace and link this module creates starts with this.
 pub const NAME_PREFIX: &str = "osprobe-";
@@ -191,6 +199,8 @@ pub struct NetnsPair {
     /// Whether `ip link add` succeeded: only then is the host end ours to delete.
     host_link_created: bool,
     removed: bool,
+    /// Deletes the host end if this process dies before `teardown` runs.
+    guardian: Guardian,
     /// Holds the counter character until the pair is removed.
     _reservation: NameReservation,
 }
@@ -248,6 +258,9 @@ impl NetnsPair {
         let name = reservation.name.clone();
         *lock_ignoring_poison(&plan.chosen_name) = Some(name.clone());
 
+        // Before the veth exists, so no moment leaves it unguarded.
+        let guardian = Guardian::start(ip_program()?, &name)
+            .map_err(|e| NetnsError::io(format!("starting the guardian of {name}"), e))?;
         let ns = new_namespace()?;
         // From here on `pair` stands for what exists: an early return drops it,
         // and Drop releases the namespace (and the host end once it exists).
@@ -260,6 +273,7 @@ impl NetnsPair {
             peer_addr: Ipv4Addr::UNSPECIFIED,
             host_link_created: false,
             removed: false,
+            guardian,
             _reservation: reservation,
         };
         plan.after(Step::Namespace)?;
@@ -490,6 +504,8 @@ impl NetnsPair {
                 }
             }
         }
+        // Reaped before the name is released, so it never deletes a later pair's.
+        self.guardian.dismiss();
         first_error.map_or(Ok(()), Err)
     }
 }
