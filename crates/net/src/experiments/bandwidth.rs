@@ -5,7 +5,9 @@
 //! retransmissions and limits TCP_INFO shows.
 
 use super::bulk_figures::bulk_measurements;
-use super::{cross, default_paths, networked, DefaultDuration, Placement, DURATION_PARAM, PIN_PARAM};
+use super::{
+    cross, default_paths, networked, DefaultDuration, Placement, DURATION_PARAM, PIN_PARAM,
+};
 use crate::bulk::{self, BulkConfig};
 use crate::path::Endpoint;
 use crate::sock::ConnectOptions;
