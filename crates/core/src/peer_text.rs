@@ -95,16 +95,28 @@ pub enum Newlines {
 /// cell escaped by the report crate and the table escaped again by the cli
 /// read the same. Text with nothing to escape is returned as it is.
 pub fn for_terminal(text: &str, newlines: Newlines) -> Cow<'_, str> {
-    let kept = |c: char| newlines == Newlines::Keep && (c == '\n' || c == '\t');
-    let unsafe_char = |c: char| !kept(c) && acted_on(c);
-    if !text.chars().any(unsafe_char) {
+    let keep = newlines == Newlines::Keep;
+    // Kept as line breaks: `\n`, `\t`, and `\r` only as the first half of
+    // CSV's `\r\n` (it returns to the start of a line it then leaves, so
+    // it can hide nothing).
+    let unsafe_char = |c: char, next: Option<char>| {
+        let line_break = c == '\n' || c == '\t' || (c == '\r' && next == Some('\n'));
+        acted_on(c) && !(keep && line_break)
+    };
+    let mut pairs = text
+        .chars()
+        .zip(text.chars().skip(1).map(Some).chain([None]));
+    if !pairs.any(|(c, next)| unsafe_char(c, next)) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
+    for (c, next) in text
+        .chars()
+        .zip(text.chars().skip(1).map(Some).chain([None]))
+    {
         match c {
             '\\' => out.push(c),
-            c if unsafe_char(c) => push_escaped(&mut out, c),
+            c if unsafe_char(c, next) => push_escaped(&mut out, c),
             c => out.push(c),
         }
     }
@@ -183,15 +195,15 @@ mod tests {
 
     #[test]
     fn terminal_text_keeps_lines_only_when_asked_and_nothing_unsafe() {
-        let hostile = "id\u{1b}]0;PWNED\u{7}\u{1b}[31m\u{202e}\u{9b}2J\r\nnext\tcol C:\\x";
+        let hostile = "id\u{1b}]0;PWNED\u{7}\u{1b}[31m\u{202e}\u{9b}2J\rX\nnext\tcol C:\\x";
         let block = for_terminal(hostile, Newlines::Keep);
         assert_eq!(
             block,
-            "id\\x1b]0;PWNED\\x07\\x1b[31m\\u{202e}\\u{9b}2J\\r\nnext\tcol C:\\x"
+            "id\\x1b]0;PWNED\\x07\\x1b[31m\\u{202e}\\u{9b}2J\\rX\nnext\tcol C:\\x"
         );
         let field = for_terminal(hostile, Newlines::Escape);
         assert!(!field.chars().any(|c| c.is_control()), "{field:?}");
-        assert!(field.contains("\\r\\nnext\\tcol"), "{field:?}");
+        assert!(field.contains("\\rX\\nnext\\tcol"), "{field:?}");
         // Escaping twice changes nothing: cells and whole tables both pass.
         assert_eq!(for_terminal(&field, Newlines::Escape), field);
         assert_eq!(for_terminal(&block, Newlines::Keep), block);
@@ -209,5 +221,15 @@ mod tests {
         assert_eq!(escape_bytes(b"abcdef", 2), "ab...(4 more bytes)");
         assert_eq!(escape_bytes(b"\xff\xff\xff", 1), "\\xff...(2 more bytes)");
         assert_eq!(escape_bytes("é".as_bytes(), 8), "é");
+    }
+
+    #[test]
+    fn a_crlf_line_ending_is_kept_and_a_lone_carriage_return_is_not() {
+        assert_eq!(
+            for_terminal("a,b\r\nc,d\r\n", Newlines::Keep),
+            "a,b\r\nc,d\r\n"
+        );
+        assert_eq!(for_terminal("fake\rreal", Newlines::Keep), "fake\\rreal");
+        assert_eq!(for_terminal("a\r\n", Newlines::Escape), "a\\r\\n");
     }
 }

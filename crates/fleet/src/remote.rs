@@ -170,7 +170,9 @@ fn normalize_arch(uname: &str) -> String {
 }
 
 /// Copy stdin to `path` (private to the user), keep it only when its
-/// sha256 is `sha256`; the partial copy is removed also on a signal. The
+/// sha256 is `sha256`; the partial copy is removed also on a signal, SIGPIPE
+/// included (with the connection gone, a message on stderr would otherwise
+/// kill the shell before its EXIT trap). The
 /// directory is made private if missing and checked as
 /// [`FUNCTIONS`]' `osprobe_safe_dir` says; the partial copy is a fresh
 /// file from `mktemp` (never an existing name, never through a symlink).
@@ -180,8 +182,9 @@ pub fn install(path: &str, sha256: &str) -> String {
          mkdir -p -- \"$c\" || osprobe_fail \"cannot create $c\"; osprobe_safe_dir \"$c\"; \
          t=$(mktemp -- \"$c/.osprobe-part.XXXXXXXXXX\") || osprobe_fail \"cannot create a file in $c\"; \
          trap 'rm -f -- \"$t\"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; \
+         trap 'exit 141' PIPE; \
          cat > \"$t\" || exit 3; chmod 700 \"$t\"; \
-         h=$(sha256sum <\"$t\"); h=${{h%% *}}; \
+         h=$(sha256sum <\"$t\") || exit 3; h=${{h%% *}}; \
          if [ \"$h\" != {sha} ]; then echo \"the copy arrived with sha256 $h, expected {sha256}\" >&2; exit 3; fi; \
          mv -f -- \"$t\" \"$f\"",
         path = quote(path),
@@ -235,7 +238,7 @@ pub fn words<S: AsRef<str>>(words: &[S]) -> String {
 pub fn with_token_file(command: &str) -> String {
     format!(
         "umask 077; d=$(mktemp -d \"${{TMPDIR:-/tmp}}/osprobe-fleet.XXXXXX\") || exit 1; \
-         trap 'rm -rf \"$d\"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; \
+         trap 'rm -rf \"$d\"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 141' PIPE; \
          IFS= read -r tok || {{ echo 'no token on stdin' >&2; exit 1; }}; \
          printf '%s\\n' \"$tok\" > \"$d/token\"; tok=; {command}"
     )

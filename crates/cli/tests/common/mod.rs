@@ -366,7 +366,8 @@ pub fn spawn_server(mut cmd: Command) -> (Child, String) {
     (child, addr)
 }
 
-/// An `osprobe rfs serve --writable` child on 127.0.0.1 and a free port;
+/// An `osprobe rfs serve` child on 127.0.0.1 and a free port, writable
+/// unless `extra` holds `--read-only`;
 /// stopped with SIGINT on drop.
 pub struct Served {
     child: Option<Child>,
@@ -378,8 +379,12 @@ impl Served {
         let mut cmd = Command::cargo_bin("osprobe").unwrap();
         cmd.args(["rfs", "serve"])
             .arg(dir)
-            .args(["--bind", "127.0.0.1:0", "--writable"])
-            .args(extra);
+            .args(["--bind", "127.0.0.1:0"]);
+        // Writable unless the test asks for the read-only export.
+        if !extra.contains(&"--read-only") {
+            cmd.arg("--writable");
+        }
+        cmd.args(extra);
         let (child, addr) = spawn_server(cmd);
         Served {
             child: Some(child),

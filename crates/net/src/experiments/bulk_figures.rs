@@ -41,6 +41,26 @@ fn window_bound(result: &bulk::BulkResult) -> Option<osprobe_core::model::Predic
     )
 }
 
+/// A bulk test's per-interval rates, or, when the test ended a moment
+/// before its first whole interval after the omitted start (the smoke
+/// profile's 300 ms can), the whole test's rate as one value, with the
+/// note that says so: a short test is a coarse figure, not a failed point.
+pub(super) fn interval_samples(
+    rates: &[f64],
+    whole_test: f64,
+    config: &BulkConfig,
+) -> (Vec<f64>, Option<String>) {
+    if !rates.is_empty() {
+        return (rates.to_vec(), None);
+    }
+    let note = format!(
+        "one value: no whole {} ms interval ended after the first {} ms, so this is the whole test's rate",
+        config.interval.as_millis(),
+        config.omit.as_millis()
+    );
+    (vec![whole_test], Some(note))
+}
+
 /// The measurements of one bulk test, shared with net.cc.
 pub(super) fn bulk_measurements(
     id: &str,
@@ -53,13 +73,11 @@ pub(super) fn bulk_measurements(
     let path = format!("path: {}", endpoint.description);
     let diagnosis = bulk::diagnosis(result, config);
 
-    let mut sender = value_measurement(
-        id,
-        "sender",
-        params.clone(),
-        Unit::BytesPerSecond,
-        &result.interval_rates,
-    )?;
+    let (samples, whole_test_note) =
+        interval_samples(&result.interval_rates, result.sender_rate(), config);
+    let mut sender =
+        value_measurement(id, "sender", params.clone(), Unit::BytesPerSecond, &samples)?;
+    sender.notes.extend(whole_test_note);
     sender.notes.push(format!(
         "samples: aggregate sending rate of each {} ms interval after the first {} ms (slow start); over the whole test {:.0} B/s ({})",
         config.interval.as_millis(),
@@ -136,4 +154,36 @@ fn cost_measurements(
     );
     measurements.push(retrans);
     Ok(measurements)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn config() -> BulkConfig {
+        BulkConfig {
+            streams: 1,
+            write_size: 1 << 17,
+            duration: Duration::from_millis(300),
+            options: Default::default(),
+            interval: Duration::from_millis(100),
+            omit: Duration::from_millis(200),
+            sender_cpu: None,
+            receiver_cpu: None,
+        }
+    }
+
+    #[test]
+    fn a_test_without_a_whole_interval_is_one_value_of_the_whole_test() {
+        let (samples, note) = interval_samples(&[], 5e8, &config());
+        assert_eq!(samples, vec![5e8]);
+        let note = note.unwrap();
+        assert!(
+            note.contains("100 ms interval") && note.contains("first 200 ms"),
+            "{note}"
+        );
+        let (samples, note) = interval_samples(&[1.0, 2.0], 5e8, &config());
+        assert_eq!((samples, note), (vec![1.0, 2.0], None));
+    }
 }

@@ -244,9 +244,12 @@ fn throughput(
             "rate of acknowledged bytes (TCP_INFO bytes_acked)",
         )
     };
-    let bits: Vec<f64> = rates.iter().map(|r| r * 8.0).collect();
+    let (samples, whole_test_note) =
+        super::bulk_figures::interval_samples(rates, result.sender_rate(), config);
+    let bits: Vec<f64> = samples.iter().map(|r| r * 8.0).collect();
     let mut throughput =
         value_measurement(id, "throughput", params.clone(), Unit::BitsPerSecond, &bits)?;
+    throughput.notes.extend(whole_test_note);
     throughput.notes.push(format!(
         "samples: {what} of each {} ms interval after the first {} ms; whole test: sent {}, received {} ({} B over {:.1} s)",
         config.interval.as_millis(),
